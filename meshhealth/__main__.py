@@ -1,0 +1,3 @@
+from meshhealth.cli.main import main
+
+raise SystemExit(main())

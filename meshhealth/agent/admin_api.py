@@ -1,0 +1,193 @@
+"""The admin API: HTTP/JSON on a unix socket, what `meshhealth status` talks to.
+
+    GET /v1/healthz        {"status": "ok", "started_at", "uptime_s", "etcd": {...}}
+    GET /v1/status         the status document (docs/status.md); never waits on a round
+    PUT /v1/status/probe   a round now; answers when it ends, with the fresh document
+                           (504 after `probe_timeout_s`; the round itself goes on)
+
+Errors: unknown path 404, wrong method 405 (with `Allow`), malformed request 400, a body
+too large 413, all `{"error": "..."}`.
+
+The socket exists from the moment `serve_admin_api` has started (before etcd or the
+first round): the lesson of cilium-health's `dial unix ...: no such file or directory`.
+It is created with mode `defaults.ADMIN_SOCKET_MODE` in a directory made if missing; a
+stale socket file (nobody answers on it) is replaced, a live one is refused; the file
+is removed on exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from typing import Any, Protocol
+
+import trio
+
+from meshhealth import defaults
+from meshhealth.agent.http_server import HttpRequest, HttpResponse, ServerLimits, serve_http
+
+JSON = "application/json"
+# How long a stale-socket check waits for an answer on an existing socket file.
+_LIVE_CHECK_TIMEOUT_S = 1.0
+_LISTEN_BACKLOG = 128
+
+# path -> {method: action}
+ROUTES: dict[str, dict[str, str]] = {
+    "/v1/healthz": {"GET": "healthz"},
+    "/v1/status": {"GET": "status"},
+    "/v1/status/probe": {"PUT": "probe"},
+}
+
+
+class AdminHandler(Protocol):
+    """What the agent app provides to the admin API.
+
+    `healthz` and `status` read the last state and return at once. `probe_now` asks for
+    a round that starts after the call and returns the document once it has ended. The
+    round must run in the agent's own nursery: the admin API cancels `probe_now` when
+    its deadline passes (or on shutdown), and that cancel must only stop the waiting.
+    """
+
+    def healthz(self) -> dict[str, Any]: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    async def probe_now(self) -> dict[str, Any]: ...
+
+
+class AdminSocketError(Exception):
+    """The socket path cannot be used; str() is one line for the user."""
+
+
+def json_response(
+    status_code: int, doc: dict[str, Any], headers: tuple[tuple[str, str], ...] = ()
+) -> HttpResponse:
+    body = json.dumps(doc, ensure_ascii=False).encode() + b"\n"
+    return HttpResponse(status_code, body, JSON, headers)
+
+
+def json_error(status_code: int, message: str) -> HttpResponse:
+    return json_response(status_code, {"error": message})
+
+
+def route(method: str, path: str) -> str | HttpResponse:
+    """The action for a request (`healthz`, `status`, `probe`), or the error answer."""
+    methods = ROUTES.get(path.rstrip("/") or "/")
+    if methods is None:
+        return json_error(404, f"no such endpoint: {path} (try GET /v1/status)")
+    action = methods.get(method)
+    if action is None:
+        allowed = ", ".join(methods)
+        return json_response(
+            405,
+            {"error": f"method {method} not allowed on {path} (allowed: {allowed})"},
+            (("Allow", allowed),),
+        )
+    return action
+
+
+async def answer(
+    request: HttpRequest, handler: AdminHandler, *, probe_timeout_s: float
+) -> HttpResponse:
+    action = route(request.method, request.path)
+    if isinstance(action, HttpResponse):
+        return action
+    if action == "healthz":
+        return json_response(200, handler.healthz())
+    if action == "status":
+        return json_response(200, handler.status())
+    with trio.move_on_after(probe_timeout_s):
+        return json_response(200, await handler.probe_now())
+    return json_error(
+        504,
+        f"the probe round did not finish within {probe_timeout_s:g}s; "
+        "GET /v1/status shows the last results",
+    )
+
+
+async def _someone_answers(socket_path: str) -> bool:
+    """True when a server accepts connections on this unix socket."""
+    try:
+        with trio.fail_after(_LIVE_CHECK_TIMEOUT_S):
+            stream = await trio.open_unix_socket(socket_path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    except trio.TooSlowError:
+        return True  # something holds it and does not answer quickly: not ours to remove
+    await stream.aclose()
+    return True
+
+
+async def prepare_socket_path(socket_path: str) -> None:
+    """Create the parent directory; remove a stale socket file; refuse a live one."""
+    parent = os.path.dirname(socket_path) or "."
+    try:
+        await trio.Path(parent).mkdir(mode=0o755, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise AdminSocketError(f"cannot create {parent}: {exc.strerror or exc}") from exc
+    try:
+        info = os.lstat(socket_path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(info.st_mode):
+        raise AdminSocketError(f"{socket_path} exists and is not a socket: refusing to start")
+    if await _someone_answers(socket_path):
+        raise AdminSocketError(f"another agent is serving {socket_path}: refusing to start")
+    os.unlink(socket_path)
+
+
+async def _bind_unix_listener(socket_path: str, mode: int) -> tuple[trio.SocketListener, int]:
+    sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+    try:
+        await sock.bind(socket_path)
+        os.chmod(socket_path, mode)
+        sock.listen(_LISTEN_BACKLOG)
+        inode = os.stat(socket_path).st_ino
+    except OSError as exc:
+        sock.close()
+        raise AdminSocketError(f"cannot serve on {socket_path}: {exc.strerror or exc}") from exc
+    return trio.SocketListener(sock), inode
+
+
+def _remove_if_ours(socket_path: str, inode: int) -> None:
+    """Remove the socket file unless someone else has replaced it since."""
+    try:
+        if os.stat(socket_path).st_ino == inode:
+            os.unlink(socket_path)
+    except FileNotFoundError:
+        pass
+
+
+async def serve_admin_api(
+    socket_path: str,
+    handler: AdminHandler,
+    *,
+    mode: int = defaults.ADMIN_SOCKET_MODE,
+    probe_timeout_s: float = defaults.ADMIN_PROBE_TIMEOUT_S,
+    read_timeout_s: float = defaults.ADMIN_READ_TIMEOUT_S,
+    max_connections: int = defaults.ADMIN_MAX_CONNECTIONS,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the admin API until cancelled. `task_status.started(socket_path)` once the
+    socket accepts connections. AdminSocketError (before `started`) when the path is in
+    use or cannot be bound."""
+    await prepare_socket_path(socket_path)
+    listener, inode = await _bind_unix_listener(socket_path, mode)
+    try:
+
+        async def handle(request: HttpRequest) -> HttpResponse:
+            return await answer(request, handler, probe_timeout_s=probe_timeout_s)
+
+        task_status.started(socket_path)
+        await serve_http(
+            listener,
+            handle,
+            json_error,
+            ServerLimits(max_connections=max_connections, read_timeout_s=read_timeout_s),
+            name=f"admin API {socket_path}",
+        )
+    finally:
+        # Unlink first: any await here would re-raise the cancel before it ran.
+        _remove_if_ours(socket_path, inode)
+        listener.socket.close()

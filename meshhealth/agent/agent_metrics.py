@@ -1,0 +1,185 @@
+"""The agent's Prometheus metrics (docs/metrics.md), named after Cilium's node health ones.
+
+    metrics = agent_metrics(registry, source_cluster="lab1", source_node="node1")
+    metrics.observe_round(report)                        # after each round
+    metrics.sync_connectivity(probe_set, book.summaries())  # after each round / set change
+    metrics.etcd_up.labels(cluster="lab1").set(1)
+
+`sync_connectivity` sets the status gauges (exactly one of reachable / unreachable /
+unknown is 1 per path, like Cilium), the unreachable counts, and removes every series of
+targets that left the probe set. Reachability follows meshhealth.agent.status_model, so
+the metrics and `meshhealth status` never disagree.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from meshhealth import __version__
+from meshhealth.agent.status_model import PATH_STATES, combined_state, path_state
+from meshhealth.metrics import Counter, Gauge, Histogram, Registry
+from meshhealth.model import PathKey, PathSummary, Protocol, RoundReport, Target, TargetType
+
+TARGET_LABELS = (
+    "source_cluster",
+    "source_node",
+    "target_cluster",
+    "target_node",
+    "target_type",
+    "protocol",
+)
+# 50µs (loopback, same rack) .. 5s (beyond the probe timeout): 1-2.5-5 steps.
+LATENCY_BUCKETS_S = (
+    50e-6, 100e-6, 250e-6, 500e-6,
+    1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3,
+    1.0, 2.5, 5.0,
+)  # fmt: skip
+ROUND_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentMetrics:
+    source_cluster: str
+    source_node: str
+    connectivity_status: Gauge
+    connectivity_latency: Histogram
+    unreachable_nodes: Gauge
+    unreachable_health_endpoints: Gauge
+    probe_targets: Gauge
+    rounds: Counter
+    round_duration: Histogram
+    probes_in_flight: Gauge
+    etcd_up: Gauge  # {cluster}
+    etcd_errors: Counter  # {cluster}
+    kvstore_invalid_values: Counter  # {kind}: nodes | ip | health | cluster-config
+    endpoint_restarts: Counter
+    build_info: Gauge
+
+    def _path_labels(self, path: PathKey) -> dict[str, str]:
+        return {
+            "source_cluster": self.source_cluster,
+            "source_node": self.source_node,
+            "target_cluster": path.cluster,
+            "target_node": path.node,
+            "target_type": path.target_type.value,
+            "protocol": path.protocol.value,
+        }
+
+    def observe_round(self, report: RoundReport) -> None:
+        """One finished round: its duration and every RTT it measured."""
+        self.rounds.inc()
+        self.round_duration.observe(report.duration_s)
+        for path_report in report.paths:
+            rtt_s = path_report.result.rtt_s
+            if rtt_s is not None:
+                self.connectivity_latency.labels(**self._path_labels(path_report.path)).observe(
+                    rtt_s
+                )
+
+    def sync_connectivity(
+        self, targets: Iterable[Target], summaries: Mapping[PathKey, PathSummary]
+    ) -> None:
+        """Status gauges and unreachable counts for the current probe set; series of
+        targets (or health endpoints) that are gone are removed."""
+        targets = list(targets)
+        unreachable_nodes = unreachable_endpoints = 0
+        wanted: set[tuple[str, str, str]] = set()
+        for target in targets:
+            for target_type in TargetType:
+                if target.address(target_type) is None:
+                    continue
+                wanted.add((target.cluster, target.node, target_type.value))
+                states = []
+                for protocol in Protocol:
+                    path = PathKey(target.cluster, target.node, target_type, protocol)
+                    state = path_state(summaries.get(path))
+                    states.append(state)
+                    labels = self._path_labels(path)
+                    for status in PATH_STATES:
+                        self.connectivity_status.labels(**labels, status=status).set(
+                            1 if status == state else 0
+                        )
+                if combined_state(states) == "unreachable":
+                    if target_type is TargetType.NODE:
+                        unreachable_nodes += 1
+                    else:
+                        unreachable_endpoints += 1
+        self.unreachable_nodes.set(unreachable_nodes)
+        self.unreachable_health_endpoints.set(unreachable_endpoints)
+        self.probe_targets.set(len(targets))
+        self._remove_series_except(wanted)
+
+    def _remove_series_except(self, wanted: set[tuple[str, str, str]]) -> None:
+        # Label order of TARGET_LABELS: target_cluster, target_node, target_type at 2..4.
+        for family in (self.connectivity_status, self.connectivity_latency):
+            gone = {key[2:5] for key in family.series() if key[2:5] not in wanted}
+            for cluster, node, target_type in gone:
+                family.remove_matching(
+                    target_cluster=cluster, target_node=node, target_type=target_type
+                )
+
+
+def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) -> AgentMetrics:
+    """Register the agent's families in `registry`; the holder updates them."""
+    build_info = registry.gauge(
+        "meshhealth_build_info",
+        "Always 1; the labels say which meshhealth and Python run.",
+        ("version", "python"),
+    )
+    build_info.labels(version=__version__, python=platform.python_version()).set(1)
+    return AgentMetrics(
+        source_cluster=source_cluster,
+        source_node=source_node,
+        connectivity_status=registry.gauge(
+            "meshhealth_node_connectivity_status",
+            "1 for the path's current status (reachable, unreachable or unknown), 0 for "
+            "the others.",
+            (*TARGET_LABELS, "status"),
+        ),
+        connectivity_latency=registry.histogram(
+            "meshhealth_node_connectivity_latency_seconds",
+            "Round-trip time of successful probes, per path.",
+            TARGET_LABELS,
+            buckets=LATENCY_BUCKETS_S,
+        ),
+        unreachable_nodes=registry.gauge(
+            "meshhealth_unreachable_nodes",
+            "Nodes whose NodeIP fails on ICMP or HTTP (newest probe).",
+        ),
+        unreachable_health_endpoints=registry.gauge(
+            "meshhealth_unreachable_health_endpoints",
+            "Health endpoints whose HealthIP fails on ICMP or HTTP (newest probe).",
+        ),
+        probe_targets=registry.gauge(
+            "meshhealth_probe_targets", "Nodes in this agent's probe set."
+        ),
+        rounds=registry.counter("meshhealth_rounds_total", "Probe rounds finished."),
+        round_duration=registry.histogram(
+            "meshhealth_round_duration_seconds",
+            "Time from the start of a probe round to its last result.",
+            buckets=ROUND_BUCKETS_S,
+        ),
+        probes_in_flight=registry.gauge(
+            "meshhealth_probes_in_flight", "Probes started and not finished yet."
+        ),
+        etcd_up=registry.gauge(
+            "meshhealth_etcd_up", "1 when the cluster's etcd answers, 0 when not.", ("cluster",)
+        ),
+        etcd_errors=registry.counter(
+            "meshhealth_etcd_errors_total",
+            "etcd requests that failed (timeouts, unavailable, lost leases).",
+            ("cluster",),
+        ),
+        kvstore_invalid_values=registry.counter(
+            "meshhealth_kvstore_invalid_values_total",
+            "Values read from etcd that did not decode or validate and were skipped.",
+            ("kind",),
+        ),
+        endpoint_restarts=registry.counter(
+            "meshhealth_endpoint_restarts_total",
+            "Times the health endpoint (responder) was restarted after it died.",
+        ),
+        build_info=build_info,
+    )

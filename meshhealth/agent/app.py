@@ -1,0 +1,284 @@
+"""The agent: the one nursery that owns every task of DESIGN.md.
+
+Start order matters for users: the admin API first (it answers within a second, before
+etcd is reachable), then the metrics, the /hello responder, etcd (registrar, discovery),
+the prober loop and the health endpoint. Nothing here waits on etcd or on a round.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from typing import Any
+
+import trio
+
+from meshhealth import __version__
+from meshhealth.agent.admin_api import AdminSocketError, serve_admin_api
+from meshhealth.agent.agent_metrics import AgentMetrics, agent_metrics
+from meshhealth.agent.config import AgentConfig
+from meshhealth.agent.discovery import Discovery
+from meshhealth.agent.endpoint import HealthEndpoint, endpoint_from_config
+from meshhealth.agent.metrics_server import serve_metrics
+from meshhealth.agent.prober_loop import ProberLoop
+from meshhealth.agent.registrar import NodeNameTaken, Registrar
+from meshhealth.agent.responder import ResponderStats, serve_responder
+from meshhealth.agent.status_model import (
+    EtcdState,
+    LocalNode,
+    RoundState,
+    StatusInputs,
+    build_healthz_document,
+    build_status_document,
+)
+from meshhealth.kvstore import Etcd, open_etcd
+from meshhealth.metrics import CounterSeries, Registry
+from meshhealth.model import Node, RoundReport, Target
+from meshhealth.probe.icmp import Pinger, PingerPermissionError, open_pinger
+from meshhealth.probe.scheduler import run_round
+from meshhealth.probe.stats import StatsBook
+
+log = logging.getLogger("meshhealth.agent")
+
+METRICS_SYNC_INTERVAL_S = 1.0
+
+
+class AgentStartError(Exception):
+    """The agent cannot run (socket in use, port taken, name taken); one line for users."""
+
+
+class CounterMirror:
+    """Feeds a Prometheus counter from a counter kept elsewhere (an int that grows)."""
+
+    def __init__(self, series: CounterSeries) -> None:
+        self.series = series
+        self.last = 0
+
+    def update(self, value: int) -> None:
+        if value > self.last:
+            self.series.inc(value - self.last)
+        self.last = max(self.last, value)
+
+
+class Agent:
+    """The running agent's state; also the admin API's handler."""
+
+    def __init__(self, config: AgentConfig, etcd: Etcd, pinger: Pinger | None) -> None:
+        self.config = config
+        self.etcd = etcd
+        self.pinger = pinger
+        self.started_at = time.time()
+        self.local = LocalNode(config.cluster, config.node, config.node_ip, config.health_ip)
+        self.node = Node(
+            name=config.node,
+            cluster=config.cluster,
+            node_ip=config.node_ip,
+            health_ip=config.health_ip,
+            cidrs=config.cidrs,
+            health_port=config.http_port,
+            version=__version__,
+            started_at=self.started_at,
+        )
+        self.book = StatsBook(config.stats_window)
+        self.registry = Registry()
+        self.metrics: AgentMetrics = agent_metrics(
+            self.registry, source_cluster=config.cluster, source_node=config.node
+        )
+        self.registrar = Registrar(etcd, self.node, ttl_s=config.lease_ttl_s)
+        self.discovery = Discovery({config.cluster: etcd})
+        self.endpoint: HealthEndpoint | None = endpoint_from_config(config)
+        self.responder_stats = ResponderStats()
+        self.loop = ProberLoop(
+            probe_set=self.targets,
+            run_round=self._run_round,
+            interval_s=config.interval_s,
+            on_round=self._on_round,
+        )
+        self._in_flight = 0
+        self._mirrors = {
+            "etcd_errors": CounterMirror(self.metrics.etcd_errors.labels(cluster=config.cluster)),
+            "invalid_ip": CounterMirror(self.metrics.kvstore_invalid_values.labels(kind="ip")),
+            "endpoint_restarts": CounterMirror(self.metrics.endpoint_restarts.labels()),
+        }
+
+    # --- the probe set and rounds -----------------------------------------------------
+
+    def targets(self) -> list[Target]:
+        """Every node discovered, and this node itself (cilium-health lists localhost)."""
+        found = {(t.cluster, t.node): t for t in self.discovery.targets()}
+        found[(self.config.cluster, self.config.node)] = Target(
+            self.config.cluster, self.config.node, self.config.node_ip, self.config.health_ip
+        )
+        return sorted(found.values())
+
+    async def _run_round(self, targets: Sequence[Target]) -> RoundReport:
+        return await run_round(
+            targets,
+            pinger=self.pinger,
+            http_port=self.config.http_port,
+            timeout_s=self.config.timeout_s,
+            spread_s=self.config.spread_s,
+            max_in_flight=self.config.max_in_flight,
+            icmp_count=self.config.icmp_count,
+            on_result=None,
+        )
+
+    def _on_round(self, report: RoundReport) -> None:
+        self.book.record(report)
+        gone = self.book.retain_targets(report.targets)
+        if gone:
+            log.info("forgot %d paths of nodes that left", len(gone))
+        self.metrics.observe_round(report)
+        self.metrics.sync_connectivity(report.targets, self.book.summaries())
+        failing = sum(1 for p in report.paths if not p.result.ok)
+        log.debug(
+            "round of %d paths to %d nodes took %.3fs, %d failing",
+            len(report.paths),
+            len(report.targets),
+            report.duration_s,
+            failing,
+        )
+
+    # --- admin API handler ------------------------------------------------------------
+
+    def _etcd_state(self) -> EtcdState:
+        health = self.etcd.health
+        return EtcdState(up=health.up, since=health.since, last_error=health.last_error or None)
+
+    def healthz(self) -> dict[str, Any]:
+        doc = build_healthz_document(
+            started_at=self.started_at, now=time.time(), etcd=self._etcd_state()
+        )
+        doc["registered"] = self.registrar.registered
+        return doc
+
+    def status(self) -> dict[str, Any]:
+        report = self.loop.last_report
+        inputs = StatusInputs(
+            local=self.local,
+            targets=report.targets if report is not None else self.targets(),
+            summaries=self.book.summaries(),
+            probe_time=report.started_at if report is not None else None,
+            probe_interval_s=self.config.interval_s,
+            etcd=self._etcd_state(),
+            round=RoundState(
+                running=self.loop.running,
+                last_started_at=report.started_at if report is not None else None,
+                last_duration_s=report.duration_s if report is not None else None,
+                completed=self.loop.rounds_finished,
+            ),
+            now=time.time(),
+        )
+        return build_status_document(inputs)
+
+    async def probe_now(self) -> dict[str, Any]:
+        await self.loop.probe_now()
+        return self.status()
+
+    # --- metrics that mirror other components' counters -------------------------------
+
+    def sync_metrics(self) -> None:
+        self.metrics.etcd_up.labels(cluster=self.config.cluster).set(
+            1 if self.etcd.health.up else 0
+        )
+        self._mirrors["etcd_errors"].update(self.etcd.stats.errors)
+        self._mirrors["invalid_ip"].update(self.discovery.invalid_values)
+        if self.endpoint is not None:
+            self._mirrors["endpoint_restarts"].update(self.endpoint.state.restarts)
+        self.metrics.probes_in_flight.set(self.pinger.in_flight if self.pinger else 0)
+
+    async def run_metrics_sync(self) -> None:
+        while True:
+            self.sync_metrics()
+            await trio.sleep(METRICS_SYNC_INTERVAL_S)
+
+
+async def _open_pinger_or_none(stack: AsyncExitStack) -> Pinger | None:
+    """ICMP needs a raw socket; without the right the agent still probes over HTTP."""
+    pinger = await stack.enter_async_context(open_pinger())
+    try:
+        pinger.open_socket_for("127.0.0.1")
+    except PingerPermissionError as error:
+        log.error("%s: ICMP paths will show as errors, HTTP probes go on", error)
+        return None
+    return pinger
+
+
+async def run_agent(
+    config: AgentConfig, *, task_status: trio.TaskStatus[Agent] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Run until cancelled. Raises AgentStartError for problems users must fix."""
+    async with AsyncExitStack() as stack:
+        etcd = await stack.enter_async_context(open_etcd(config.etcd))
+        pinger = await _open_pinger_or_none(stack)
+        agent = Agent(config, etcd, pinger)
+        nursery = await stack.enter_async_context(trio.open_nursery())
+        try:
+            await nursery.start(serve_admin_api, config.socket, agent)
+        except AdminSocketError as error:
+            raise AgentStartError(str(error)) from None
+        log.info("admin API on unix:%s", config.socket)
+        if config.metrics_listen is not None:
+            host, port = config.metrics_listen
+            try:
+                await nursery.start(serve_metrics, host, port, agent.registry)
+            except OSError as error:
+                raise AgentStartError(
+                    f"cannot serve metrics on {host}:{port}: {error.strerror}"
+                ) from None
+        try:
+            await nursery.start(
+                lambda task_status: serve_responder(
+                    config.node_ip,
+                    config.http_port,
+                    node_name=config.node,
+                    stats=agent.responder_stats,
+                    task_status=task_status,
+                )
+            )
+        except OSError as error:
+            raise AgentStartError(
+                f"cannot listen on {config.node_ip}:{config.http_port}: {error.strerror}"
+            ) from None
+        await nursery.start(agent.registrar.run)
+        await nursery.start(agent.discovery.run)
+        await nursery.start(agent.loop.run)
+        if agent.endpoint is not None:
+            nursery.start_soon(agent.endpoint.run)
+        nursery.start_soon(agent.run_metrics_sync)
+        log.info(
+            "agent %s/%s up: node_ip=%s health_ip=%s interval=%ss",
+            config.cluster,
+            config.node,
+            config.node_ip,
+            config.health_ip,
+            config.interval_s,
+        )
+        task_status.started(agent)
+
+
+async def run_agent_until_signal(config: AgentConfig) -> None:
+    """`meshhealth agent`: run until SIGTERM/SIGINT, then shut down cleanly."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(run_agent, config)
+
+                async def stop_on_signal() -> None:
+                    async for signum in signals:
+                        log.info("%s: shutting down", signal.Signals(signum).name)
+                        nursery.cancel_scope.cancel()
+                        return
+
+                nursery.start_soon(stop_on_signal)
+        except* (AgentStartError, NodeNameTaken) as group:
+            raise AgentStartError(str(_first_leaf(group))) from None
+
+
+def _first_leaf(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error

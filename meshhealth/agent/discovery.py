@@ -1,0 +1,218 @@
+"""Discovery: the probe set, from the ip -> identity entries of one or more clusters.
+
+    discovery = Discovery({"lab1": etcd})           # cluster name -> its Etcd
+    await nursery.start(discovery.run)              # returns at once, etcd up or not
+    await discovery.synced.wait()                   # every cluster listed once
+    targets = discovery.targets()
+    diffs = discovery.subscribe()                   # ProbeSetDiff per change
+
+For each cluster: list `meshhealth/state/ip/v1/<cluster>/`, then watch it from the
+list's revision + 1. The watch resumes by itself after etcd restarts; when it cannot
+(compacted, or etcd's revision went back) the prefix is listed again and the probe set
+is replaced by the diff against what we had, so no target is lost or repeated.
+
+Values are untrusted: one that does not decode is skipped (its key counts as absent),
+logged once per key and revision, and counted in `invalid_values`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+
+import trio
+
+from meshhealth import codec, defaults, keys
+from meshhealth.kvstore import (
+    KV,
+    Backoff,
+    Etcd,
+    EtcdError,
+    EventKind,
+    ResyncNeeded,
+    WatchEvent,
+)
+from meshhealth.model import IPEntry, Target
+from meshhealth.probe_set import ProbeSetDiff, TargetKey, build_probe_set, diff_probe_sets
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SUBSCRIBER_BUFFER = 1024
+
+
+class Discovery:
+    """The current probe set of the given clusters, kept up to date by `run`.
+
+    Counters: `invalid_values` (distinct key+revision values skipped), `resyncs` (full
+    re-lists after the first one), `updates` (non-empty diffs published), `version`
+    (increments with each update). `synced` is set once every cluster was listed.
+    """
+
+    def __init__(
+        self,
+        sources: Mapping[str, Etcd] | Sequence[tuple[str, Etcd]],
+        *,
+        exclude: Iterable[TargetKey] = (),
+    ) -> None:
+        items = list(sources.items()) if isinstance(sources, Mapping) else list(sources)
+        if not items:
+            raise ValueError("discovery needs at least one cluster")
+        self._sources = [(keys.validate_cluster_name(c), etcd) for c, etcd in items]
+        self.exclude = frozenset(exclude)
+        self._entries: dict[str, dict[str, IPEntry]] = {c: {} for c, _ in self._sources}
+        self._invalid: dict[str, dict[str, int]] = {c: {} for c, _ in self._sources}
+        self._listed: set[str] = set()
+        self._probe_set: dict[TargetKey, Target] = {}
+        self._subscribers: list[trio.MemorySendChannel[ProbeSetDiff]] = []
+        self._changed = trio.Event()
+        self.synced = trio.Event()
+        self.version = 0
+        self.updates = 0
+        self.invalid_values = 0
+        self.resyncs = 0
+        self.dropped_subscribers = 0
+
+    # --- reading ---------------------------------------------------------------------
+
+    def probe_set(self) -> dict[TargetKey, Target]:
+        """A copy of the current probe set, keyed by (cluster, node)."""
+        return dict(self._probe_set)
+
+    def targets(self) -> list[Target]:
+        """The current targets, sorted (what the prober probes)."""
+        return sorted(self._probe_set.values())
+
+    async def wait_changed(self, seen_version: int) -> int:
+        """Wait until `version` differs from `seen_version`; return the new version."""
+        while self.version == seen_version:
+            await self._changed.wait()
+        return self.version
+
+    def subscribe(
+        self, max_buffer: int = DEFAULT_SUBSCRIBER_BUFFER
+    ) -> trio.MemoryReceiveChannel[ProbeSetDiff]:
+        """A channel of every future ProbeSetDiff (start from `probe_set()`).
+
+        A subscriber that falls `max_buffer` diffs behind is dropped: its channel ends
+        (reads raise EndOfChannel) and it should read `probe_set()` and subscribe again.
+        """
+        send, receive = trio.open_memory_channel[ProbeSetDiff](max_buffer)
+        self._subscribers.append(send)
+        return receive
+
+    # --- running ---------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Follow every cluster until cancelled. Never raises on etcd errors or bad
+        values."""
+        try:
+            async with trio.open_nursery() as nursery:
+                for cluster, etcd in self._sources:
+                    nursery.start_soon(self._follow, cluster, etcd)
+                task_status.started()
+        finally:
+            for send in self._subscribers:
+                send.close()
+            self._subscribers.clear()
+
+    async def _follow(self, cluster: str, etcd: Etcd) -> None:
+        prefix = keys.ip_prefix(cluster)
+        backoff = Backoff(defaults.ETCD_RECONNECT_MIN_S, defaults.ETCD_RECONNECT_MAX_S)
+        last_error = ""
+        while True:
+            try:
+                kvs, revision = await etcd.get_prefix(prefix)
+            except EtcdError as error:
+                if str(error) != last_error:
+                    log.warning("discovery of cluster %s: %s (retrying)", cluster, error)
+                    last_error = str(error)
+                with trio.move_on_after(backoff.next_delay_s()):
+                    await etcd.health.wait_changed()
+                continue
+            backoff.reset()
+            last_error = ""
+            if cluster in self._listed:
+                self.resyncs += 1
+            self._replace(cluster, kvs)
+            try:
+                async with etcd.watch_prefix(prefix, start_revision=revision + 1) as watch:
+                    async for batch in watch:
+                        self._apply(cluster, batch.events)
+            except ResyncNeeded as error:
+                log.warning("discovery of cluster %s: %s; listing again", cluster, error)
+
+    # --- state changes (trio thread only) ----------------------------------------------
+
+    def _decode(self, cluster: str, key: str, value: bytes, revision: int) -> IPEntry | None:
+        try:
+            entry = codec.decode_value(key, value)
+            if not isinstance(entry, IPEntry):
+                raise codec.DecodeError(f"not an ip entry: {type(entry).__name__}")
+        except codec.DecodeError as error:
+            invalid = self._invalid[cluster]
+            if invalid.get(key) != revision:
+                invalid[key] = revision
+                self.invalid_values += 1
+                log.warning("skipping invalid value of %s (revision %d): %s", key, revision, error)
+            return None
+        self._invalid[cluster].pop(key, None)
+        return entry
+
+    def _replace(self, cluster: str, kvs: Iterable[KV]) -> None:
+        entries: dict[str, IPEntry] = {}
+        seen: set[str] = set()
+        for kv in kvs:
+            seen.add(kv.key)
+            entry = self._decode(cluster, kv.key, kv.value, kv.mod_revision)
+            if entry is not None:
+                entries[kv.key] = entry
+        invalid = self._invalid[cluster]
+        for key in list(invalid):
+            if key not in seen:
+                del invalid[key]
+        self._entries[cluster] = entries
+        self._listed.add(cluster)
+        self._publish()
+        if len(self._listed) == len(self._sources):
+            self.synced.set()
+
+    def _apply(self, cluster: str, events: Iterable[WatchEvent]) -> None:
+        entries = self._entries[cluster]
+        for event in events:
+            if event.kind is EventKind.DELETE:
+                entries.pop(event.key, None)
+                self._invalid[cluster].pop(event.key, None)
+                continue
+            entry = self._decode(cluster, event.key, event.value, event.mod_revision)
+            if entry is None:
+                entries.pop(event.key, None)
+            else:
+                entries[event.key] = entry
+        self._publish()
+
+    def _publish(self) -> None:
+        new = build_probe_set(
+            (cluster, entry)
+            for cluster, entries in self._entries.items()
+            for entry in entries.values()
+        )
+        for key in self.exclude:
+            new.pop(key, None)
+        diff = diff_probe_sets(self._probe_set, new)
+        if diff.empty:
+            return
+        self._probe_set = new
+        self.version += 1
+        self.updates += 1
+        self._changed.set()
+        self._changed = trio.Event()
+        for send in list(self._subscribers):
+            try:
+                send.send_nowait(diff)
+            except trio.WouldBlock:
+                log.warning("a probe-set subscriber fell behind; dropping it")
+                self.dropped_subscribers += 1
+                send.close()
+                self._subscribers.remove(send)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._subscribers.remove(send)

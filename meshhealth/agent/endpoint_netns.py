@@ -1,0 +1,370 @@
+"""Plumbing of the health endpoint in its own network namespace (pyroute2, sync).
+
+Every function here blocks (netlink, /proc, `ip netns add`) and is meant to run through
+`trio.to_thread.run_sync` with the caller's own CapacityLimiter. pyroute2's netlink
+sockets belong to the namespace of the thread that opened them, so each function opens
+its IPRoute inside `meshhealth.netns.call_in_netns(ns, ...)`: a fresh thread that entered
+`ns` (or the calling thread when `ns` is None, i.e. the agent's own namespace). Opening a
+namespace never creates it: `call_in_netns` opens /run/netns/NAME read-only and fails
+with FileNotFoundError when it is missing.
+
+What `build_endpoint` makes (node ns = the namespace the agent runs in):
+
+    node ns                                       endpoint ns (e.g. mh-health-lab1-node1)
+    lxc_health (no address, proxy_arp=1)  <-veth->  eth0: HealthIP/32
+    route HealthIP/32 dev lxc_health               lo up
+    net.ipv4.ip_forward=1                           default dev eth0 (on-link)
+
+The endpoint resolves every next hop on eth0 by ARP; the node answers for it (proxy ARP,
+no delay), so the endpoint needs no gateway address and the node needs no extra one.
+The host-side veth carries the alias `meshhealth:<endpoint ns>`: only an interface with
+that alias is ever deleted, so an `lxc_health` that is not ours is never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import ipaddress
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from meshhealth import defaults
+from meshhealth.netns import call_in_netns, netns_path
+
+T = TypeVar("T")
+
+DEFAULT_HOST_IFACE = defaults.ENDPOINT_HOST_IFACE
+ENDPOINT_IFACE = "eth0"
+NETNS_PREFIX = "mh-health-"
+MAX_NETNS_NAME = 48
+IFNAMSIZ = 15  # longest interface name (16 bytes with the NUL)
+ALIAS_PREFIX = "meshhealth:"
+_SAFE_NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
+# RT_SCOPE_LINK: `default dev eth0` without a gateway.
+_SCOPE_LINK = 253
+_MAIN_TABLE = 254
+
+
+class PlumbingError(RuntimeError):
+    """A step of building the endpoint failed; the message says which and why."""
+
+
+def endpoint_netns_name(cluster: str, node: str) -> str:
+    """`mh-health-<cluster>-<node>`, at most 48 characters, unique per (cluster, node).
+
+    Characters other than letters, digits, `_ . -` become `-`; names that would be too
+    long are cut and end with 8 hex digits of a hash of the full name. Pure.
+    """
+    base = _SAFE_NAME_RE.sub("-", f"{cluster}-{node}").strip("-.") or "node"
+    name = NETNS_PREFIX + base
+    if len(name) <= MAX_NETNS_NAME:
+        return name
+    digest = hashlib.sha1(base.encode()).hexdigest()[:8]
+    keep = MAX_NETNS_NAME - len(NETNS_PREFIX) - len(digest) - 1
+    return f"{NETNS_PREFIX}{base[:keep].rstrip('-.')}-{digest}"
+
+
+def validate_iface_name(name: str) -> str:
+    if not name or len(name) > IFNAMSIZ or "/" in name or any(c.isspace() for c in name):
+        raise ValueError(f"invalid interface name {name!r} (1-{IFNAMSIZ} characters)")
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointNetns:
+    """Where the endpoint lives: names of everything `build_endpoint` creates."""
+
+    netns: str  # the endpoint's namespace
+    health_ip: str  # IPv4; gets /32 on eth0 in `netns`
+    node_netns: str | None = None  # the agent's namespace; None: the calling process's
+    host_iface: str = DEFAULT_HOST_IFACE
+
+    def __post_init__(self) -> None:
+        netns_path(self.netns)  # raises ValueError on a bad name
+        if self.node_netns is not None:
+            netns_path(self.node_netns)
+        if ipaddress.ip_address(self.health_ip).version != 4:
+            raise ValueError(f"netns health endpoint needs an IPv4 HealthIP: {self.health_ip}")
+        validate_iface_name(self.host_iface)
+
+    @property
+    def alias(self) -> str:
+        return f"{ALIAS_PREFIX}{self.netns}"
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltEndpoint:
+    """Identity of what was built, to notice when it is gone or replaced."""
+
+    netns_inode: int
+    host_ifindex: int
+
+
+# --- namespaces -------------------------------------------------------------------------
+
+
+def netns_inode(name: str) -> int | None:
+    """The inode of namespace `name` (changes when it is deleted and made again)."""
+    try:
+        return os.stat(netns_path(name)).st_ino
+    except FileNotFoundError:
+        return None
+
+
+def create_netns(name: str) -> None:
+    """`ip netns add NAME` (iproute2 sets up /run/netns mounts the portable way)."""
+    done = subprocess.run(
+        ["ip", "netns", "add", name], capture_output=True, text=True, timeout=10, check=False
+    )
+    if done.returncode != 0:
+        raise PlumbingError(f"ip netns add {name}: {done.stderr.strip()}")
+
+
+def remove_netns(name: str) -> bool:
+    """Delete namespace `name` when it exists (`ip netns del`). True when it was there."""
+    if netns_inode(name) is None:
+        return False
+    done = subprocess.run(
+        ["ip", "netns", "del", name], capture_output=True, text=True, timeout=10, check=False
+    )
+    if done.returncode != 0 and netns_inode(name) is not None:
+        raise PlumbingError(f"ip netns del {name}: {done.stderr.strip()}")
+    return True
+
+
+def netns_pids(name: str) -> list[int]:
+    """PIDs of processes whose network namespace is `name` (scan of /proc/*/ns/net)."""
+    inode = netns_inode(name)
+    if inode is None:
+        return []
+    pids: list[int] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}/ns/net").st_ino == inode:
+                pids.append(int(entry))
+        except OSError:  # gone meanwhile, or a kernel thread
+            continue
+    return pids
+
+
+def kill_netns_processes(name: str, grace_s: float = 2.0) -> list[int]:
+    """SIGTERM, then SIGKILL, every process left inside endpoint namespace `name`.
+
+    Only for our own endpoint namespace (a responder a crashed agent left behind).
+    Returns the PIDs signalled.
+    """
+    pids = [pid for pid in netns_pids(name) if pid != os.getpid()]
+    for pid in pids:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [pid for pid in alive if _exists(pid)]
+    for pid in alive:
+        _signal(pid, signal.SIGKILL)
+    return pids
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def _exists(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+# --- netlink ----------------------------------------------------------------------------
+
+
+def _with_iproute(netns: str | None, fn: Callable[[Any], T]) -> T:
+    """`fn(ipr)` with an IPRoute opened inside `netns` (None: the calling thread's)."""
+
+    def run() -> T:
+        from pyroute2 import IPRoute, NetlinkError
+
+        try:
+            with IPRoute() as ipr:
+                return fn(ipr)
+        except NetlinkError as exc:
+            where = f"network namespace {netns}" if netns else "the node's network namespace"
+            raise PlumbingError(f"netlink in {where}: {exc.args[-1]} (errno {exc.code})") from exc
+
+    return call_in_netns(netns, run)
+
+
+def _link_index(ipr: Any, name: str) -> int | None:
+    found: list[int] = ipr.link_lookup(ifname=name)
+    return found[0] if found else None
+
+
+def _link_alias(ipr: Any, index: int) -> str | None:
+    alias: str | None = ipr.link("get", index=index)[0].get_attr("IFLA_IFALIAS")
+    return alias
+
+
+def _write_sysctl(key: str, value: str) -> None:
+    """Write /proc/sys/KEY in the calling thread's network namespace (when it differs)."""
+    path = "/proc/sys/" + key.replace(".", "/")
+    with open(path) as handle:
+        if handle.read().strip() == value:
+            return
+    with open(path, "w") as handle:
+        handle.write(value)
+
+
+def _delete_host_iface(ipr: Any, spec: EndpointNetns) -> bool:
+    """Delete the host-side veth if it is ours (alias). Raises if it is someone else's."""
+    index = _link_index(ipr, spec.host_iface)
+    if index is None:
+        return False
+    alias = _link_alias(ipr, index)
+    if alias != spec.alias:
+        raise PlumbingError(
+            f"interface {spec.host_iface} exists and is not this endpoint's "
+            f"(alias {alias!r}, expected {spec.alias!r}); choose another host interface name"
+        )
+    from pyroute2 import NetlinkError
+
+    try:
+        ipr.link("del", index=index)
+    except NetlinkError as exc:
+        if exc.code != errno.ENODEV:  # gone meanwhile: fine
+            raise
+    return True
+
+
+def _refuse_node_netns(spec: EndpointNetns) -> None:
+    """The endpoint namespace must never be the node's own (we empty and delete it)."""
+    inode = netns_inode(spec.netns)
+    if inode is None:
+        return
+    if spec.node_netns is None:
+        node_inode = os.stat("/proc/self/ns/net").st_ino
+    else:
+        node_inode = netns_inode(spec.node_netns) or -1
+    if inode == node_inode:
+        raise PlumbingError(
+            f"refusing to use {spec.netns} as the endpoint namespace: it is the node's own"
+        )
+
+
+def build_endpoint(spec: EndpointNetns) -> BuiltEndpoint:
+    """Make namespace, veth, addresses, routes and sysctls from scratch.
+
+    A namespace of that name that already exists is re-used (emptied of our veth first);
+    a host-side veth left over from an earlier run is deleted and made again.
+    """
+    _refuse_node_netns(spec)
+    if netns_inode(spec.netns) is None:
+        create_netns(spec.netns)
+    inode = netns_inode(spec.netns)
+    if inode is None:
+        raise PlumbingError(f"network namespace {spec.netns} vanished while being set up")
+
+    def endpoint_clear(ipr: Any) -> None:
+        stale = _link_index(ipr, ENDPOINT_IFACE)
+        if stale is not None:
+            ipr.link("del", index=stale)
+
+    _with_iproute(spec.netns, endpoint_clear)
+
+    def node_side(ipr: Any) -> int:
+        _delete_host_iface(ipr, spec)
+        fd = os.open(netns_path(spec.netns), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            ipr.link(
+                "add",
+                ifname=spec.host_iface,
+                kind="veth",
+                peer={"ifname": ENDPOINT_IFACE, "net_ns_fd": fd},
+            )
+        finally:
+            os.close(fd)
+        index = _link_index(ipr, spec.host_iface)
+        if index is None:
+            raise PlumbingError(f"veth {spec.host_iface} missing right after creation")
+        ipr.link("set", index=index, ifalias=spec.alias)
+        ipr.link("set", index=index, state="up")
+        _write_sysctl(f"net.ipv4.conf.{spec.host_iface}.proxy_arp", "1")
+        _write_sysctl(f"net.ipv4.neigh.{spec.host_iface}.proxy_delay", "0")
+        _write_sysctl("net.ipv4.ip_forward", "1")
+        ipr.route("replace", dst=f"{spec.health_ip}/32", oif=index, scope=_SCOPE_LINK)
+        return index
+
+    host_index = _with_iproute(spec.node_netns, node_side)
+
+    def endpoint_side(ipr: Any) -> None:
+        lo = _link_index(ipr, "lo")
+        if lo is not None:
+            ipr.link("set", index=lo, state="up")
+        eth0 = _link_index(ipr, ENDPOINT_IFACE)
+        if eth0 is None:
+            raise PlumbingError(f"{ENDPOINT_IFACE} missing in {spec.netns} after veth creation")
+        ipr.addr("replace", index=eth0, address=spec.health_ip, prefixlen=32)
+        ipr.link("set", index=eth0, state="up")
+        ipr.route("replace", dst="0.0.0.0/0", oif=eth0, scope=_SCOPE_LINK, table=_MAIN_TABLE)
+
+    _with_iproute(spec.netns, endpoint_side)
+    return BuiltEndpoint(netns_inode=inode, host_ifindex=host_index)
+
+
+def check_endpoint(spec: EndpointNetns, built: BuiltEndpoint) -> str | None:
+    """None when what `build_endpoint` made is still there, else the reason.
+
+    `netns_missing`: the namespace name is gone (or points to another namespace);
+    `veth_missing`: the host-side veth is gone or was replaced (either end deleted
+    removes both).
+    """
+    if netns_inode(spec.netns) != built.netns_inode:
+        return "netns_missing"
+
+    def host_side(ipr: Any) -> int | None:
+        return _link_index(ipr, spec.host_iface)
+
+    if _with_iproute(spec.node_netns, host_side) != built.host_ifindex:
+        return "veth_missing"
+    return None
+
+
+def destroy_endpoint(spec: EndpointNetns) -> None:
+    """Remove the host-side veth (if ours) and the endpoint namespace; missing is fine.
+
+    Processes still inside the namespace must have been stopped before.
+    """
+    _refuse_node_netns(spec)
+    problems: list[str] = []
+    try:
+        _with_iproute(spec.node_netns, lambda ipr: _delete_host_iface(ipr, spec))
+    except (PlumbingError, OSError) as exc:  # e.g. not ours: left alone
+        problems.append(str(exc))
+    try:
+        remove_netns(spec.netns)
+    except (PlumbingError, OSError) as exc:
+        problems.append(str(exc))
+    if problems:
+        raise PlumbingError("; ".join(problems))
+
+
+def clear_leftovers(spec: EndpointNetns) -> list[int]:
+    """Before the first build: stop processes left in our namespace by a crashed agent,
+    then remove namespace and veth. Returns the PIDs that were stopped."""
+    _refuse_node_netns(spec)
+    pids = kill_netns_processes(spec.netns)
+    destroy_endpoint(spec)
+    return pids

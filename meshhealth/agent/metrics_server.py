@@ -1,0 +1,65 @@
+"""`GET /metrics` over TCP: the registry's text exposition for Prometheus (h11).
+
+    port = await nursery.start(serve_metrics, "127.0.0.1", 9962, registry)
+
+`GET /metrics` (and `GET /`) -> 200 `text/plain; version=0.0.4`; HEAD is not needed by
+Prometheus and answered 405 like other methods; other paths -> 404.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+import trio
+
+from meshhealth import defaults
+from meshhealth.agent.http_server import HttpRequest, HttpResponse, ServerLimits, serve_http
+from meshhealth.metrics import CONTENT_TYPE, Registry
+
+TEXT = "text/plain; charset=utf-8"
+
+
+def metrics_response(request: HttpRequest, registry: Registry) -> HttpResponse:
+    """The answer to one request. Pure apart from reading the registry."""
+    if request.path not in ("/metrics", "/"):
+        return text_error(404, f"not found: {request.path} (try /metrics)")
+    if request.method != "GET":
+        return HttpResponse(405, b"method not allowed\n", TEXT, headers=(("Allow", "GET"),))
+    return HttpResponse(200, registry.expose().encode(), CONTENT_TYPE)
+
+
+def text_error(status_code: int, message: str) -> HttpResponse:
+    return HttpResponse(status_code, f"{message}\n".encode(), TEXT)
+
+
+async def serve_metrics(
+    host: str,
+    port: int,
+    registry: Registry,
+    *,
+    max_connections: int = defaults.METRICS_MAX_CONNECTIONS,
+    read_timeout_s: float = defaults.METRICS_READ_TIMEOUT_S,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve until cancelled; `task_status.started(port)` gives the bound port (port 0:
+    any free one). Bind errors are raised as OSError before `started`."""
+    ipaddress.ip_address(host)  # ValueError for a name: we bind one address, not many
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    if len(listeners) != 1:  # pragma: no cover - an IP literal resolves to one address
+        for listener in listeners:
+            await trio.aclose_forcefully(listener)
+        raise OSError(f"{host} resolved to {len(listeners)} addresses, expected one")
+    listener = listeners[0]
+    bound_port: int = listener.socket.getsockname()[1]
+
+    async def handle(request: HttpRequest) -> HttpResponse:
+        return metrics_response(request, registry)
+
+    task_status.started(bound_port)
+    await serve_http(
+        listener,
+        handle,
+        text_error,
+        ServerLimits(max_connections=max_connections, read_timeout_s=read_timeout_s),
+        name=f"metrics {host}:{bound_port}",
+    )

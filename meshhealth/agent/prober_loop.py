@@ -1,0 +1,90 @@
+"""The agent's round loop: a round every interval, or at once when someone asks.
+
+It owns no sockets: it is given a function that runs one round (the scheduler, bound to
+the pinger and options) and a function that returns the current probe set, so it is
+tested with trio's MockClock and plain coroutines.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable, Sequence
+
+import trio
+
+from meshhealth.model import RoundReport, Target
+
+log = logging.getLogger(__name__)
+
+RunRound = Callable[[Sequence[Target]], Awaitable[RoundReport]]
+
+
+class ProberLoop:
+    """Runs rounds at a fixed rate; `probe_now()` runs one now and returns its report.
+
+    A round that is already running when `probe_now()` is called does not count: the
+    caller gets a round that *started* after its request (it may have changed the
+    network a moment ago). Requests that arrive together share one round.
+    """
+
+    def __init__(
+        self,
+        *,
+        probe_set: Callable[[], Sequence[Target]],
+        run_round: RunRound,
+        interval_s: float,
+        on_round: Callable[[RoundReport], None] = lambda report: None,
+    ) -> None:
+        self._probe_set = probe_set
+        self._run_round = run_round
+        self.interval_s = interval_s
+        self._on_round = on_round
+        self._wake = trio.Event()
+        self._round_finished = trio.Event()
+        self.rounds_started = 0
+        self.rounds_finished = 0
+        self.round_errors = 0
+        self.running = False
+        self.last_report: RoundReport | None = None
+        self._wanted = 0  # the round number some probe_now() caller waits for
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Loop until cancelled. The first round starts at once."""
+        task_status.started()
+        next_due = trio.current_time()
+        while True:
+            with trio.move_on_at(next_due):
+                await self._wake.wait()
+            self._wake = trio.Event()
+            started = trio.current_time()
+            await self._one_round()
+            next_due = started + self.interval_s
+            if self._wanted > self.rounds_started:
+                next_due = -math.inf  # someone asked during the round: go again now
+
+    async def _one_round(self) -> None:
+        self.rounds_started += 1
+        self.running = True
+        try:
+            report = await self._run_round(list(self._probe_set()))
+        except Exception:  # a bug in a round must not stop probing; it is logged and counted
+            self.round_errors += 1
+            log.exception("probe round %d failed", self.rounds_started)
+        else:
+            self.last_report = report
+            self._on_round(report)
+        finally:
+            self.running = False
+            self.rounds_finished += 1
+            finished, self._round_finished = self._round_finished, trio.Event()
+            finished.set()
+
+    async def probe_now(self) -> RoundReport | None:
+        """Ask for a round now and wait until it is done; returns its report."""
+        wanted = self.rounds_started + 1
+        self._wanted = max(self._wanted, wanted)
+        self._wake.set()
+        while self.rounds_finished < wanted:
+            await self._round_finished.wait()
+        return self.last_report

@@ -1,0 +1,304 @@
+"""Routes to peers' CIDRs via their NodeIPs (`--route-cidrs`), from the registrations.
+
+For every registered peer (model.Node, local cluster and meshed ones) other than this node,
+`CIDR via NodeIP` goes into the main table of the agent's namespace, so a peer's health
+endpoint (HealthIP inside that CIDR) is reachable through the node that owns it.
+
+Every route we add carries the protocol number ROUTE_PROTO (`ip route show proto 164`).
+That is how we find our own routes: only those are replaced or removed, leftovers of a
+crashed agent are recognised and cleaned, and nobody else's routes are ever touched.
+
+`desired_routes` and `diff_routes` are pure; `RouteProgrammer` is the netlink edge.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import logging
+import socket
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import trio
+
+from meshhealth import defaults
+from meshhealth.agent.endpoint_netns import PlumbingError
+from meshhealth.model import Node
+from meshhealth.netns import call_in_netns
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+ROUTE_PROTO = defaults.ROUTE_PROTO
+MAIN_TABLE = 254
+
+
+# --- pure --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredRoutes:
+    routes: dict[str, str]  # normalised CIDR -> next hop (the owner's NodeIP)
+    skipped: tuple[str, ...] = ()  # one line per CIDR not routed, saying why
+
+
+@dataclass(frozen=True, slots=True)
+class RouteDiff:
+    add: tuple[tuple[str, str], ...] = ()  # (cidr, via): new routes
+    change: tuple[tuple[str, str], ...] = ()  # (cidr, via): ours, with another next hop
+    delete: tuple[str, ...] = ()  # cidrs of ours to remove
+
+    @property
+    def empty(self) -> bool:
+        return not (self.add or self.change or self.delete)
+
+    @property
+    def size(self) -> int:
+        return len(self.add) + len(self.change) + len(self.delete)
+
+
+def desired_routes(
+    nodes: Iterable[Node], *, cluster: str, node: str, own_cidrs: Iterable[str] = ()
+) -> DesiredRoutes:
+    """CIDR -> NodeIP for every peer other than (cluster, node). Pure.
+
+    Skipped (and said why): our own CIDRs, invalid CIDRs or NodeIPs, a next hop of the
+    other IP family, and a CIDR claimed by several peers (the first by (cluster, node)
+    wins, so every agent picks the same one).
+    """
+    own: set[str] = set()
+    for cidr in own_cidrs:
+        try:
+            own.add(str(ipaddress.ip_network(cidr, strict=False)))
+        except ValueError:
+            continue
+    routes: dict[str, str] = {}
+    owners: dict[str, str] = {}
+    skipped: list[str] = []
+    for peer in sorted(nodes, key=lambda n: (n.cluster, n.name)):
+        if (peer.cluster, peer.name) == (cluster, node):
+            continue
+        who = f"{peer.cluster}/{peer.name}"
+        try:
+            via = ipaddress.ip_address(peer.node_ip)
+        except ValueError:
+            skipped.append(f"{who}: NodeIP {peer.node_ip!r} is not an IP address")
+            continue
+        for cidr in peer.cidrs:
+            try:
+                net = ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                skipped.append(f"{who}: {cidr!r} is not a CIDR")
+                continue
+            dst = str(net)
+            if net.version != via.version:
+                skipped.append(f"{who}: {dst} and NodeIP {via} are of different IP families")
+            elif dst in own:
+                skipped.append(f"{who}: {dst} is this node's own CIDR")
+            elif dst in routes:
+                if routes[dst] != str(via):
+                    skipped.append(f"{who}: {dst} is already routed to {owners[dst]}")
+            else:
+                routes[dst] = str(via)
+                owners[dst] = who
+    return DesiredRoutes(routes, tuple(skipped))
+
+
+def diff_routes(desired: Mapping[str, str], present: Mapping[str, str | None]) -> RouteDiff:
+    """What to change so our routes (`present`: cidr -> via) become `desired`. Pure."""
+    add = tuple(sorted((dst, via) for dst, via in desired.items() if dst not in present))
+    change = tuple(
+        sorted((dst, via) for dst, via in desired.items() if dst in present and present[dst] != via)
+    )
+    delete = tuple(sorted(dst for dst in present if dst not in desired))
+    return RouteDiff(add, change, delete)
+
+
+# --- netlink (sync, run in a worker thread) -----------------------------------------------
+
+
+def _run_iproute(netns: str | None, fn: Callable[[Any], T]) -> T:
+    def run() -> T:
+        from pyroute2 import IPRoute, NetlinkError
+
+        try:
+            with IPRoute() as ipr:
+                return fn(ipr)
+        except NetlinkError as exc:
+            raise PlumbingError(f"netlink: {exc.args[-1]} (errno {exc.code})") from exc
+
+    return call_in_netns(netns, run)
+
+
+def read_routes(netns: str | None, proto: int = ROUTE_PROTO) -> dict[str, str | None]:
+    """Our routes in the main table: cidr -> via (None for a route without a gateway)."""
+
+    def dump(ipr: Any) -> dict[str, str | None]:
+        found: dict[str, str | None] = {}
+        for family in (socket.AF_INET, socket.AF_INET6):
+            for route in ipr.route("dump", family=family, table=MAIN_TABLE, proto=proto):
+                if route["proto"] != proto or route.get("table") != MAIN_TABLE:
+                    continue
+                length = route["dst_len"]
+                dst = route.get("dst") or ("0.0.0.0" if family == socket.AF_INET else "::")
+                found[str(ipaddress.ip_network(f"{dst}/{length}", strict=False))] = route.get(
+                    "gateway"
+                )
+        return found
+
+    return _run_iproute(netns, dump)
+
+
+def apply_routes(
+    netns: str | None, diff: RouteDiff, proto: int = ROUTE_PROTO
+) -> list[tuple[str, str]]:
+    """Apply `diff`, each change on its own; returns (cidr, error) for those that failed."""
+
+    def apply(ipr: Any) -> list[tuple[str, str]]:
+        from pyroute2 import NetlinkError
+
+        failed: list[tuple[str, str]] = []
+        for dst in diff.delete:
+            try:
+                ipr.route("del", dst=dst, proto=proto, table=MAIN_TABLE)
+            except NetlinkError as exc:
+                failed.append((dst, f"delete {dst}: {exc.args[-1]}"))
+        # `add` fails with EEXIST when someone else has a route to dst: theirs is kept.
+        for command, routes in (("add", diff.add), ("replace", diff.change)):
+            for dst, via in routes:
+                try:
+                    ipr.route(command, dst=dst, gateway=via, proto=proto, table=MAIN_TABLE)
+                except NetlinkError as exc:
+                    reason = exc.args[-1]
+                    if exc.code == errno.EEXIST:
+                        reason = "a route to it exists that is not ours"
+                    failed.append((dst, f"{dst} via {via}: {reason}"))
+        return failed
+
+    return _run_iproute(netns, apply)
+
+
+# --- the service --------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class RouteState:
+    """What status and metrics read. Mutated only by `RouteProgrammer.run`."""
+
+    installed: dict[str, str | None] = field(default_factory=dict)  # ours, after last sync
+    syncs: int = 0
+    changes: int = 0  # routes added, replaced or removed
+    errors: int = 0
+    last_error: str | None = None
+    failed: dict[str, str] = field(default_factory=dict)  # cidr -> error, last sync
+    skipped: tuple[str, ...] = ()  # from the last desired_routes
+
+
+class RouteProgrammer:
+    """Keeps `CIDR via NodeIP` routes to every peer in the agent's namespace.
+
+    `await nursery.start(programmer.run)`, then `programmer.set_peers(nodes)` whenever the
+    registrations change (cheap, never blocks). Nothing is changed before the first
+    `set_peers`; leftovers of a crashed agent are then replaced or removed. Routes are
+    re-read and repaired every `resync_interval_s`, failed changes retried after
+    `retry_s`. On cancellation every route with our protocol number is removed.
+    """
+
+    def __init__(
+        self,
+        *,
+        cluster: str,
+        node: str,
+        own_cidrs: Iterable[str] = (),
+        node_netns: str | None = None,
+        proto: int = ROUTE_PROTO,
+        resync_interval_s: float = defaults.ROUTE_RESYNC_INTERVAL_S,
+        retry_s: float = defaults.ROUTE_RETRY_S,
+    ) -> None:
+        if not 0 < proto < 256:
+            raise ValueError(f"route protocol must be 1..255, got {proto}")
+        self._cluster = cluster
+        self._node = node
+        self._own_cidrs = tuple(own_cidrs)
+        self._node_netns = node_netns
+        self._proto = proto
+        self._resync_interval_s = resync_interval_s
+        self._retry_s = retry_s
+        self._peers: tuple[Node, ...] | None = None
+        self._changed = trio.Event()
+        self._limiter = trio.CapacityLimiter(1)
+        self.state = RouteState()
+
+    def set_peers(self, nodes: Iterable[Node]) -> None:
+        """The registered nodes (self included or not); routes follow on the next sync."""
+        self._peers = tuple(nodes)
+        self._changed.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        try:
+            await self._changed.wait()
+            while True:
+                self._changed = trio.Event()
+                ok = await self.sync()
+                with trio.move_on_after(self._resync_interval_s if ok else self._retry_s):
+                    await self._changed.wait()
+        finally:
+            with trio.CancelScope(shield=True) as scope:
+                scope.deadline = trio.current_time() + 5.0
+                await self._remove_all()
+
+    async def sync(self) -> bool:
+        """Bring our routes in line with the peers once; False when something failed."""
+        desired = desired_routes(
+            self._peers or (), cluster=self._cluster, node=self._node, own_cidrs=self._own_cidrs
+        )
+        if desired.skipped != self.state.skipped:
+            for line in desired.skipped:
+                log.warning("routes: not routing %s", line)
+        self.state.skipped = desired.skipped
+        self.state.syncs += 1
+        try:
+            present = await self._thread(read_routes, self._node_netns, self._proto)
+            diff = diff_routes(desired.routes, present)
+            failed = await self._thread(apply_routes, self._node_netns, diff, self._proto)
+            self.state.installed = await self._thread(read_routes, self._node_netns, self._proto)
+        except (PlumbingError, OSError) as exc:
+            self._record_error(f"route sync: {exc}")
+            return False
+        self.state.failed = dict(failed)
+        failed_dsts = set(self.state.failed)
+        self.state.changes += diff.size - len(failed)
+        for dst, via in (*diff.add, *diff.change):
+            if dst not in failed_dsts:
+                log.info("routes: %s via %s", dst, via)
+        for dst in diff.delete:
+            if dst not in failed_dsts:
+                log.info("routes: removed %s", dst)
+        for _, error in failed:
+            self._record_error(error)
+        return not failed
+
+    async def _remove_all(self) -> None:
+        try:
+            present = await self._thread(read_routes, self._node_netns, self._proto)
+            failed = await self._thread(
+                apply_routes, self._node_netns, diff_routes({}, present), self._proto
+            )
+        except (PlumbingError, OSError) as exc:
+            self._record_error(f"removing routes: {exc}")
+            return
+        for _, error in failed:
+            self._record_error(error)
+        self.state.installed = {}
+
+    def _record_error(self, error: str) -> None:
+        self.state.errors += 1
+        self.state.last_error = error
+        log.warning("routes: %s", error)
+
+    async def _thread(self, fn: Callable[..., T], *args: Any) -> T:
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)

@@ -1,0 +1,256 @@
+"""The status document: what `GET /v1/status` answers and `meshhealth status` prints.
+
+A pure builder from the agent's state (no I/O, no clock: `now` is an input). Field names
+are stable and documented in docs/status.md; they follow Cilium's HealthStatusResponse
+(local node, per node `host` / `health_endpoint` with a `primary_address`, `icmp` and
+`http` per address) with snake_case names and seconds as the unit.
+
+The agent supplies plain values:
+
+    build_status_document(StatusInputs(
+        local=LocalNode(cluster, name, node_ip, health_ip),
+        targets=probe_set,                      # model.Target, the local node included
+        summaries=stats_book.summaries(),       # dict[PathKey, PathSummary]
+        probe_time=last_round.started_at,       # None before the first round
+        probe_interval_s=config.interval_s,
+        etcd=EtcdState(up=..., since=...),
+        round=RoundState(running=..., ...),
+        now=time.time(),
+    ))
+
+Reachability (the same rule as Cilium's `Cluster health: X/Y reachable`): a path is
+`reachable` when its newest result is OK, `unreachable` when it is not, `unknown` before
+its first result. A node is reachable when it has at least one probed path and every
+probed path is OK; paths not probed yet do not count against it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from meshhealth.cli.format_probe import status_text
+from meshhealth.model import (
+    STATUS_TEXT,
+    PathKey,
+    PathSummary,
+    ProbeStatus,
+    Protocol,
+    Target,
+    TargetType,
+)
+
+SCHEMA_VERSION = 1
+
+PathState = Literal["reachable", "unreachable", "unknown"]
+PATH_STATES: tuple[PathState, ...] = ("reachable", "unreachable", "unknown")
+
+# Nodes of a degraded mesh part are still listed; JSON values are plain types only.
+StatusDocument = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class LocalNode:
+    """The node this agent runs on."""
+
+    cluster: str
+    name: str
+    node_ip: str
+    health_ip: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class EtcdState:
+    """The agent's view of its etcd connection."""
+
+    up: bool
+    since: float | None = None  # unix seconds of the last change of `up`
+    last_error: str | None = None  # one line, when down
+
+
+@dataclass(frozen=True, slots=True)
+class RoundState:
+    """The prober loop's progress."""
+
+    running: bool
+    last_started_at: float | None = None  # unix seconds of the newest finished round
+    last_duration_s: float | None = None
+    completed: int = 0  # rounds finished since the agent started
+
+
+@dataclass(frozen=True, slots=True)
+class StatusInputs:
+    local: LocalNode
+    targets: Sequence[Target]
+    summaries: Mapping[PathKey, PathSummary]
+    probe_time: float | None  # unix seconds of the round the results come from
+    probe_interval_s: float
+    etcd: EtcdState
+    round: RoundState
+    now: float  # unix seconds; the document's `generated_at`
+
+
+def iso_time(unix_s: float | None) -> str | None:
+    """`2026-11-22T10:00:00Z` (UTC, whole seconds), None for None."""
+    if unix_s is None:
+        return None
+    stamp = dt.datetime.fromtimestamp(int(unix_s), tz=dt.UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_iso_time(text: str) -> float:
+    """The inverse of `iso_time` (any ISO 8601 with an offset or `Z`)."""
+    stamp = dt.datetime.fromisoformat(text)
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=dt.UTC)
+    return stamp.timestamp()
+
+
+def path_state(summary: PathSummary | None) -> PathState:
+    """reachable / unreachable / unknown, from a path's newest result."""
+    if summary is None or summary.last is None:
+        return "unknown"
+    return "reachable" if summary.last.ok else "unreachable"
+
+
+def combined_state(states: Iterable[PathState]) -> PathState:
+    """Several paths as one: unreachable if any fails, reachable if any was probed."""
+    probed = [s for s in states if s != "unknown"]
+    if not probed:
+        return "unknown"
+    return "reachable" if all(s == "reachable" for s in probed) else "unreachable"
+
+
+def path_document(summary: PathSummary | None) -> dict[str, Any]:
+    """The PATH object of the schema (status, text, latency, loss, percentiles, times)."""
+    if summary is None or summary.last is None:
+        status = ProbeStatus.UNKNOWN
+        text = STATUS_TEXT[status]
+        detail = ""
+    else:
+        status = summary.last.status
+        text = status_text(summary.last)
+        detail = summary.last.detail
+    return {
+        "status": status.value,
+        "text": text,
+        "detail": detail,
+        "latency_s": None if summary is None else summary.rtt_last_s,
+        "loss": 0.0 if summary is None else summary.loss,
+        "rtt_p50_s": None if summary is None else summary.rtt_p50_s,
+        "rtt_p95_s": None if summary is None else summary.rtt_p95_s,
+        "rtt_max_s": None if summary is None else summary.rtt_max_s,
+        "samples": 0 if summary is None else summary.samples,
+        "last_probed": None if summary is None else iso_time(summary.last_probed),
+        "last_success": None if summary is None else iso_time(summary.last_success),
+        "consecutive_failures": 0 if summary is None else summary.consecutive_failures,
+    }
+
+
+def _address_document(
+    target: Target,
+    target_type: TargetType,
+    summaries: Mapping[PathKey, PathSummary],
+) -> tuple[dict[str, Any], list[PathState]]:
+    ip = target.address(target_type)
+    doc: dict[str, Any] = {"ip": ip}
+    states: list[PathState] = []
+    for protocol in (Protocol.ICMP, Protocol.HTTP):
+        summary = summaries.get(PathKey(target.cluster, target.node, target_type, protocol))
+        doc[protocol.value] = path_document(summary)
+        states.append(path_state(summary))
+    return {"primary_address": doc}, states
+
+
+def node_document(
+    target: Target, summaries: Mapping[PathKey, PathSummary], *, is_local: bool
+) -> dict[str, Any]:
+    """One entry of `nodes`."""
+    host, host_states = _address_document(target, TargetType.NODE, summaries)
+    endpoint: dict[str, Any] | None = None
+    endpoint_states: list[PathState] = []
+    if target.health_ip is not None:
+        endpoint, endpoint_states = _address_document(target, TargetType.ENDPOINT, summaries)
+    host_state = combined_state(host_states)
+    endpoint_state = combined_state(endpoint_states)
+    node_state = combined_state(host_states + endpoint_states)
+    return {
+        "cluster": target.cluster,
+        "name": target.node,
+        "is_local": is_local,
+        "host": host,
+        "health_endpoint": endpoint,
+        "reachable": node_state == "reachable",
+        "state": node_state,
+        # Cilium's `cilium status --verbose` table: the Node and Endpoints columns.
+        "host_state": host_state,
+        "health_endpoint_state": endpoint_state if endpoint is not None else None,
+    }
+
+
+def _ordered_targets(local: LocalNode, targets: Sequence[Target]) -> list[Target]:
+    """Local node first, then by cluster/name; the local node is listed even before
+    discovery has seen its own entries."""
+    local_key = (local.cluster, local.name)
+    by_key = {(t.cluster, t.node): t for t in targets}
+    local_target = by_key.pop(
+        local_key, Target(local.cluster, local.name, local.node_ip, local.health_ip)
+    )
+    return [local_target] + [by_key[key] for key in sorted(by_key)]
+
+
+def build_status_document(inputs: StatusInputs) -> StatusDocument:
+    """The whole status document (see docs/status.md for the schema)."""
+    local = inputs.local
+    nodes = [
+        node_document(
+            target,
+            inputs.summaries,
+            is_local=(target.cluster, target.node) == (local.cluster, local.name),
+        )
+        for target in _ordered_targets(local, inputs.targets)
+    ]
+    reachable = sum(1 for node in nodes if node["reachable"])
+    unknown = sum(1 for node in nodes if node["state"] == "unknown")
+    return {
+        "v": SCHEMA_VERSION,
+        "generated_at": iso_time(inputs.now),
+        "probe_time": iso_time(inputs.probe_time),
+        "probe_interval_s": inputs.probe_interval_s,
+        "local": {
+            "cluster": local.cluster,
+            "name": local.name,
+            "node_ip": local.node_ip,
+            "health_ip": local.health_ip,
+        },
+        "etcd": etcd_document(inputs.etcd),
+        "round": {
+            "running": inputs.round.running,
+            "last_started_at": iso_time(inputs.round.last_started_at),
+            "last_duration_s": inputs.round.last_duration_s,
+            "completed": inputs.round.completed,
+        },
+        "nodes": nodes,
+        "summary": {
+            "reachable": reachable,
+            "unreachable": len(nodes) - reachable - unknown,
+            "unknown": unknown,
+            "total": len(nodes),
+        },
+    }
+
+
+def etcd_document(etcd: EtcdState) -> dict[str, Any]:
+    return {"up": etcd.up, "since": iso_time(etcd.since), "last_error": etcd.last_error}
+
+
+def build_healthz_document(*, started_at: float, now: float, etcd: EtcdState) -> dict[str, Any]:
+    """What `GET /v1/healthz` answers: the agent is up (it answered), and etcd's state."""
+    return {
+        "status": "ok",
+        "started_at": iso_time(started_at),
+        "uptime_s": round(max(0.0, now - started_at), 3),
+        "etcd": etcd_document(etcd),
+    }

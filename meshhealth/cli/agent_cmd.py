@@ -1,0 +1,94 @@
+"""`meshhealth agent`: the long-running prober of one node."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tomllib
+
+from meshhealth import defaults
+from meshhealth.agent.config import AgentConfig, ConfigError, add_agent_arguments, resolve_config
+
+DESCRIPTION = f"""\
+Run the meshhealth agent of this node: register it in etcd, discover peers, probe every
+peer's NodeIP and HealthIP over ICMP and HTTP every interval, answer peers' probes on
+NodeIP:{defaults.HTTP_PORT}, and serve the admin API on a unix socket (from the first
+second). SIGTERM/SIGINT: the node leaves etcd at once, the socket is removed, exit 0.
+
+Every flag also reads from MESHHEALTH_<FLAG> and from a TOML file (--config); flags win.
+
+examples:
+  meshhealth agent --etcd http://10.0.0.1:2379 --node-ip 10.0.0.5 \\
+      --health-ip 10.200.5.2 --cidr 10.200.5.0/24
+  meshhealth agent --cluster lab1 --node node1 --node-ip 127.0.1.1 \\
+      --health-mode loopback --health-ip 127.0.2.1 --socket /tmp/node1.sock --interval 2
+"""
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "agent",
+        help="run the node agent (probes peers, serves status)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_agent_arguments(parser)
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("MESHHEALTH_LOG_LEVEL", "info"),
+        choices=["debug", "info", "warning", "error"],
+        help="log verbosity on stderr [MESHHEALTH_LOG_LEVEL; default: info]",
+    )
+    parser.set_defaults(func=run)
+
+
+def load_config(args: argparse.Namespace, env: dict[str, str]) -> AgentConfig:
+    """Flags + env + TOML file -> AgentConfig; raises ConfigError naming the source."""
+    path = args.config or env.get("MESHHEALTH_CONFIG")
+    file_values: dict[str, object] = {}
+    if path:
+        try:
+            with open(path, "rb") as handle:
+                file_values = tomllib.load(handle)
+        except OSError as exc:
+            raise ConfigError(f"config file {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path}: {exc}") from None
+        # TOML keys may use the flag spelling (interval, node-ip) or the field name.
+        file_values = {_toml_key(key): value for key, value in file_values.items()}
+    return resolve_config(vars(args), env, file_values, file_name=f"config file {path}")
+
+
+def _toml_key(key: str) -> str:
+    from meshhealth.agent.config import OPTIONS
+
+    normal = key.replace("-", "_")
+    for option in OPTIONS:
+        if normal in (option.name, option.flag.removeprefix("--").replace("-", "_")):
+            return option.name
+    return normal
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args, dict(os.environ))
+    except ConfigError as exc:
+        print(f"meshhealth agent: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format=f"%(asctime)s %(levelname)s {config.cluster}/{config.node} %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    import trio
+
+    from meshhealth.agent.app import AgentStartError, run_agent_until_signal
+
+    try:
+        trio.run(run_agent_until_signal, config)
+    except AgentStartError as exc:
+        print(f"meshhealth agent: {exc}", file=sys.stderr)
+        return 2
+    return 0

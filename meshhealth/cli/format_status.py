@@ -1,0 +1,153 @@
+"""Text of `meshhealth status` (pure): the shape cilium-health users read.
+
+    Probe time:   2026-11-22T10:00:00Z
+    Nodes:
+      lab1/node1 (localhost):
+        Host connectivity to 10.77.0.1:
+          ICMP to stack:   OK, RTT=412.5µs
+          HTTP to agent:   OK, RTT=1.02ms
+        Endpoint connectivity to 10.78.1.2:
+          ICMP to stack:   OK, RTT=455µs
+          HTTP to agent:   OK, RTT=1.31ms
+    Cluster health:   1/2 reachable   (2026-11-22T10:00:00Z)
+
+A `Warning:` line at the end says when etcd is unreachable (the node list may be stale).
+`verbose` adds the probe interval and etcd lines (instead of the warning), loss,
+percentiles and last-probed time per path, and the `cilium status --verbose` table
+(Name, IP, Node, Endpoints). "ago" times are relative to the document's `generated_at`,
+so the text is a function of the document alone.
+Input: the document of meshhealth.agent.status_model (docs/status.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from meshhealth.agent.status_model import parse_iso_time
+from meshhealth.cli.durations import format_duration
+from meshhealth.cli.format_probe import format_loss
+
+PROTOCOL_LABELS = (("icmp", "ICMP to stack:   "), ("http", "HTTP to agent:   "))
+
+
+def format_age(seconds: float) -> str:
+    """`3s`, `2m5s`, `1h2m`, `3d4h`: how long ago, whole seconds."""
+    total = max(0, round(seconds))
+    if total < 60:
+        return f"{total}s"
+    minutes, secs = divmod(total, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours}h"
+
+
+def _ago(stamp: str | None, now: float | None) -> str:
+    if stamp is None:
+        return "never"
+    if now is None:
+        return stamp
+    return f"{format_age(now - parse_iso_time(stamp))} ago"
+
+
+def path_line(path: dict[str, Any], *, verbose: bool, now: float | None) -> str:
+    """`OK, RTT=412.5µs` or the failure text; verbose adds the window's figures."""
+    head = str(path["text"])
+    if path["status"] == "ok" and path["latency_s"] is not None:
+        head += f", RTT={format_duration(path['latency_s'])}"
+    if not verbose or path["last_probed"] is None:
+        return head
+    parts = [head]
+    parts.append(f"loss={format_loss(path['loss'])}")
+    for name in ("p50", "p95"):
+        value = path[f"rtt_{name}_s"]
+        if value is not None:
+            parts.append(f"{name}={format_duration(value)}")
+    parts.append(f"last probed {_ago(path['last_probed'], now)}")
+    failures = path["consecutive_failures"]
+    if failures:
+        parts.append(f"{failures} failed in a row, last OK {_ago(path['last_success'], now)}")
+    return ", ".join(parts)
+
+
+def node_title(node: dict[str, Any]) -> str:
+    title = f"{node['cluster']}/{node['name']}"
+    return f"{title} (localhost)" if node["is_local"] else title
+
+
+def _address_lines(
+    heading: str, address: dict[str, Any], *, verbose: bool, now: float | None
+) -> list[str]:
+    primary = address["primary_address"]
+    lines = [f"    {heading} to {primary['ip']}:"]
+    for protocol, label in PROTOCOL_LABELS:
+        lines.append(f"      {label}{path_line(primary[protocol], verbose=verbose, now=now)}")
+    return lines
+
+
+def _header_lines(doc: dict[str, Any], *, verbose: bool, now: float | None) -> list[str]:
+    probe_time = doc["probe_time"]
+    if probe_time is None:
+        waiting = "first round running" if doc["round"]["running"] else "no round yet"
+        probe_time = f"never ({waiting})"
+    lines = [f"Probe time:   {probe_time}"]
+    if verbose:
+        round_doc = doc["round"]
+        details = []
+        if round_doc["last_duration_s"] is not None:
+            details.append(f"last round took {format_duration(round_doc['last_duration_s'])}")
+        if round_doc["running"]:
+            details.append("a round is running")
+        suffix = f"   ({', '.join(details)})" if details else ""
+        lines.append(f"Probe interval:   {format_duration(doc['probe_interval_s'])}{suffix}")
+        lines.append(f"etcd:   {_etcd_state(doc['etcd'])}")
+    return lines
+
+
+def _etcd_state(etcd: dict[str, Any]) -> str:
+    """`connected since T` / `unreachable since T (error)`."""
+    state = "connected" if etcd["up"] else "unreachable"
+    since = f" since {etcd['since']}" if etcd["since"] else ""
+    error = f" ({etcd['last_error']})" if etcd.get("last_error") else ""
+    return f"{state}{since}{error}"
+
+
+def _table_lines(nodes: list[dict[str, Any]]) -> list[str]:
+    """`cilium status --verbose`'s table: Name, IP, Node, Endpoints."""
+    rows = [("Name", "IP", "Node", "Endpoints")]
+    for node in nodes:
+        endpoint_state = node["health_endpoint_state"] or "-"
+        ip = node["host"]["primary_address"]["ip"]
+        rows.append((node_title(node), ip, node["host_state"], endpoint_state))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    padded = [
+        [cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)] for row in rows
+    ]
+    return ["  " + "   ".join([*cells, row[3]]) for cells, row in zip(padded, rows, strict=True)]
+
+
+def format_status_text(doc: dict[str, Any], *, verbose: bool) -> str:
+    """The whole text of `meshhealth status`, ending with a newline."""
+    now = parse_iso_time(doc["generated_at"]) if doc.get("generated_at") else None
+    lines = _header_lines(doc, verbose=verbose, now=now)
+    lines.append("Nodes:")
+    for node in doc["nodes"]:
+        lines.append(f"  {node_title(node)}:")
+        lines += _address_lines("Host connectivity", node["host"], verbose=verbose, now=now)
+        if node["health_endpoint"] is not None:
+            lines += _address_lines(
+                "Endpoint connectivity", node["health_endpoint"], verbose=verbose, now=now
+            )
+    summary = doc["summary"]
+    when = doc["probe_time"] or "never probed"
+    lines.append(
+        f"Cluster health:   {summary['reachable']}/{summary['total']} reachable   ({when})"
+    )
+    if verbose and doc["nodes"]:
+        lines += _table_lines(doc["nodes"])
+    if not doc["etcd"]["up"] and not verbose:  # verbose has its own etcd line
+        lines.append(f"Warning:   etcd {_etcd_state(doc['etcd'])}: the node list may be stale")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,271 @@
+"""`meshhealth lab up|status|exec|fault|down`: a multi-node lab from network namespaces."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from meshhealth.lab import plan as P
+
+DESCRIPTION = """\
+Build a multi-node meshhealth lab on this Linux host (as root) from network namespaces:
+a fabric namespace with a bridge and one etcd per cluster, N node namespaces each with a
+NodeIP, a CIDR and an agent whose health endpoint lives in its own namespace. Nothing is
+routed to or from the host's own network. Files live in /run/meshhealth/lab/PREFIX/.
+
+examples:
+  meshhealth lab up --nodes 4                 build a 4-node lab and show node1's status
+  meshhealth lab status                       namespaces, processes, faults, health per node
+  meshhealth lab exec node2 -- meshhealth status
+  meshhealth lab exec node1 -- etcdctl get --prefix --keys-only meshhealth/
+  meshhealth lab fault endpoint-forward-drop node2
+  meshhealth lab fault clear
+  meshhealth lab down                         remove everything the lab made
+"""
+
+FAULT_HELP = """\
+fault kinds:
+  endpoint-forward-drop NODE  nft in NODE drops forwarded traffic to its HealthIP
+  icmp-drop NODE              nft in NODE drops ICMP echo on its fabric link
+  partition NODE              nft in NODE drops everything on its fabric link
+  kill-agent NODE             SIGKILL the node's agent (`fault clear` restarts it)
+  stop-etcd [CLUSTER|NODE]    SIGTERM the cluster's etcd (default lab1)
+  start-etcd [CLUSTER|NODE]   start it again on the same data dir
+  clear [NODE|CLUSTER]        undo every fault (of NODE / CLUSTER only)
+
+examples:
+  meshhealth lab fault endpoint-forward-drop node2
+  meshhealth lab fault icmp-drop lab2/node1
+  meshhealth lab fault clear node2
+"""
+
+
+def _prefix_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--prefix",
+        default=os.environ.get("MESHHEALTH_LAB_PREFIX", P.DEFAULT_PREFIX),
+        help="name prefix of the lab's namespaces and its directory "
+        f"[MESHHEALTH_LAB_PREFIX; default: {P.DEFAULT_PREFIX}]",
+    )
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    raw = argparse.RawDescriptionHelpFormatter
+    lab = sub.add_parser(
+        "lab",
+        help="multi-node lab from network namespaces",
+        description=DESCRIPTION,
+        formatter_class=raw,
+    )
+    lab_sub = lab.add_subparsers(dest="lab_command", metavar="LAB_COMMAND", required=True)
+
+    up = lab_sub.add_parser(
+        "up",
+        help="build a lab",
+        formatter_class=raw,
+        description="Build the lab: fabric, etcd, nodes, agents.\n\nexample:\n"
+        "  meshhealth lab up --nodes 4 --clusters 2",
+    )
+    up.add_argument("--nodes", type=int, default=P.DEFAULT_NODES, help="nodes per cluster")
+    up.add_argument("--clusters", type=int, default=P.DEFAULT_CLUSTERS, help="clusters (meshed)")
+    up.add_argument(
+        "--interval", type=float, default=P.DEFAULT_INTERVAL_S, help="agents' probe interval, s"
+    )
+    up.add_argument("--no-agents", action="store_true", help="topology and etcd only")
+    _prefix_arg(up)
+    up.set_defaults(func=run_up)
+
+    status = lab_sub.add_parser(
+        "status",
+        help="what exists, and each node's health",
+        formatter_class=raw,
+        description="Show the lab's namespaces, processes, faults and per-node health.\n\n"
+        "example:\n  meshhealth lab status",
+    )
+    _prefix_arg(status)
+    status.set_defaults(func=run_status)
+
+    ex = lab_sub.add_parser(
+        "exec",
+        help="run a command inside a node",
+        formatter_class=raw,
+        description="Run CMD in NODE's namespace with MESHHEALTH_SOCKET, MESHHEALTH_ETCD and "
+        "ETCDCTL_ENDPOINTS set for that node; the exit code passes through.\n\nexamples:\n"
+        "  meshhealth lab exec node2 -- meshhealth status\n"
+        "  meshhealth lab exec lab2/node1 -- ping -c1 10.77.0.1",
+    )
+    _prefix_arg(ex)
+    ex.add_argument("node", metavar="NODE", help="node2 (cluster lab1) or lab2/node2")
+    ex.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
+    ex.set_defaults(func=run_exec)
+
+    fault = lab_sub.add_parser(
+        "fault", help="inject or clear a fault", formatter_class=raw, description=FAULT_HELP
+    )
+    _prefix_arg(fault)
+    fault.add_argument("kind", metavar="KIND", help="a fault kind or `clear`")
+    fault.add_argument("target", metavar="NODE", nargs="?", help="node2, lab2/node1 or lab1")
+    fault.set_defaults(func=run_fault)
+
+    down = lab_sub.add_parser(
+        "down",
+        help="remove the lab",
+        formatter_class=raw,
+        description="Remove every namespace, process and file of the lab (also a half-built "
+        "one). Running it again is fine.\n\nexample:\n  meshhealth lab down",
+    )
+    _prefix_arg(down)
+    down.set_defaults(func=run_down)
+
+
+def _err(msg: str) -> int:
+    print(f"meshhealth lab: {msg}", file=sys.stderr)
+    return 1
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _errors() -> tuple[type[BaseException], ...]:
+    from meshhealth.lab.build import LabError
+    from meshhealth.lab.netns_ops import CommandError
+    from meshhealth.lab.plan import PlanError
+    from meshhealth.lab.state import StateError
+
+    return (LabError, PlanError, StateError, CommandError, OSError)
+
+
+def run_up(args: argparse.Namespace) -> int:
+    from meshhealth.lab import build
+
+    try:
+        P.make_plan(args.prefix, args.nodes, args.clusters)
+        if not args.interval > 0:
+            raise P.PlanError(f"--interval must be positive, got {args.interval}")
+        build.preflight()
+        st, plan = build.up(
+            args.prefix,
+            nodes=args.nodes,
+            clusters=args.clusters,
+            interval_s=args.interval,
+            agents=not args.no_agents,
+            say=_say,
+        )
+    except _errors() as exc:
+        return _err(str(exc))
+    first = plan.nodes[0]
+    if st.agents:
+        _wait_first_round(first.socket, len(plan.nodes), args.interval)
+        print(f"\n$ meshhealth lab exec {first.qualified} -- meshhealth status", flush=True)
+        _exec(plan, first, ["meshhealth", "status"])
+    pre = "" if args.prefix == P.DEFAULT_PREFIX else f" --prefix {args.prefix}"
+    print(
+        f"""
+next:
+  meshhealth lab status{pre}
+  meshhealth lab exec{pre} node2 -- meshhealth status
+  meshhealth lab exec{pre} node1 -- etcdctl get --prefix --keys-only meshhealth/
+  meshhealth lab exec{pre} node1 -- meshhealth watch
+  meshhealth lab fault{pre} endpoint-forward-drop node2     (then: lab fault{pre} clear)
+  meshhealth lab down{pre}"""
+    )
+    return 0
+
+
+def _wait_first_round(sock: Any, total: int, interval_s: float) -> None:
+    """Until node1 has a result for every node (or a few intervals pass)."""
+    from meshhealth.lab.control import fetch_status
+
+    deadline = time.monotonic() + 3 * interval_s + 10
+    while time.monotonic() < deadline:
+        try:
+            doc = fetch_status(sock)
+            s = doc["summary"]
+            if s["total"] >= total and not s["unknown"]:
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.25)
+
+
+def _load(prefix: str) -> tuple[Any, P.LabPlan]:
+    from meshhealth.lab import build
+
+    st = build.load_state(prefix)
+    if st is None:
+        raise build.LabError(f"no lab {prefix} (start one with `meshhealth lab up`)")
+    return st, build.plan_of(st)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from meshhealth.lab import control, netns_ops
+
+    try:
+        st, plan = _load(args.prefix)
+        lines = control.status_lines(st, plan, set(netns_ops.list_netns()))
+    except _errors() as exc:
+        return _err(str(exc))
+    print("\n".join(lines))
+    return 0
+
+
+def _exec(plan: P.LabPlan, node: P.NodePlan, cmd: list[str]) -> int:
+    from meshhealth.lab.control import exec_env
+
+    env = exec_env(plan, node, dict(os.environ))
+    try:
+        done = subprocess.run(["ip", "netns", "exec", node.netns, *cmd], env=env, check=False)
+    except KeyboardInterrupt:
+        return 130
+    code = done.returncode
+    return 128 - code if code < 0 else code
+
+
+def run_exec(args: argparse.Namespace) -> int:
+    from meshhealth.lab import build
+
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        return _err("lab exec needs a command: meshhealth lab exec NODE -- CMD...")
+    try:
+        build.preflight(("ip",))
+        _st, plan = _load(args.prefix)
+        node = plan.node(args.node)
+    except _errors() as exc:
+        return _err(str(exc))
+    return _exec(plan, node, cmd)
+
+
+def run_fault(args: argparse.Namespace) -> int:
+    from meshhealth.lab import build, control
+
+    try:
+        build.preflight(("ip", "nft"))
+        st, plan = _load(args.prefix)
+        if args.kind == "clear":
+            lines = control.clear_faults(st, plan, args.target)
+        else:
+            lines = [control.apply_fault(st, plan, args.kind, args.target)]
+    except _errors() as exc:
+        return _err(str(exc))
+    print("\n".join(lines))
+    return 0
+
+
+def run_down(args: argparse.Namespace) -> int:
+    from meshhealth.lab import build
+
+    try:
+        P.validate_prefix(args.prefix)
+        build.preflight(("ip",))
+        build.down(args.prefix, _say)
+    except _errors() as exc:
+        return _err(str(exc))
+    return 0

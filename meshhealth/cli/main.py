@@ -1,0 +1,59 @@
+"""`meshhealth` entry point: one argparse parser, one module per command group.
+
+Each command module has `register(subparsers)` which adds its parser and sets
+`func=<callable(args) -> int>`. Command modules import heavy libraries (etcd3, grpc,
+pyroute2) inside their run functions so `meshhealth --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from meshhealth import __version__
+
+# Module names under meshhealth.cli, in the order they appear in --help.
+COMMAND_MODULES: tuple[str, ...] = (
+    "agent_cmd",
+    "status_cmd",
+    "inspect_cmd",
+    "responder_cmd",
+    "probe_cmd",
+    "lab_cmd",
+)
+
+EPILOG = """examples:
+  meshhealth status                      what this node sees (cilium-health status)
+  meshhealth inspect --etcd http://127.0.0.1:2379
+  meshhealth probe 127.0.0.1 --icmp      one-shot probe, fping-like
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="meshhealth",
+        description="Node-to-node connectivity health prober coordinated through etcd.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"meshhealth {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(f"meshhealth.cli.{name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        code: int = func(args)
+    except KeyboardInterrupt:
+        return 130
+    return code

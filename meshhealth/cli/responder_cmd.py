@@ -1,0 +1,126 @@
+"""`meshhealth responder`: serve `GET /hello` for peers' HTTP probes, nothing else."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import signal
+import sys
+from typing import TYPE_CHECKING
+
+from meshhealth import defaults
+
+if TYPE_CHECKING:
+    from trio import TaskStatus
+
+DESCRIPTION = f"""\
+Serve GET {defaults.HTTP_PATH} (200, small JSON body) so that peers' HTTP probes find this
+address. Runs until SIGTERM or SIGINT.
+
+examples:
+  meshhealth responder --listen 10.77.0.1                 port {defaults.HTTP_PORT}
+  meshhealth responder --listen [fd00::1]:4240 --passive  health endpoint mode
+"""
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """`IP`, `IP:PORT`, `[IPv6]`, `[IPv6]:PORT` or a bare IPv6 -> (ip, port). Pure.
+
+    Raises ValueError with a message fit for users.
+    """
+    host, port_text = text, None
+    if text.startswith("["):
+        close = text.find("]")
+        if close < 0:
+            raise ValueError(f"missing ']' in {text!r}")
+        host, rest = text[1:close], text[close + 1 :]
+        if rest:
+            if not rest.startswith(":"):
+                raise ValueError(f"expected ':PORT' after ']' in {text!r}")
+            port_text = rest[1:]
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(f"not an IP address: {host!r}") from None
+    if text.startswith("[") and address.version != 6:
+        raise ValueError(f"brackets are for IPv6 addresses: {text!r}")
+    if port_text is None:
+        return str(address), defaults.HTTP_PORT
+    if not (port_text.isascii() and port_text.isdigit()) or int(port_text) > 65535:
+        raise ValueError(f"not a port number: {port_text!r}")
+    return str(address), int(port_text)
+
+
+def format_address(ip: str, port: int) -> str:
+    """`127.0.0.1:4240` or `[::1]:4240`. Pure."""
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "responder",
+        help=f"serve GET {defaults.HTTP_PATH} for peers' HTTP probes",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--listen",
+        required=True,
+        metavar="IP[:PORT]",
+        help=f"address to listen on; IPv6 as [::1]:PORT (default port {defaults.HTTP_PORT})",
+    )
+    parser.add_argument(
+        "--passive",
+        action="store_true",
+        help="health endpoint mode: only answer probes, never probe (this command never "
+        "probes; the flag marks the mode in the output)",
+    )
+    parser.add_argument("--node-name", default="", help="name reported in the /hello body")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import trio
+
+    try:
+        ip, port = parse_listen(args.listen)
+    except ValueError as exc:
+        print(f"meshhealth responder: bad --listen: {exc}", file=sys.stderr)
+        return 2
+    code: int = trio.run(_serve_until_signal, ip, port, args.passive, args.node_name)
+    return code
+
+
+async def _serve_until_signal(ip: str, port: int, passive: bool, node_name: str) -> int:
+    import trio
+
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            try:
+                bound_port: int = await nursery.start(_serve, ip, port, node_name)
+            except OSError as exc:
+                where = format_address(ip, port)
+                print(
+                    f"meshhealth responder: cannot listen on {where}: {_reason(exc)}",
+                    file=sys.stderr,
+                )
+                return 2
+            mode = " (passive)" if passive else ""
+            print(f"responder listening on {format_address(ip, bound_port)}{mode}", flush=True)
+            async for _ in signals:
+                break
+            nursery.cancel_scope.cancel()
+    return 0
+
+
+def _reason(exc: OSError) -> str:
+    """`address already in use`: strerror in lower case, as the rest of the line."""
+    return (exc.strerror or str(exc)).lower()
+
+
+async def _serve(ip: str, port: int, node_name: str, *, task_status: TaskStatus[int]) -> None:
+    from meshhealth.agent.responder import serve_responder
+
+    await serve_responder(ip, port, node_name=node_name, task_status=task_status)

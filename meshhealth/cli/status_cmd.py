@@ -1,0 +1,107 @@
+"""`meshhealth status`: what this node's agent sees, in cilium-health's format.
+
+Exit codes: 0 when the agent answered (even when nodes are unreachable, like
+cilium-health; `--fail-on-unreachable` makes that 1 for scripts), 1 when the agent
+answered with an error (a `--probe` round that did not finish in time), 2 when the
+agent cannot be reached (one line on stderr naming the socket).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from meshhealth import defaults
+
+DESCRIPTION = """\
+Show what this node's agent sees: every node, its host (NodeIP) and health endpoint
+(HealthIP) over ICMP and HTTP, and `Cluster health: X/Y reachable`.
+
+examples:
+  meshhealth status                          the last round's results
+  meshhealth status --probe                  probe now and wait for the fresh results
+  meshhealth status --verbose                loss, p50/p95, last probed, node table
+  meshhealth status -o json | jq '.summary'
+  meshhealth status -H unix:///run/meshhealth/node2.sock
+"""
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "status",
+        help="show node connectivity as this node's agent sees it (cilium-health status)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "-H",
+        "--host",
+        metavar="unix://PATH",
+        default=None,
+        help=f"the agent's admin socket (env {defaults.ADMIN_SOCKET_ENV}; "
+        f"default unix://{defaults.ADMIN_SOCKET})",
+    )
+    parser.add_argument(
+        "--probe", action="store_true", help="run a probe round now and wait for its results"
+    )
+    parser.add_argument(
+        "-o", "--output", choices=("text", "json"), default="text", help="output format"
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="add loss, percentiles and a node table"
+    )
+    parser.add_argument(
+        "--fail-on-unreachable",
+        action="store_true",
+        help="exit 1 when any node is not reachable (default: 0 whenever the agent answers)",
+    )
+    parser.set_defaults(func=run)
+
+
+def _error(message: str) -> None:
+    print(f"meshhealth status: {message}", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    import trio
+
+    from meshhealth.admin_client import AdminUnavailable, admin_request, socket_path_from_host
+    from meshhealth.cli.format_status import format_status_text
+
+    host = args.host or os.environ.get(defaults.ADMIN_SOCKET_ENV) or defaults.ADMIN_SOCKET
+    try:
+        socket_path = socket_path_from_host(host)
+    except ValueError as exc:
+        _error(str(exc))
+        return 2
+    if args.probe:
+        method, path = "PUT", "/v1/status/probe"
+        timeout_s = defaults.ADMIN_PROBE_TIMEOUT_S + defaults.ADMIN_REQUEST_TIMEOUT_S
+    else:
+        method, path = "GET", "/v1/status"
+        timeout_s = defaults.ADMIN_REQUEST_TIMEOUT_S
+    try:
+        status_code, doc = trio.run(
+            lambda: admin_request(socket_path, method, path, timeout_s=timeout_s)
+        )
+    except AdminUnavailable as exc:
+        _error(str(exc))
+        return 2
+    if status_code != 200:
+        _error(f"the agent at {socket_path} answered {status_code}: {doc.get('error', doc)}")
+        return 1
+    try:
+        if args.output == "json":
+            text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+        else:
+            text = format_status_text(doc, verbose=args.verbose)
+    except (KeyError, TypeError, ValueError) as exc:
+        _error(f"the agent at {socket_path} sent a status this client cannot read: {exc!r}")
+        return 1
+    sys.stdout.write(text)
+    summary = doc.get("summary", {})
+    if args.fail_on_unreachable and summary.get("reachable") != summary.get("total"):
+        return 1
+    return 0

@@ -1,0 +1,349 @@
+"""msgpack <-> model for the etcd values, with validation. Pure, no I/O.
+
+Every value is a msgpack map with `v` = SCHEMA_VERSION and the field names of
+docs/kvstore.md (a public contract: other tools read and write it with etcdctl).
+Decoding treats its input as untrusted: whatever the bytes, the decode functions return
+a model object or raise DecodeError, whose message says what is wrong and where.
+Unknown extra fields are ignored (forward compatible); unknown `v` values are refused.
+Encoding validates too and emits canonical forms, so what we write we can read back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import msgpack
+
+from meshhealth import defaults, keys
+from meshhealth import wire_fields as wf
+from meshhealth.model import (
+    ClusterConfig,
+    HealthReport,
+    IPEntry,
+    Node,
+    PathHealth,
+    ProbeStatus,
+    Protocol,
+    TargetHealth,
+    TargetType,
+    path_name,
+)
+from meshhealth.wire_fields import DecodeError as DecodeError  # noqa: PLC0414 (re-export)
+
+SCHEMA_VERSION = 1
+
+# Caps on repeated fields: far above any real use, low enough to bound memory.
+MAX_TARGETS = 10_000
+MAX_CIDRS = 64
+MAX_LABELS = 64
+MAX_CAPABILITIES = 64
+MIN_CLUSTER_ID = 1  # like Cilium's cluster-id; 0 is invalid
+MAX_CLUSTER_ID = 255
+MIN_IDENTITY = 1
+MAX_IDENTITY = 2**32 - 1
+MIN_PORT = 1
+MAX_PORT = 65535
+
+# "node/icmp", "node/http", "endpoint/icmp", "endpoint/http"
+PATH_NAMES: tuple[str, ...] = tuple(path_name(t, p) for t in TargetType for p in Protocol)
+
+Entry = Node | IPEntry | ClusterConfig | HealthReport
+
+
+# --- encoding ------------------------------------------------------------------------
+
+
+def encode_node(n: Node) -> bytes:
+    return _encode("node", _node_to_wire(n), _node_from_wire)
+
+
+def encode_ip_entry(e: IPEntry) -> bytes:
+    return _encode("ip entry", _ip_entry_to_wire(e), _ip_entry_from_wire)
+
+
+def encode_cluster_config(c: ClusterConfig) -> bytes:
+    return _encode("cluster-config", _cluster_config_to_wire(c), _cluster_config_from_wire)
+
+
+def encode_health_report(r: HealthReport) -> bytes:
+    return _encode("health report", _health_to_wire(r), _health_from_wire)
+
+
+def to_jsonable(obj: Entry) -> dict[str, object]:
+    """The wire map of `obj` (field names as on the wire, `v` included), JSON-ready."""
+    if isinstance(obj, Node):
+        return _node_to_wire(obj)
+    if isinstance(obj, IPEntry):
+        return _ip_entry_to_wire(obj)
+    if isinstance(obj, ClusterConfig):
+        return _cluster_config_to_wire(obj)
+    if isinstance(obj, HealthReport):
+        return _health_to_wire(obj)
+    raise TypeError(f"not a meshhealth entry: {type(obj).__name__}")
+
+
+def _encode(
+    what: str, wire: dict[str, object], from_wire: Callable[[Mapping[str, object]], Entry]
+) -> bytes:
+    # Validate through the decoder and re-emit its canonical form.
+    try:
+        canonical = to_jsonable(from_wire(wire))
+    except DecodeError as error:
+        raise ValueError(f"cannot encode {what}: {error}") from None
+    data: bytes = msgpack.packb(canonical, use_bin_type=True)
+    if len(data) > defaults.MAX_VALUE_BYTES:
+        raise ValueError(
+            f"cannot encode {what}: {len(data)} bytes, more than {defaults.MAX_VALUE_BYTES}"
+        )
+    return data
+
+
+def _node_to_wire(n: Node) -> dict[str, object]:
+    return {
+        "v": SCHEMA_VERSION,
+        "name": n.name,
+        "cluster": n.cluster,
+        "node_ip": n.node_ip,
+        "health_ip": n.health_ip,
+        "cidrs": list(n.cidrs),
+        "health_port": n.health_port,
+        "version": n.version,
+        "started_at": n.started_at,
+    }
+
+
+def _ip_entry_to_wire(e: IPEntry) -> dict[str, object]:
+    return {
+        "v": SCHEMA_VERSION,
+        "ip": e.ip,
+        "host_ip": e.host_ip,
+        "node": e.node,
+        "identity": e.identity,
+        "labels": list(e.labels),
+    }
+
+
+def _cluster_config_to_wire(c: ClusterConfig) -> dict[str, object]:
+    return {
+        "v": SCHEMA_VERSION,
+        "name": c.name,
+        "id": c.id,
+        "capabilities": list(c.capabilities),
+    }
+
+
+def _health_to_wire(r: HealthReport) -> dict[str, object]:
+    return {
+        "v": SCHEMA_VERSION,
+        "node": r.node,
+        "cluster": r.cluster,
+        "probe_time": r.probe_time,
+        "interval_s": r.interval_s,
+        "targets": [
+            {
+                "cluster": t.cluster,
+                "node": t.node,
+                "paths": {
+                    name: {
+                        "status": str(p.status),
+                        "rtt_s": p.rtt_s,
+                        "loss": p.loss,
+                    }
+                    for name, p in sorted(t.paths.items())
+                },
+            }
+            for t in r.targets
+        ],
+    }
+
+
+# --- decoding ------------------------------------------------------------------------
+
+
+def decode_node(data: bytes) -> Node:
+    return _node_from_wire(_unpack_map(data))
+
+
+def decode_ip_entry(data: bytes) -> IPEntry:
+    return _ip_entry_from_wire(_unpack_map(data))
+
+
+def decode_cluster_config(data: bytes) -> ClusterConfig:
+    return _cluster_config_from_wire(_unpack_map(data))
+
+
+def decode_health_report(data: bytes) -> HealthReport:
+    return _health_from_wire(_unpack_map(data))
+
+
+def decode_value(key: str | bytes, data: bytes) -> Entry:
+    """Decode the value stored under `key` and check that it agrees with the key."""
+    try:
+        parsed = keys.parse_key(key)
+    except keys.InvalidKey as error:
+        raise DecodeError(str(error)) from None
+    value: Entry
+    if parsed.kind is keys.KeyKind.NODE:
+        value = decode_node(data)
+        _agree("cluster", parsed.cluster, value.cluster)
+        _agree("name", parsed.name, value.name)
+    elif parsed.kind is keys.KeyKind.IP:
+        value = decode_ip_entry(data)
+        _agree("ip", parsed.name, value.ip)
+    elif parsed.kind is keys.KeyKind.HEALTH:
+        value = decode_health_report(data)
+        _agree("cluster", parsed.cluster, value.cluster)
+        _agree("node", parsed.name, value.node)
+    else:
+        value = decode_cluster_config(data)
+        _agree("name", parsed.cluster, value.name)
+    return value
+
+
+def _agree(field: str, in_key: str | None, in_value: str) -> None:
+    if in_key != in_value:
+        raise DecodeError(f"field {field!r}: value has {in_value!r} but the key says {in_key!r}")
+
+
+def _unpack_map(data: bytes) -> Mapping[str, object]:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise DecodeError(f"value must be bytes, got {type(data).__name__}")
+    size = len(bytes(data)) if isinstance(data, memoryview) else len(data)
+    if size > defaults.MAX_VALUE_BYTES:
+        raise DecodeError(f"value is {size} bytes, more than {defaults.MAX_VALUE_BYTES}")
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+    except (
+        msgpack.UnpackException,
+        ValueError,  # ExtraData, FormatError, StackError, UnicodeDecodeError, bad keys
+        TypeError,
+        OverflowError,
+        RecursionError,
+    ) as error:
+        detail = str(error) or type(error).__name__
+        raise DecodeError(f"not valid msgpack: {detail}") from None
+    if not isinstance(obj, dict):
+        raise DecodeError(f"value must be a msgpack map, got {wf.type_name(obj)}")
+    if "v" not in obj:
+        raise DecodeError("missing field 'v' (schema version)")
+    version = obj["v"]
+    if type(version) is not int:
+        raise DecodeError(f"field 'v': must be an integer, got {wf.type_name(version)}")
+    if version != SCHEMA_VERSION:
+        raise DecodeError(
+            f"field 'v': unsupported schema version {version} (this meshhealth reads "
+            f"version {SCHEMA_VERSION})"
+        )
+    return obj
+
+
+def _node_from_wire(m: Mapping[str, object]) -> Node:
+    # Checked in the documented field order, so the first error reported is stable.
+    name = wf.node_name(m, "name")
+    cluster = wf.cluster_name(m, "cluster")
+    node_ip = wf.ip(wf.string(m, "node_ip"), "node_ip")
+    raw_health_ip = wf.field(m, "health_ip")
+    health_ip = None
+    if raw_health_ip is not None:
+        health_ip = wf.ip(wf.as_string(raw_health_ip, "health_ip"), "health_ip")
+    cidrs = tuple(
+        wf.cidr(c, f"cidrs[{i}]") for i, c in enumerate(wf.list_of(m, "cidrs", str, MAX_CIDRS))
+    )
+    return Node(
+        name=name,
+        cluster=cluster,
+        node_ip=node_ip,
+        health_ip=health_ip,
+        cidrs=cidrs,
+        health_port=wf.integer(m, "health_port", MIN_PORT, MAX_PORT),
+        version=wf.text(wf.string(m, "version"), "version", allow_empty=True),
+        started_at=wf.seconds(wf.field(m, "started_at"), "started_at"),
+    )
+
+
+def _ip_entry_from_wire(m: Mapping[str, object]) -> IPEntry:
+    ip = wf.ip(wf.string(m, "ip"), "ip")
+    host_ip = wf.ip(wf.string(m, "host_ip"), "host_ip")
+    node = wf.node_name(m, "node")
+    identity = wf.integer(m, "identity", MIN_IDENTITY, MAX_IDENTITY)
+    labels = wf.list_of(m, "labels", str, MAX_LABELS)
+    return IPEntry(
+        ip=ip,
+        host_ip=host_ip,
+        node=node,
+        identity=identity,
+        labels=tuple(wf.text(x, f"labels[{i}]") for i, x in enumerate(labels)),
+    )
+
+
+def _cluster_config_from_wire(m: Mapping[str, object]) -> ClusterConfig:
+    name = wf.cluster_name(m, "name")
+    cluster_id = wf.integer(m, "id", MIN_CLUSTER_ID, MAX_CLUSTER_ID)
+    capabilities = wf.list_of(m, "capabilities", str, MAX_CAPABILITIES)
+    return ClusterConfig(
+        name=name,
+        id=cluster_id,
+        capabilities=tuple(wf.text(x, f"capabilities[{i}]") for i, x in enumerate(capabilities)),
+    )
+
+
+def _health_from_wire(m: Mapping[str, object]) -> HealthReport:
+    node = wf.node_name(m, "node")
+    cluster = wf.cluster_name(m, "cluster")
+    probe_time = wf.seconds(wf.field(m, "probe_time"), "probe_time")
+    interval_s = wf.seconds(wf.field(m, "interval_s"), "interval_s")
+    if interval_s <= 0:
+        raise DecodeError(f"field 'interval_s': must be > 0, got {interval_s}")
+    targets: list[TargetHealth] = []
+    seen: set[tuple[str, str]] = set()
+    for i, raw in enumerate(wf.list_of(m, "targets", dict, MAX_TARGETS)):
+        target = _target_health(raw, f"targets[{i}]")
+        if (target.cluster, target.node) in seen:
+            raise DecodeError(
+                f"field 'targets[{i}]': duplicate target {target.cluster}/{target.node}"
+            )
+        seen.add((target.cluster, target.node))
+        targets.append(target)
+    return HealthReport(
+        node=node,
+        cluster=cluster,
+        probe_time=probe_time,
+        interval_s=interval_s,
+        targets=tuple(targets),
+    )
+
+
+def _target_health(m: Mapping[str, object], where: str) -> TargetHealth:
+    cluster = wf.cluster_name(m, "cluster", where)
+    node = wf.node_name(m, "node", where)
+    raw_paths = wf.field(m, "paths", where)
+    if not isinstance(raw_paths, dict):
+        raise DecodeError(f"field '{where}.paths': must be a map, got {wf.type_name(raw_paths)}")
+    paths: dict[str, PathHealth] = {}
+    for name, raw in raw_paths.items():
+        if name not in PATH_NAMES:
+            raise DecodeError(
+                f"field '{where}.paths': unknown path {wf.short(name)}, expected one of "
+                + ", ".join(PATH_NAMES)
+            )
+        paths[name] = _path_health(raw, f'{where}.paths["{name}"]')
+    return TargetHealth(cluster=cluster, node=node, paths=paths)
+
+
+def _path_health(raw: object, where: str) -> PathHealth:
+    if not isinstance(raw, dict):
+        raise DecodeError(f"field '{where}': must be a map, got {wf.type_name(raw)}")
+    status_text = wf.string(raw, "status", where)
+    try:
+        status = ProbeStatus(status_text)
+    except ValueError:
+        raise DecodeError(
+            f"field '{where}.status': unknown status {wf.short(status_text)}, expected one of "
+            + ", ".join(s.value for s in ProbeStatus)
+        ) from None
+    rtt = wf.field(raw, "rtt_s", where)
+    rtt_s = None if rtt is None else wf.seconds(rtt, f"{where}.rtt_s")
+    loss = wf.number(wf.field(raw, "loss", where), f"{where}.loss")
+    if not 0.0 <= loss <= 1.0:
+        raise DecodeError(f"field '{where}.loss': must be 0..1, got {loss}")
+    return PathHealth(status=status, rtt_s=rtt_s, loss=loss)

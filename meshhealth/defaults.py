@@ -1,0 +1,100 @@
+"""The one table of defaults. Each value says why it is what it is.
+
+CLI help and docs/configuration.md are checked against this module by tests.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- probing -------------------------------------------------------------------------
+# Short enough to notice breakage within seconds, cheap at small N. cilium-health used
+# ~60 s; operators asked for faster feedback.
+PROBE_INTERVAL_S: Final = 10.0
+# One timeout per dead target per round, not per node: a dead node costs 1 s, never 30.
+PROBE_TIMEOUT_S: Final = 1.0
+# Bounds sockets and memory whatever the cluster size.
+MAX_PROBES_IN_FLIGHT: Final = 1024
+# Starts of a round are spread (with jitter) over this fraction of the interval, so a
+# round is not one burst of packets.
+ROUND_SPREAD_FRACTION: Final = 0.2
+# ICMP echo requests per probe and their spacing: the same as Cilium 1.17+.
+ICMP_COUNT: Final = 3
+ICMP_INTERVAL_S: Final = 0.1
+# Results kept per path for loss and percentiles (5 minutes at the default interval).
+STATS_WINDOW: Final = 30
+
+# --- HTTP responder ------------------------------------------------------------------
+# Same port and path as Cilium, so firewall rules written for it keep working.
+HTTP_PORT: Final = 4240
+HTTP_PATH: Final = "/hello"
+# A client that has not sent a full request within this time is dropped (slowloris).
+RESPONDER_READ_TIMEOUT_S: Final = 2.0
+# Bounds file descriptors used by peers' probes (and by a flood).
+RESPONDER_MAX_CONNECTIONS: Final = 512
+
+# --- etcd ----------------------------------------------------------------------------
+# A killed node leaves every probe set within ~TTL.
+LEASE_TTL_S: Final = 15
+# Every etcd request has a deadline; a stuck etcd must not stall the agent.
+ETCD_REQUEST_TIMEOUT_S: Final = 5.0
+# How often the liveness check asks etcd something cheap, and how long it may take: a
+# SIGSTOPped etcd makes watches hang silently, this is how we notice.
+ETCD_LIVENESS_INTERVAL_S: Final = 2.0
+ETCD_LIVENESS_TIMEOUT_S: Final = 2.0
+# After an error an endpoint is retried this soon (etcd3's own default is 300 s).
+ETCD_ENDPOINT_RETRY_S: Final = 1.0
+# Back-off between reconnect attempts, doubling up to the maximum.
+ETCD_RECONNECT_MIN_S: Final = 0.2
+ETCD_RECONNECT_MAX_S: Final = 5.0
+# Threads used for blocking gRPC calls (our own CapacityLimiter, not trio's default).
+ETCD_THREADS: Final = 8
+DEFAULT_ETCD: Final = "http://127.0.0.1:2379"
+# Largest value we accept from etcd; bigger ones are skipped as invalid.
+MAX_VALUE_BYTES: Final = 1024 * 1024
+# gRPC's own reconnect back-off grows to 120 s: after an etcd restart the agent would
+# wait that long. Capped so a restarted etcd is used again within about a second.
+ETCD_CHANNEL_RECONNECT_MAX_S: Final = 1.0
+
+# --- agent ---------------------------------------------------------------------------
+DEFAULT_CLUSTER: Final = "default"
+ADMIN_SOCKET: Final = "/run/meshhealth/health.sock"
+ADMIN_SOCKET_MODE: Final = 0o660
+# A client must send a whole request within this time (the admin API and /metrics).
+ADMIN_READ_TIMEOUT_S: Final = 5.0
+# Connections served at once on the admin socket; more are closed at once.
+ADMIN_MAX_CONNECTIONS: Final = 64
+# `PUT /v1/status/probe` waits at most this long for its round (a round takes about
+# spread + timeout; a running one is finished first), then answers 504.
+ADMIN_PROBE_TIMEOUT_S: Final = 30.0
+# `meshhealth status` waits this long for a GET answer (the agent answers in ms).
+ADMIN_REQUEST_TIMEOUT_S: Final = 5.0
+ADMIN_SOCKET_ENV: Final = "MESHHEALTH_SOCKET"
+# /metrics: a scrape is one short request; a few scrapers at once are plenty.
+METRICS_READ_TIMEOUT_S: Final = 5.0
+METRICS_MAX_CONNECTIONS: Final = 16
+
+# --- health endpoint (meshhealth.agent.endpoint) ------------------------------------------
+# How often the netns endpoint's namespace and veth are checked: "re-created within a few
+# seconds" of being deleted, for one stat + one netlink lookup per second.
+ENDPOINT_CHECK_INTERVAL_S: Final = 1.0
+# Restart back-off of the endpoint's responder: doubles from min to max, back to min once
+# a responder stayed up for ENDPOINT_STABLE_S (a crash loop does not spin the CPU).
+ENDPOINT_RESTART_MIN_S: Final = 0.2
+ENDPOINT_RESTART_MAX_S: Final = 5.0
+ENDPOINT_STABLE_S: Final = 10.0
+# A python responder starts in ~0.3 s; generous for a 100-agent lab starting at once.
+ENDPOINT_READY_TIMEOUT_S: Final = 20.0
+# SIGTERM, then SIGKILL after this long, when the endpoint stops.
+ENDPOINT_STOP_GRACE_S: Final = 2.0
+# Host side of the endpoint's veth: Cilium's name, so its users find it.
+ENDPOINT_HOST_IFACE: Final = "lxc_health"
+
+# --- routes to peers' CIDRs (meshhealth.agent.routes) -------------------------------------
+# Route protocol number marking routes the agent programs (`ip route show proto 164`):
+# crash leftovers are found and removed by it, other routes are never touched.
+ROUTE_PROTO: Final = 0xA4
+# Routes are re-read and repaired this often even without peer changes.
+ROUTE_RESYNC_INTERVAL_S: Final = 10.0
+# After a failed route change, retry this soon.
+ROUTE_RETRY_S: Final = 1.0

@@ -1,0 +1,207 @@
+"""The etcd key layout: build and parse keys. Pure, no I/O.
+
+    meshhealth/state/nodes/v1/<cluster>/<node>     Node            (node lease)
+    meshhealth/state/ip/v1/<cluster>/<ip>          IPEntry         (node lease)
+    meshhealth/state/health/v1/<cluster>/<node>    HealthReport    (node lease)
+    meshhealth/cluster-config/<cluster>            ClusterConfig   (no lease)
+
+Builders validate their inputs and raise ValueError; `parse_key` raises InvalidKey (a
+ValueError) with a message that names the key. See docs/kvstore.md.
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+import re
+from dataclasses import dataclass
+
+PREFIX = "meshhealth/"
+KEY_VERSION = "v1"  # the version segment of the state keys
+
+# Cilium limits cluster names to 32 characters.
+MAX_CLUSTER_NAME_CHARS = 32
+MAX_NODE_LABEL_CHARS = 63
+MAX_NODE_NAME_CHARS = 253
+# Longest key text quoted in an error message.
+_MAX_QUOTED_KEY_CHARS = 200
+
+_CLUSTER_NAME_RE = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?")
+_NODE_LABEL_RE = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+
+
+class InvalidKey(ValueError):
+    """A key that is not one of meshhealth's (the message names the key)."""
+
+
+class KeyKind(enum.StrEnum):
+    NODE = "nodes"
+    IP = "ip"
+    HEALTH = "health"
+    CLUSTER_CONFIG = "cluster-config"
+
+
+_STATE_KINDS = (KeyKind.NODE, KeyKind.IP, KeyKind.HEALTH)
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedKey:
+    kind: KeyKind
+    cluster: str
+    name: str | None  # node name (NODE, HEALTH), canonical ip (IP), None (CLUSTER_CONFIG)
+
+
+def validate_cluster_name(name: str) -> str:
+    """Return `name` if it is a valid cluster name, else raise ValueError.
+
+    Lowercase a-z, 0-9 and '-', starting and ending with a letter or digit, 1..32 chars.
+    """
+    if not isinstance(name, str):
+        raise ValueError(f"cluster name must be a string, got {type(name).__name__}")
+    if not _CLUSTER_NAME_RE.fullmatch(name):
+        raise ValueError(
+            f"invalid cluster name {_quote(name)}: use 1..{MAX_CLUSTER_NAME_CHARS} lowercase "
+            "letters, digits and '-', starting and ending with a letter or digit"
+        )
+    return name
+
+
+def validate_node_name(name: str) -> str:
+    """Return `name` if it is a valid node name, else raise ValueError.
+
+    A lowercase DNS name: dot-separated labels of a-z, 0-9 and '-' (each 1..63 chars,
+    starting and ending with a letter or digit), 253 chars in all at most.
+    """
+    if not isinstance(name, str):
+        raise ValueError(f"node name must be a string, got {type(name).__name__}")
+    if len(name) > MAX_NODE_NAME_CHARS:
+        raise ValueError(
+            f"invalid node name {_quote(name)}: longer than {MAX_NODE_NAME_CHARS} characters"
+        )
+    if not name or not all(_NODE_LABEL_RE.fullmatch(label) for label in name.split(".")):
+        raise ValueError(
+            f"invalid node name {_quote(name)}: use lowercase DNS labels (a-z, 0-9, '-', "
+            f"1..{MAX_NODE_LABEL_CHARS} chars each, starting and ending with a letter or "
+            "digit) separated by dots"
+        )
+    return name
+
+
+def canonical_ip(ip: str) -> str:
+    """The canonical text of an IP address (IPv6 compressed); ValueError when invalid.
+
+    Scoped addresses (`fe80::1%eth0`) and IPv4-mapped IPv6 addresses are refused: they
+    have no single meaning across nodes (use the plain IPv4 form).
+    """
+    if not isinstance(ip, str):
+        raise ValueError(f"IP address must be a string, got {type(ip).__name__}")
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        raise ValueError(f"invalid IP address {_quote(ip)}") from None
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.scope_id is not None:
+            raise ValueError(f"invalid IP address {_quote(ip)}: scoped addresses not allowed")
+        if address.ipv4_mapped is not None:
+            raise ValueError(
+                f"invalid IP address {_quote(ip)}: IPv4-mapped, use {address.ipv4_mapped}"
+            )
+    return str(address)
+
+
+def node_key(cluster: str, node: str) -> str:
+    return f"{nodes_prefix(cluster)}{validate_node_name(node)}"
+
+
+def ip_key(cluster: str, ip: str) -> str:
+    return f"{ip_prefix(cluster)}{canonical_ip(ip)}"
+
+
+def health_key(cluster: str, node: str) -> str:
+    return f"{health_prefix(cluster)}{validate_node_name(node)}"
+
+
+def cluster_config_key(cluster: str) -> str:
+    return f"{cluster_config_prefix()}{validate_cluster_name(cluster)}"
+
+
+def _state_prefix(kind: KeyKind, cluster: str | None) -> str:
+    base = f"{PREFIX}state/{kind.value}/{KEY_VERSION}/"
+    if cluster is None:
+        return base
+    return f"{base}{validate_cluster_name(cluster)}/"
+
+
+def nodes_prefix(cluster: str | None = None) -> str:
+    """Prefix of the node entries of `cluster` (of all clusters when None)."""
+    return _state_prefix(KeyKind.NODE, cluster)
+
+
+def ip_prefix(cluster: str | None = None) -> str:
+    """Prefix of the ip -> identity entries of `cluster` (of all clusters when None)."""
+    return _state_prefix(KeyKind.IP, cluster)
+
+
+def health_prefix(cluster: str | None = None) -> str:
+    """Prefix of the health entries of `cluster` (of all clusters when None)."""
+    return _state_prefix(KeyKind.HEALTH, cluster)
+
+
+def cluster_config_prefix() -> str:
+    return f"{PREFIX}{KeyKind.CLUSTER_CONFIG.value}/"
+
+
+def parse_key(key: str | bytes) -> ParsedKey:
+    """Parse one of meshhealth's keys; InvalidKey (naming the key) for anything else.
+
+    The parts must be in the canonical form the builders produce (an IP key with
+    `::0:1` instead of `::1` is refused), so one entry has exactly one key.
+    """
+    if isinstance(key, bytes | bytearray | memoryview):
+        try:
+            text = bytes(key).decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidKey(f"invalid key {_quote(bytes(key))}: not UTF-8") from None
+    elif isinstance(key, str):
+        text = key
+    else:
+        raise InvalidKey(f"invalid key {_quote(key)}: not a string")
+    try:
+        return _parse_text(text)
+    except ValueError as error:
+        raise InvalidKey(f"invalid key {_quote(text)}: {error}") from None
+
+
+def _parse_text(key: str) -> ParsedKey:
+    if not key.startswith(PREFIX):
+        raise ValueError(f"does not start with {PREFIX!r}")
+    parts = key[len(PREFIX) :].split("/")
+    if parts[0] == KeyKind.CLUSTER_CONFIG.value:
+        if len(parts) != 2:
+            raise ValueError(f"expected {PREFIX}cluster-config/<cluster>")
+        return ParsedKey(KeyKind.CLUSTER_CONFIG, validate_cluster_name(parts[1]), None)
+    if parts[0] != "state":
+        raise ValueError("expected 'state/' or 'cluster-config/' after the prefix")
+    if len(parts) < 2 or parts[1] not in {kind.value for kind in _STATE_KINDS}:
+        kinds = ", ".join(kind.value for kind in _STATE_KINDS)
+        raise ValueError(f"unknown entry kind, expected one of: {kinds}")
+    kind = KeyKind(parts[1])
+    if len(parts) < 3 or parts[2] != KEY_VERSION:
+        raise ValueError(f"unsupported key version, expected {KEY_VERSION!r}")
+    if len(parts) != 5:
+        raise ValueError(f"expected {PREFIX}state/{kind.value}/{KEY_VERSION}/<cluster>/<name>")
+    cluster = validate_cluster_name(parts[3])
+    name = parts[4]
+    if kind is KeyKind.IP:
+        if canonical_ip(name) != name:
+            raise ValueError(f"IP not in canonical form, expected {canonical_ip(name)!r}")
+    else:
+        validate_node_name(name)
+    return ParsedKey(kind, cluster, name)
+
+
+def _quote(value: object) -> str:
+    text = repr(value)
+    if len(text) > _MAX_QUOTED_KEY_CHARS:
+        return text[:_MAX_QUOTED_KEY_CHARS] + "..."
+    return text

@@ -1,0 +1,82 @@
+"""etcd reachability as the agent sees it, request counters, and reconnect back-off."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+
+import trio
+
+
+class EtcdHealth:
+    """Whether etcd answers, as decided by the liveness check and by failed requests.
+
+    `up` starts False ("not checked yet") until the first liveness check answers.
+    `since` is the unix time of the last change, `last_error` the most recent failure
+    (one line). `wait_until(up)` / `wait_changed()` let tasks react to changes.
+    Only touched from the trio thread.
+    """
+
+    def __init__(self) -> None:
+        self.up = False
+        self.since = time.time()
+        self.last_error = "not checked yet"
+        self.changes = 0
+        self._changed = trio.Event()
+
+    def set_up(self) -> None:
+        if not self.up:
+            self._set(True)
+
+    def set_down(self, error: str) -> None:
+        self.last_error = error
+        if self.up or self.changes == 0:
+            self._set(False)
+
+    def _set(self, up: bool) -> None:
+        self.up = up
+        self.since = time.time()
+        self.changes += 1
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def wait_changed(self) -> None:
+        """Return at the next change of `up`."""
+        await self._changed.wait()
+
+    async def wait_until(self, up: bool) -> None:
+        """Return as soon as `self.up == up` (at once if it already is)."""
+        while self.up != up:
+            await self._changed.wait()
+
+
+@dataclass(slots=True)
+class EtcdStats:
+    """Counters for metrics: requests sent, requests failed, watch streams (re)opened."""
+
+    requests: int = 0
+    errors: int = 0
+    watch_streams: int = 0
+    watch_threads_busy: int = 0  # blocking reads of watch streams in flight (threads)
+
+
+class Backoff:
+    """Doubling delays with jitter: min_s, 2*min_s, ... up to max_s. Pure (no sleeping)."""
+
+    def __init__(self, min_s: float, max_s: float, *, jitter: float = 0.2) -> None:
+        if not 0 < min_s <= max_s:
+            raise ValueError(f"back-off needs 0 < min_s <= max_s, got {min_s}, {max_s}")
+        self.min_s = min_s
+        self.max_s = max_s
+        self.jitter = jitter
+        self._next_s = min_s
+
+    def reset(self) -> None:
+        self._next_s = self.min_s
+
+    def next_delay_s(self) -> float:
+        """The next delay (with up to `jitter` fraction removed at random)."""
+        delay = self._next_s
+        self._next_s = min(self.max_s, self._next_s * 2)
+        return delay * (1.0 - self.jitter * random.random())

@@ -1,0 +1,286 @@
+"""`lab up` and `lab down`: build the lab step by step, recording each step in the state
+file, and remove everything the state file (and the naming scheme) says exists."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from meshhealth.lab import etcd_proc, netns_ops, processes
+from meshhealth.lab import plan as P
+from meshhealth.lab import state as S
+
+Say = Callable[[str], None]
+
+# Test hooks: the name of a build step ("fabric", "etcd", "lab1/node2", "agents") after
+# which `lab up` fails (and cleans up), or crashes without cleaning up.
+FAIL_AT_ENV = "MESHHEALTH_LAB_FAIL_AT"
+CRASH_AT_ENV = "MESHHEALTH_LAB_CRASH_AT"
+AGENT_READY_TIMEOUT_S = 30.0
+REQUIRED_TOOLS = ("ip", "nft", "etcd")
+
+
+class LabError(RuntimeError):
+    """A lab command cannot do what was asked; the message is for the user."""
+
+
+def preflight(tools: tuple[str, ...] = REQUIRED_TOOLS) -> None:
+    if os.geteuid() != 0:
+        raise LabError("must run as root (network namespaces need CAP_NET_ADMIN)")
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        raise LabError(
+            f"missing {', '.join(missing)} on PATH (Debian: iproute2, nftables, etcd-server; "
+            "or run scripts/setup.sh)"
+        )
+
+
+def existing_namespaces(prefix: str) -> list[str]:
+    pattern = P.netns_pattern(prefix)
+    return [n for n in netns_ops.list_netns() if pattern.match(n)]
+
+
+def lab_exists(prefix: str, root: Path = P.LAB_ROOT) -> bool:
+    return P.lab_dir(prefix, root).exists() or bool(existing_namespaces(prefix))
+
+
+def load_state(prefix: str, root: Path = P.LAB_ROOT) -> S.LabState | None:
+    return S.load(P.lab_dir(prefix, root) / "state.json")
+
+
+def plan_of(st: S.LabState) -> P.LabPlan:
+    return P.make_plan(st.prefix, st.nodes, st.clusters, Path(st.dir).parent)
+
+
+def _hook(step: str) -> None:
+    if os.environ.get(CRASH_AT_ENV) == step:
+        os._exit(3)  # simulate a crash: no cleanup, no state update
+    if os.environ.get(FAIL_AT_ENV) == step:
+        raise LabError(f"injected failure after step {step} ({FAIL_AT_ENV})")
+
+
+def agent_env() -> dict[str, str]:
+    """The environment of processes started in a node: our interpreter's bin dir first on
+    PATH, so `meshhealth` and its children resolve to this installation."""
+    env = dict(os.environ)
+    bindir = str(Path(sys.executable).parent)
+    env["PATH"] = f"{bindir}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
+    # Agents read MESHHEALTH_* settings from the environment: the lab's flags alone count.
+    for k in [k for k in env if k.startswith("MESHHEALTH_")]:
+        del env[k]
+    return env
+
+
+def start_agent(st: S.LabState, plan: P.LabPlan, node: P.NodePlan) -> S.ProcessRecord:
+    node.socket.parent.mkdir(parents=True, exist_ok=True)
+    node.socket.unlink(missing_ok=True)
+    argv = P.agent_argv(plan, node, sys.executable, st.interval_s)
+    rec = processes.start_detached(node.netns, argv, node.log, agent_env())
+    st.processes[f"agent/{node.qualified}"] = rec
+    S.save(st)
+    return rec
+
+
+def socket_answers(path: Path, timeout_s: float = 0.5) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout_s)
+        try:
+            s.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+def wait_agents(st: S.LabState, nodes: list[P.NodePlan], timeout_s: float, say: Say) -> None:
+    deadline = time.monotonic() + timeout_s
+    waiting = list(nodes)
+    while waiting:
+        for node in list(waiting):
+            rec = st.processes[f"agent/{node.qualified}"]
+            if socket_answers(node.socket):
+                waiting.remove(node)
+            elif not processes.is_alive(rec):
+                raise LabError(f"agent of {node.qualified} exited: {_tail(node.log)}")
+        if waiting and time.monotonic() > deadline:
+            names = ", ".join(n.qualified for n in waiting[:5])
+            raise LabError(
+                f"{len(waiting)} agent socket(s) not answering after {timeout_s:g}s: {names}"
+            )
+        if waiting:
+            time.sleep(0.1)
+    say(f"  {len(nodes)} agent socket(s) answering")
+
+
+def _tail(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except FileNotFoundError:
+        return f"no log at {path}"
+    return f"{lines[-1] if lines else '(empty log)'} (log: {path})"
+
+
+def up(
+    prefix: str,
+    *,
+    nodes: int,
+    clusters: int,
+    interval_s: float,
+    agents: bool,
+    say: Say,
+    root: Path = P.LAB_ROOT,
+) -> tuple[S.LabState, P.LabPlan]:
+    """Build the lab. On any failure the half-built lab is removed and LabError raised."""
+    plan = P.make_plan(prefix, nodes, clusters, root)
+    if lab_exists(prefix, root):
+        raise LabError(f"lab {prefix} already exists; run `meshhealth lab down` first")
+    st = S.LabState(
+        prefix=prefix,
+        dir=str(plan.dir),
+        nodes=nodes,
+        clusters=clusters,
+        interval_s=interval_s,
+        agents=agents,
+    )
+    started = time.monotonic()
+    try:
+        _build(st, plan, say)
+    except BaseException as exc:
+        reason = str(exc) or type(exc).__name__
+        say(f"lab up failed: {reason}; removing the half-built lab")
+        down(prefix, say, root)
+        if isinstance(exc, LabError | netns_ops.CommandError | RuntimeError | OSError):
+            raise LabError(reason) from exc
+        raise
+    say(f"lab {prefix} is up in {time.monotonic() - started:.1f}s")
+    return st, plan
+
+
+def _build(st: S.LabState, plan: P.LabPlan, say: Say) -> None:
+    plan.dir.mkdir(parents=True, exist_ok=True)
+    S.save(st)
+    total = len(plan.nodes)
+    say(f"building lab {plan.prefix}: {len(plan.clusters)} cluster(s) x {st.nodes} node(s)")
+    say(f"  fabric namespace {plan.fabric_netns}, bridge {P.BRIDGE} ({P.FABRIC_SUBNET})")
+    st.add_namespace(plan.fabric_netns)
+    S.save(st)
+    netns_ops.add_netns(plan.fabric_netns)
+    netns_ops.make_fabric(plan.fabric_netns, [c.etcd_ip for c in plan.clusters])
+    _hook("fabric")
+    for cluster in plan.clusters:
+        rec = etcd_proc.start_etcd(plan.fabric_netns, cluster)
+        st.processes[f"etcd/{cluster.name}"] = rec
+        S.save(st)
+        say(f"  etcd of {cluster.name} on {cluster.etcd_url} (pid {rec.pid})")
+    _hook("etcd")
+    verbose = total <= 16
+    for n, node in enumerate(plan.nodes, start=1):
+        st.add_namespace(node.netns)
+        S.save(st)
+        netns_ops.add_netns(node.netns)
+        netns_ops.attach_node(plan.fabric_netns, node)
+        if verbose:
+            say(
+                f"  node {node.qualified}: netns {node.netns}, "
+                f"NodeIP {node.node_ip}, CIDR {node.cidr}"
+            )
+        elif n % 10 == 0 or n == total:
+            say(f"  nodes: {n}/{total}")
+        _hook(node.qualified)
+    for cluster in plan.clusters:
+        etcd_proc.wait_etcd(
+            plan.fabric_netns,
+            cluster,
+            st.processes[f"etcd/{cluster.name}"],
+            etcd_proc.ETCD_READY_TIMEOUT_S,
+        )
+    say(f"  etcd answering: {', '.join(c.etcd_url for c in plan.clusters)}")
+    if st.agents:
+        for node in plan.nodes:
+            start_agent(st, plan, node)
+        say(f"  {total} agent(s) started, waiting for their sockets")
+        _hook("agents")
+        wait_agents(st, list(plan.nodes), AGENT_READY_TIMEOUT_S + 0.2 * total, say)
+    st.phase = "ready"
+    S.save(st)
+
+
+@dataclass
+class DownReport:
+    found: bool = False
+    processes: list[int] = field(default_factory=list)
+    namespaces: list[str] = field(default_factory=list)
+    dir_removed: bool = False
+
+
+def lab_netns_all(prefix: str, st: S.LabState | None) -> list[str]:
+    """The lab's namespaces: recorded ones, ones matching its naming scheme, and the
+    namespaces on the far side of their veths (the agents' health endpoints)."""
+    names = list(st.namespaces) if st else []
+    for n in existing_namespaces(prefix):
+        if n not in names:
+            names.append(n)
+    fabric = f"{prefix}-fabric"
+    for n in list(names):
+        if n == fabric:
+            continue
+        for peer in sorted(netns_ops.peer_netns(n)):
+            # Only namespaces our own agents made; never a host-level name.
+            if peer not in names and peer.startswith("mh"):
+                names.append(peer)
+    return names
+
+
+def down(prefix: str, say: Say, root: Path = P.LAB_ROOT) -> DownReport:
+    """Remove the lab: processes (by PID + start time), namespaces, files. Idempotent."""
+    report = DownReport()
+    base = P.lab_dir(prefix, root)
+    try:
+        st = S.load(base / "state.json")
+    except S.StateError as exc:
+        say(f"warning: {exc}; removing by naming scheme only")
+        st = None
+    report.found = st is not None or base.exists() or bool(existing_namespaces(prefix))
+    if not report.found:
+        say(f"no lab {prefix}")
+        return report
+    # Endpoint namespaces are found through the agents' veths: look before the agents
+    # stop (a clean shutdown removes them, a failed one may leave half of them).
+    names = lab_netns_all(prefix, st)
+    if st is not None:
+        st.phase = "removing"
+        S.save(st)
+        agents = [r for k, r in st.processes.items() if k.startswith("agent/")]
+        others = [r for k, r in st.processes.items() if not k.startswith("agent/")]
+        # Agents first: a clean shutdown deregisters them and removes their endpoints.
+        report.processes += processes.stop(agents)
+        report.processes += processes.stop(others)
+    names += [n for n in lab_netns_all(prefix, st) if n not in names]
+    # Whatever still runs inside the lab's namespaces was started by the lab (endpoint
+    # responders of a killed agent, a restarted agent): stop it by PID.
+    leftover = {
+        pid: t
+        for n in names
+        for pid in netns_ops.netns_pids(n)
+        if (t := processes.start_ticks(pid))
+    }
+    leftover.pop(os.getpid(), None)
+    report.processes += processes.stop_pids(leftover, grace_s=2.0)
+    # Node and endpoint namespaces before the fabric (deleting a node ns removes its veth).
+    for n in sorted(names, key=lambda n: n == f"{prefix}-fabric"):
+        if netns_ops.netns_exists(n):
+            netns_ops.del_netns(n)
+            report.namespaces.append(n)
+    if base.exists():
+        shutil.rmtree(base)
+        report.dir_removed = True
+    say(
+        f"lab {prefix} removed: {len(report.processes)} process(es) stopped, "
+        f"{len(report.namespaces)} namespace(s) deleted, {base} removed"
+    )
+    return report

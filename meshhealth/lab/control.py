@@ -1,0 +1,221 @@
+"""Working with a lab that is up: faults, `lab exec` environment, agents' status."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from meshhealth.lab import etcd_proc, faults, processes
+from meshhealth.lab import plan as P
+from meshhealth.lab import state as S
+from meshhealth.lab.build import LabError, start_agent
+
+STATUS_PATH = "/v1/status"
+
+
+def exec_env(plan: P.LabPlan, node: P.NodePlan, base: dict[str, str]) -> dict[str, str]:
+    """Environment for a command run in `node`: its socket, its cluster's etcd, and this
+    installation's `meshhealth` first on PATH. Pure."""
+    cluster = plan.cluster(node.cluster)
+    env = dict(base)
+    env["MESHHEALTH_SOCKET"] = str(node.socket)
+    env["MESHHEALTH_ETCD"] = cluster.etcd_url
+    env["ETCDCTL_ENDPOINTS"] = cluster.etcd_url
+    env["ETCDCTL_API"] = "3"
+    env["MESHHEALTH_LAB_NODE"] = node.qualified
+    bindir = str(Path(sys.executable).parent)
+    env["PATH"] = f"{bindir}:{base.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
+    return env
+
+
+def resolve_target(plan: P.LabPlan, kind: str, target: str | None) -> str:
+    """The fault's target as recorded: `lab1/node2` for node faults, `lab1` for etcd."""
+    spec = faults.FAULT_KINDS[kind]
+    if spec.target == "cluster":
+        if target is None:
+            return plan.clusters[0].name
+        if "/" not in target and target.startswith("lab"):
+            return plan.cluster(target).name
+        return plan.node(target).cluster
+    if target is None:
+        raise LabError(f"fault {kind} needs a NODE (e.g. node2 or lab1/node2)")
+    return plan.node(target).qualified
+
+
+def apply_fault(st: S.LabState, plan: P.LabPlan, kind: str, target: str | None) -> str:
+    """Inject a fault; returns a line for the user. Recorded in the state file."""
+    if kind not in faults.FAULT_KINDS:
+        raise LabError(f"unknown fault {kind!r} (have {', '.join(faults.FAULT_KINDS)})")
+    where = resolve_target(plan, kind, target)
+    if kind == faults.START_ETCD:
+        return _start_etcd(st, plan, where)
+    if st.fault(kind, where):
+        return f"fault {kind} on {where} is already active"
+    if kind in faults.NFT_KINDS:
+        faults.apply_nft(kind, plan.node(where))
+    elif kind == faults.KILL_AGENT:
+        rec = st.processes.get(f"agent/{where}")
+        if rec is None or not processes.signal_process(rec, signal.SIGKILL):
+            raise LabError(f"no running agent on {where}")
+    elif kind == faults.STOP_ETCD:
+        rec = st.processes.get(f"etcd/{where}")
+        if rec is None or not processes.is_alive(rec):
+            raise LabError(f"etcd of {where} is not running")
+        processes.stop([rec])
+    st.faults.append(S.FaultRecord(kind=kind, target=where, since=time.time()))
+    S.save(st)
+    return f"fault {kind} on {where}: {faults.FAULT_KINDS[kind].shows}"
+
+
+def _start_etcd(st: S.LabState, plan: P.LabPlan, cluster_name: str) -> str:
+    cluster = plan.cluster(cluster_name)
+    key = f"etcd/{cluster_name}"
+    rec = st.processes.get(key)
+    if rec is not None and processes.is_alive(rec):
+        msg = f"etcd of {cluster_name} is already running (pid {rec.pid})"
+    else:
+        rec = etcd_proc.start_etcd(plan.fabric_netns, cluster)
+        st.processes[key] = rec
+        S.save(st)
+        etcd_proc.wait_etcd(plan.fabric_netns, cluster, rec, etcd_proc.ETCD_READY_TIMEOUT_S)
+        msg = f"etcd of {cluster_name} started on {cluster.etcd_url} (pid {rec.pid})"
+    st.faults = [
+        f for f in st.faults if not (f.kind == faults.STOP_ETCD and f.target == cluster_name)
+    ]
+    S.save(st)
+    return msg
+
+
+def clear_faults(st: S.LabState, plan: P.LabPlan, target: str | None) -> list[str]:
+    """Undo recorded faults (all, or those of one node / cluster) and delete the lab's
+    nft table in the matching node namespaces."""
+    lines: list[str] = []
+    if target is None:
+        nodes = list(plan.nodes)
+        clusters = {c.name for c in plan.clusters}
+    elif "/" not in target and target.startswith("lab"):
+        clusters = {plan.cluster(target).name}
+        nodes = [n for n in plan.nodes if n.cluster in clusters]
+    else:
+        node = plan.node(target)
+        nodes, clusters = [node], set()
+    for node in nodes:
+        if faults.clear_nft(node.netns):
+            lines.append(f"cleared nft rules on {node.qualified}")
+    node_names = {n.qualified for n in nodes}
+    for fault in list(st.faults):
+        if fault.kind == faults.STOP_ETCD and fault.target in clusters:
+            lines.append(_start_etcd(st, plan, fault.target))
+        elif fault.kind == faults.KILL_AGENT and fault.target in node_names:
+            old = st.processes.get(f"agent/{fault.target}")
+            if old is not None:
+                processes.stop([old], grace_s=1.0)
+            rec = start_agent(st, plan, plan.node(fault.target))
+            lines.append(f"restarted agent of {fault.target} (pid {rec.pid})")
+    st.faults = [
+        f
+        for f in st.faults
+        if f.target not in node_names and not (f.kind == faults.STOP_ETCD and f.target in clusters)
+    ]
+    S.save(st)
+    if not lines:
+        lines.append("no faults to clear")
+    return lines
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: Path, timeout_s: float) -> None:
+        super().__init__("localhost", timeout=timeout_s)
+        self._path = str(path)
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def fetch_status(sock_path: Path, timeout_s: float = 3.0) -> dict[str, Any]:
+    """The agent's status document (GET /v1/status on its admin socket)."""
+    conn = _UnixHTTPConnection(sock_path, timeout_s)
+    try:
+        conn.request("GET", STATUS_PATH)
+        resp = conn.getresponse()
+        body = resp.read()
+        if resp.status != 200:
+            raise OSError(f"HTTP {resp.status} from {sock_path}")
+        doc: dict[str, Any] = json.loads(body)
+        return doc
+    finally:
+        conn.close()
+
+
+def _path_bad(addr: dict[str, Any] | None) -> list[str]:
+    if not addr:
+        return []
+    p = addr["primary_address"]
+    return [proto for proto in ("icmp", "http") if p[proto]["status"] not in ("ok", "unknown")]
+
+
+def health_line(doc: dict[str, Any]) -> str:
+    """One line per node for `lab status`: `4/4 reachable` plus what fails. Pure."""
+    s = doc["summary"]
+    text = f"{s['reachable']}/{s['total']} reachable"
+    if s.get("unknown"):
+        text += f", {s['unknown']} not probed yet"
+    bad: list[str] = []
+    for node in doc["nodes"]:
+        parts = [f"host {p}" for p in _path_bad(node.get("host"))]
+        parts += [f"endpoint {p}" for p in _path_bad(node.get("health_endpoint"))]
+        if parts:
+            bad.append(f"{node['cluster']}/{node['name']} ({', '.join(parts)})")
+    if bad:
+        text += "; failing: " + "; ".join(bad)
+    if not doc["etcd"]["up"]:
+        text += "; etcd unreachable"
+    return text
+
+
+def process_lines(st: S.LabState) -> list[str]:
+    lines = []
+    for key, rec in sorted(st.processes.items()):
+        alive = "running" if processes.is_alive(rec) else "NOT RUNNING"
+        lines.append(f"  {key:<20} pid {rec.pid:<8} {alive:<12} log {rec.log}")
+    return lines
+
+
+def status_lines(st: S.LabState, plan: P.LabPlan, present_netns: set[str]) -> list[str]:
+    ns_ok = sum(1 for n in plan.netns_names if n in present_netns)
+    lines = [
+        f"lab {st.prefix}: {st.phase}, {len(plan.clusters)} cluster(s) x {st.nodes} node(s), "
+        f"agents {'on' if st.agents else 'off'}, dir {st.dir}",
+        f"namespaces: {ns_ok}/{len(plan.netns_names)} present "
+        f"({plan.fabric_netns}, {plan.nodes[0].netns} ...)",
+        "etcd: " + ", ".join(f"{c.name} {c.etcd_url}" for c in plan.clusters),
+        "processes:",
+        *process_lines(st),
+    ]
+    if st.faults:
+        lines.append("faults:")
+        lines += [f"  {f.kind} on {f.target} (since {time.ctime(f.since)})" for f in st.faults]
+    else:
+        lines.append("faults: none")
+    if st.agents:
+        lines.append("health (as each node sees it):")
+        for node in plan.nodes:
+            try:
+                line = health_line(fetch_status(node.socket))
+            except (OSError, ValueError, KeyError) as exc:
+                line = f"no answer on {node.socket}: {exc}"
+            lines.append(f"  {node.qualified:<12} {line}")
+    return lines

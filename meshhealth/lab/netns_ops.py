@@ -1,0 +1,148 @@
+"""Namespace, veth, bridge, address plumbing for the lab: thin wrappers over `ip`.
+
+Every command names the namespace it acts in (`ip -n NS ...`), except `ip netns add/del`
+and the veth creation, which creates both ends directly in lab namespaces. Nothing here
+touches the host's own namespace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import subprocess
+from pathlib import Path
+
+from meshhealth.lab import plan as P
+from meshhealth.netns import call_in_netns
+
+NETNS_DIR = Path("/run/netns")
+
+
+class CommandError(RuntimeError):
+    """A plumbing command failed: the message names the command and its stderr."""
+
+
+def run(argv: list[str], check: bool = True, timeout_s: float = 30.0) -> str:
+    try:
+        done = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        raise CommandError(f"`{' '.join(argv)}` took more than {timeout_s:g}s") from exc
+    if check and done.returncode != 0:
+        msg = (done.stderr or done.stdout).strip().splitlines()
+        raise CommandError(f"`{' '.join(argv)}` failed: {msg[-1] if msg else done.returncode}")
+    return done.stdout
+
+
+def list_netns() -> list[str]:
+    """Names of the named network namespaces (`ip netns list`)."""
+    try:
+        return sorted(p.name for p in NETNS_DIR.iterdir())
+    except FileNotFoundError:
+        return []
+
+
+def netns_exists(name: str) -> bool:
+    return (NETNS_DIR / name).exists()
+
+
+def add_netns(name: str) -> None:
+    run(["ip", "netns", "add", name])
+    run(["ip", "-n", name, "link", "set", "lo", "up"])
+
+
+def del_netns(name: str) -> None:
+    if netns_exists(name):
+        run(["ip", "netns", "del", name])
+
+
+def sysctl(netns: str, key: str, value: str) -> None:
+    run(["ip", "netns", "exec", netns, "sysctl", "-qw", f"{key}={value}"])
+
+
+def make_fabric(netns: str, etcd_ips: list[str]) -> None:
+    """Bridge `br0` in the fabric namespace, with the etcd addresses on it."""
+    run(["ip", "-n", netns, "link", "add", P.BRIDGE, "type", "bridge"])
+    for ip in etcd_ips:
+        run(["ip", "-n", netns, "addr", "add", f"{ip}/{P.FABRIC_PREFIXLEN}", "dev", P.BRIDGE])
+    run(["ip", "-n", netns, "link", "set", P.BRIDGE, "up"])
+
+
+def attach_node(fabric_ns: str, node: P.NodePlan) -> None:
+    """veth between the node namespace (`eth0`, NodeIP) and the fabric bridge; forwarding
+    on (the agent routes to its own health endpoint and to peers' CIDRs)."""
+    run(
+        [
+            "ip",
+            "-n",
+            fabric_ns,
+            "link",
+            "add",
+            node.veth_fabric,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            P.NODE_IFACE,
+            "netns",
+            node.netns,
+        ]
+    )
+    run(["ip", "-n", fabric_ns, "link", "set", node.veth_fabric, "master", P.BRIDGE, "up"])
+    addr = f"{node.node_ip}/{P.FABRIC_PREFIXLEN}"
+    run(["ip", "-n", node.netns, "addr", "add", addr, "dev", P.NODE_IFACE])
+    run(["ip", "-n", node.netns, "link", "set", P.NODE_IFACE, "up"])
+    sysctl(node.netns, "net.ipv4.ip_forward", "1")
+
+
+def set_link(netns: str, iface: str, up: bool) -> None:
+    run(["ip", "-n", netns, "link", "set", iface, "up" if up else "down"])
+
+
+def netns_pids(netns: str) -> list[int]:
+    if not netns_exists(netns):
+        return []
+    out = run(["ip", "netns", "pids", netns], check=False)
+    return [int(x) for x in out.split() if x.isdigit()]
+
+
+_NSID_NAME = re.compile(r"nsid (\d+) \(iproute2 netns name: ([^)]+)\)")
+
+
+def peer_netns(netns: str) -> set[str]:
+    """Names of the namespaces holding the other end of a veth inside `netns`.
+
+    This is how `lab down` finds the agents' health-endpoint namespaces (whatever the
+    agent named them): the peer of `lxc_health` lives there.
+    """
+    if not netns_exists(netns):
+        return set()
+    links = json.loads(run(["ip", "-n", netns, "-j", "link", "show", "type", "veth"]) or "[]")
+    ids = {int(link["link_netnsid"]) for link in links if "link_netnsid" in link}
+    if not ids:
+        return set()
+    names: set[str] = set()
+    for line in run(["ip", "-n", netns, "netns", "list-id"], check=False).splitlines():
+        m = _NSID_NAME.search(line)
+        if m and int(m.group(1)) in ids:
+            names.add(m.group(2))
+    return names
+
+
+def tcp_answers(netns: str, host: str, port: int, path: str, timeout_s: float) -> bool:
+    """An HTTP GET `path` on host:port from inside `netns` gets a 200."""
+    import http.client
+
+    def get() -> bool:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+        try:
+            conn.request("GET", path)
+            return conn.getresponse().status == 200
+        except OSError:
+            return False
+        finally:
+            conn.close()
+
+    with contextlib.suppress(OSError):
+        return call_in_netns(netns, get)
+    return False

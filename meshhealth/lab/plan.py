@@ -1,0 +1,296 @@
+"""The lab's address and name plan: pure, computed from (prefix, nodes, clusters).
+
+Everything `lab up` creates and `lab down` removes is named here, so both sides agree
+and the plan can be recomputed from the options stored in the state file.
+
+Address plan (cluster k = 1..C, node i = 1..N):
+
+| what                      | value                         | example (k=1, i=1)     |
+|---------------------------|-------------------------------|------------------------|
+| fabric subnet (one bridge)| 10.77.0.0/16                  |                        |
+| NodeIP                    | 10.77.(k-1).i/16              | 10.77.0.1              |
+| node CIDR                 | 10.(78+k-1).i.0/24            | 10.78.1.0/24           |
+| HealthIP                  | 10.(78+k-1).i.2               | 10.78.1.2              |
+| etcd of cluster k         | 10.77.255.k:2379 (fabric ns)  | http://10.77.255.1:2379|
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+DEFAULT_PREFIX: Final = "mh"
+DEFAULT_NODES: Final = 4
+DEFAULT_CLUSTERS: Final = 1
+# Probe interval of the lab's agents: short, so faults show within seconds.
+DEFAULT_INTERVAL_S: Final = 2.0
+# NodeIPs use the 4th octet (1..250) of 10.77.(k-1).0; .251-.254 stay free.
+MAX_NODES: Final = 250
+# CIDRs use the second octet 78..(78+C-1): keep well below 10.255.
+MAX_CLUSTERS: Final = 16
+MAX_PREFIX_LEN: Final = 12
+
+LAB_ROOT: Final = Path("/run/meshhealth/lab")
+FABRIC_SUBNET: Final = "10.77.0.0/16"
+FABRIC_PREFIXLEN: Final = 16
+BRIDGE: Final = "br0"
+NODE_IFACE: Final = "eth0"  # the node's fabric link, inside the node namespace
+ETCD_CLIENT_PORT: Final = 2379
+ETCD_PEER_PORT: Final = 2380
+METRICS_PORT: Final = 9962
+NFT_TABLE: Final = "meshhealth_lab"  # `table inet meshhealth_lab` in each namespace
+
+_PREFIX_RE: Final = re.compile(r"^[a-z][a-z0-9]*$")
+
+
+class PlanError(ValueError):
+    """Options that do not make a lab (bad prefix, too many nodes...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterPlan:
+    name: str  # lab1, lab2, ...
+    index: int  # k, 1-based
+    etcd_ip: str
+    etcd_url: str  # client URL, reachable from every node namespace
+    etcd_peer_url: str
+    etcd_dir: Path  # data dir
+    etcd_log: Path
+    dir: Path  # per-cluster directory: sockets, logs
+
+
+@dataclass(frozen=True, slots=True)
+class NodePlan:
+    cluster: str
+    name: str  # node1, node2, ...
+    index: int  # i, 1-based
+    netns: str
+    node_ip: str
+    cidr: str
+    health_ip: str
+    veth_fabric: str  # the fabric-side end of the node's link (in the fabric ns)
+    socket: Path
+    log: Path
+    metrics_listen: str
+
+    @property
+    def qualified(self) -> str:
+        """`lab1/node2`: the name users type and status prints."""
+        return f"{self.cluster}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class LabPlan:
+    prefix: str
+    nodes_per_cluster: int
+    dir: Path
+    fabric_netns: str
+    clusters: tuple[ClusterPlan, ...]
+    nodes: tuple[NodePlan, ...]
+
+    @property
+    def state_file(self) -> Path:
+        return self.dir / "state.json"
+
+    @property
+    def netns_names(self) -> tuple[str, ...]:
+        """Every namespace the lab creates, in creation order (fabric first)."""
+        return (self.fabric_netns, *(n.netns for n in self.nodes))
+
+    def cluster(self, name: str) -> ClusterPlan:
+        for c in self.clusters:
+            if c.name == name:
+                return c
+        raise PlanError(f"no cluster {name!r} in lab {self.prefix} (have {self._cluster_names()})")
+
+    def node(self, spec: str) -> NodePlan:
+        """Find a node by `node2` (cluster lab1) or `lab2/node2`."""
+        cluster, _, name = spec.rpartition("/")
+        cluster = cluster or self.clusters[0].name
+        for n in self.nodes:
+            if n.cluster == cluster and n.name == name:
+                return n
+        raise PlanError(
+            f"no node {spec!r} in lab {self.prefix} "
+            f"(nodes node1..node{self.nodes_per_cluster} of {self._cluster_names()})"
+        )
+
+    def _cluster_names(self) -> str:
+        return ", ".join(c.name for c in self.clusters)
+
+
+def validate_prefix(prefix: str) -> str:
+    if not _PREFIX_RE.match(prefix) or len(prefix) > MAX_PREFIX_LEN:
+        raise PlanError(
+            f"bad lab prefix {prefix!r}: lowercase letters and digits, starting with a letter, "
+            f"at most {MAX_PREFIX_LEN} characters"
+        )
+    return prefix
+
+
+def lab_dir(prefix: str, root: Path = LAB_ROOT) -> Path:
+    return root / validate_prefix(prefix)
+
+
+def netns_pattern(prefix: str) -> re.Pattern[str]:
+    """Namespace names `lab up` makes for this prefix (never another prefix's)."""
+    p = re.escape(validate_prefix(prefix))
+    return re.compile(rf"^{p}-(fabric|lab[0-9]+-node[0-9]+)$")
+
+
+def node_ip(cluster_index: int, node_index: int) -> str:
+    return f"10.77.{cluster_index - 1}.{node_index}"
+
+
+def node_cidr(cluster_index: int, node_index: int) -> str:
+    return f"10.{78 + cluster_index - 1}.{node_index}.0/24"
+
+
+def health_ip(cluster_index: int, node_index: int) -> str:
+    return f"10.{78 + cluster_index - 1}.{node_index}.2"
+
+
+def etcd_ip(cluster_index: int) -> str:
+    return f"10.77.255.{cluster_index}"
+
+
+def veth_name(cluster_index: int, node_index: int) -> str:
+    """Fabric-side veth end: `vl1n200` fits IFNAMSIZ (15) for every allowed value."""
+    return f"vl{cluster_index}n{node_index}"
+
+
+def make_plan(
+    prefix: str = DEFAULT_PREFIX,
+    nodes: int = DEFAULT_NODES,
+    clusters: int = DEFAULT_CLUSTERS,
+    root: Path = LAB_ROOT,
+) -> LabPlan:
+    validate_prefix(prefix)
+    if not 1 <= nodes <= MAX_NODES:
+        raise PlanError(f"--nodes must be 1..{MAX_NODES}, got {nodes}")
+    if not 1 <= clusters <= MAX_CLUSTERS:
+        raise PlanError(f"--clusters must be 1..{MAX_CLUSTERS}, got {clusters}")
+    base = lab_dir(prefix, root)
+    cluster_plans: list[ClusterPlan] = []
+    node_plans: list[NodePlan] = []
+    for k in range(1, clusters + 1):
+        name = f"lab{k}"
+        cdir = base / name
+        ip = etcd_ip(k)
+        cluster_plans.append(
+            ClusterPlan(
+                name=name,
+                index=k,
+                etcd_ip=ip,
+                etcd_url=f"http://{ip}:{ETCD_CLIENT_PORT}",
+                etcd_peer_url=f"http://{ip}:{ETCD_PEER_PORT}",
+                etcd_dir=cdir / "etcd.data",
+                etcd_log=cdir / "etcd.log",
+                dir=cdir,
+            )
+        )
+        for i in range(1, nodes + 1):
+            nip = node_ip(k, i)
+            node_plans.append(
+                NodePlan(
+                    cluster=name,
+                    name=f"node{i}",
+                    index=i,
+                    netns=f"{prefix}-{name}-node{i}",
+                    node_ip=nip,
+                    cidr=node_cidr(k, i),
+                    health_ip=health_ip(k, i),
+                    veth_fabric=veth_name(k, i),
+                    socket=cdir / f"node{i}.sock",
+                    log=cdir / f"node{i}.log",
+                    metrics_listen=f"{nip}:{METRICS_PORT}",
+                )
+            )
+    return LabPlan(
+        prefix=prefix,
+        nodes_per_cluster=nodes,
+        dir=base,
+        fabric_netns=f"{prefix}-fabric",
+        clusters=tuple(cluster_plans),
+        nodes=tuple(node_plans),
+    )
+
+
+def agent_argv(
+    plan: LabPlan,
+    node: NodePlan,
+    python: str,
+    interval_s: float | None = DEFAULT_INTERVAL_S,
+) -> list[str]:
+    """The agent's command line (run inside the node's namespace by the caller).
+
+    Other clusters of the lab are meshed in with one `--mesh NAME=URL` each.
+    """
+    cluster = plan.cluster(node.cluster)
+    argv = [
+        python,
+        "-m",
+        "meshhealth",
+        "agent",
+        "--etcd",
+        cluster.etcd_url,
+        "--cluster",
+        node.cluster,
+        "--node",
+        node.name,
+        "--node-ip",
+        node.node_ip,
+        "--health-ip",
+        node.health_ip,
+        "--cidr",
+        node.cidr,
+        "--socket",
+        str(node.socket),
+        "--health-mode",
+        "netns",
+        "--route-cidrs",
+        "--metrics-listen",
+        node.metrics_listen,
+    ]
+    if interval_s is not None:
+        argv += ["--interval", f"{interval_s:g}"]
+    for other in plan.clusters:
+        if other.name != cluster.name:
+            argv += ["--mesh", f"{other.name}={other.etcd_url}"]
+    return argv
+
+
+def etcd_argv(cluster: ClusterPlan, etcd_bin: str = "etcd") -> list[str]:
+    """A one-member etcd for one cluster, listening on its fabric address only."""
+    return [
+        etcd_bin,
+        "--name",
+        cluster.name,
+        "--data-dir",
+        str(cluster.etcd_dir),
+        "--listen-client-urls",
+        cluster.etcd_url,
+        "--advertise-client-urls",
+        cluster.etcd_url,
+        "--listen-peer-urls",
+        cluster.etcd_peer_url,
+        "--initial-advertise-peer-urls",
+        cluster.etcd_peer_url,
+        "--initial-cluster",
+        f"{cluster.name}={cluster.etcd_peer_url}",
+        "--initial-cluster-state",
+        "new",
+        "--initial-cluster-token",
+        f"meshhealth-{cluster.name}",
+        # Small lab: keep memory and disk use down.
+        "--quota-backend-bytes",
+        str(256 * 1024 * 1024),
+        "--auto-compaction-retention",
+        "5m",
+        "--logger",
+        "zap",
+        "--log-level",
+        "warn",
+    ]

@@ -1,0 +1,218 @@
+"""Dataclasses of the domain. No I/O here.
+
+etcd entries (see docs/kvstore.md): Node, IPEntry, ClusterConfig, HealthReport.
+Probing: Target (a node to probe), PathKey (one path to it), ProbeResult, RoundReport.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+# Reserved identities, Cilium's numbers.
+IDENTITY_HOST = 1
+IDENTITY_WORLD = 2
+IDENTITY_HEALTH = 4
+IDENTITY_REMOTE_NODE = 6
+
+LABEL_HEALTH = "reserved:health"
+LABEL_REMOTE_NODE = "reserved:remote-node"
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """`meshhealth/state/nodes/v1/<cluster>/<node>`: one registered node."""
+
+    name: str
+    cluster: str
+    node_ip: str
+    health_ip: str | None
+    cidrs: tuple[str, ...]
+    health_port: int
+    version: str
+    started_at: float  # unix seconds
+
+
+@dataclass(frozen=True, slots=True)
+class IPEntry:
+    """`meshhealth/state/ip/v1/<cluster>/<ip>`: one ip -> identity entry.
+
+    The cluster is in the key, not in the value.
+    """
+
+    ip: str
+    host_ip: str  # the NodeIP of the node that owns this address
+    node: str
+    identity: int
+    labels: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """`meshhealth/cluster-config/<cluster>`."""
+
+    name: str
+    id: int
+    capabilities: tuple[str, ...] = ()
+
+
+class TargetType(enum.StrEnum):
+    NODE = "node"  # the NodeIP: "Host connectivity"
+    ENDPOINT = "endpoint"  # the HealthIP: "Endpoint connectivity"
+
+
+class Protocol(enum.StrEnum):
+    ICMP = "icmp"  # "ICMP to stack"
+    HTTP = "http"  # "HTTP to agent"
+
+
+class ProbeStatus(enum.StrEnum):
+    OK = "ok"
+    TIMEOUT = "timeout"
+    REFUSED = "refused"
+    RESET = "reset"
+    UNREACHABLE = "unreachable"  # ICMP destination unreachable / no route
+    HTTP_ERROR = "http_error"  # a response that is not 200
+    INVALID = "invalid"  # not HTTP, or not the reply we asked for
+    ERROR = "error"  # anything else (local error: permission, no socket, ...)
+    UNKNOWN = "unknown"  # not probed yet
+
+
+# The words cilium-health users read.
+STATUS_TEXT: dict[ProbeStatus, str] = {
+    ProbeStatus.OK: "OK",
+    ProbeStatus.TIMEOUT: "Connection timed out",
+    ProbeStatus.REFUSED: "Connection refused",
+    ProbeStatus.RESET: "Connection reset",
+    ProbeStatus.UNREACHABLE: "No route to host",
+    ProbeStatus.HTTP_ERROR: "HTTP error",
+    ProbeStatus.INVALID: "Invalid response",
+    ProbeStatus.ERROR: "Error",
+    ProbeStatus.UNKNOWN: "Not probed yet",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """The outcome of one probe (ICMP: `sent` echo requests; HTTP: one request)."""
+
+    status: ProbeStatus
+    started_at: float  # unix seconds
+    rtts_s: tuple[float, ...] = ()  # one per reply received
+    sent: int = 1
+    received: int = 0
+    detail: str = ""  # e.g. "HTTP 503", errno text; empty when status says it all
+
+    @property
+    def ok(self) -> bool:
+        return self.status is ProbeStatus.OK
+
+    @property
+    def rtt_s(self) -> float | None:
+        """The RTT users see: the mean of the replies, None when none came back."""
+        if not self.rtts_s:
+            return None
+        return sum(self.rtts_s) / len(self.rtts_s)
+
+    @property
+    def loss(self) -> float:
+        """Fraction of requests without a valid reply, 0.0 .. 1.0."""
+        if self.sent <= 0:
+            return 1.0
+        return 1.0 - min(self.received, self.sent) / self.sent
+
+    @property
+    def text(self) -> str:
+        """`OK` or the failure as cilium-health prints it (`HTTP 503` for HTTP errors)."""
+        if self.status is ProbeStatus.HTTP_ERROR and self.detail:
+            return self.detail
+        return STATUS_TEXT[self.status]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Target:
+    """A node to probe: its NodeIP and, when it has one, its health endpoint's HealthIP."""
+
+    cluster: str
+    node: str
+    node_ip: str
+    health_ip: str | None = None
+
+    def address(self, target_type: TargetType) -> str | None:
+        return self.node_ip if target_type is TargetType.NODE else self.health_ip
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PathKey:
+    """One probed path: a target node, which of its addresses, which protocol."""
+
+    cluster: str
+    node: str
+    target_type: TargetType
+    protocol: Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class PathReport:
+    path: PathKey
+    ip: str
+    result: ProbeResult
+
+
+@dataclass(frozen=True, slots=True)
+class RoundReport:
+    """Everything one round found. `paths` has one entry per probed path."""
+
+    started_at: float  # unix seconds
+    duration_s: float
+    targets: tuple[Target, ...]
+    paths: tuple[PathReport, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class PathHealth:
+    """One path's published health (inside a HealthReport)."""
+
+    status: ProbeStatus
+    rtt_s: float | None
+    loss: float  # over the stats window, 0.0 .. 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class TargetHealth:
+    cluster: str
+    node: str
+    # keys: "node/icmp", "node/http", "endpoint/icmp", "endpoint/http"
+    paths: dict[str, PathHealth]
+
+
+@dataclass(frozen=True, slots=True)
+class HealthReport:
+    """`meshhealth/state/health/v1/<cluster>/<node>`: what one node sees."""
+
+    node: str
+    cluster: str
+    probe_time: float  # unix seconds of the round these results come from
+    interval_s: float
+    targets: tuple[TargetHealth, ...]
+
+
+def path_name(target_type: TargetType, protocol: Protocol) -> str:
+    """`node/icmp` etc.: the key of a path inside a HealthReport."""
+    return f"{target_type.value}/{protocol.value}"
+
+
+@dataclass(frozen=True, slots=True)
+class PathSummary:
+    """One path over the stats window (meshhealth.probe.stats.PathStats.summary())."""
+
+    samples: int  # results in the window
+    last: ProbeResult | None  # the newest result, None before the first probe
+    loss: float  # fraction of failed probes over the window, 0.0 .. 1.0
+    rtt_last_s: float | None
+    rtt_p50_s: float | None
+    rtt_p95_s: float | None
+    rtt_max_s: float | None
+    last_probed: float | None  # unix seconds
+    last_success: float | None  # unix seconds
+    consecutive_failures: int

@@ -1,0 +1,170 @@
+"""ICMP / ICMPv6 echo codec for raw sockets. Pure: bytes in, values out, no I/O.
+
+What a Linux raw socket hands us:
+- IPv4 (AF_INET, IPPROTO_ICMP): the whole IP datagram; the IP header is stripped here
+  by its IHL. We send only the ICMP message and fill in its checksum ourselves.
+- IPv6 (AF_INET6, IPPROTO_ICMPV6): just the ICMPv6 message. The kernel computes (on
+  send) and verifies (on receive) the ICMPv6 checksum, so we leave it 0.
+
+Written here rather than taken from icmplib: icmplib's packet helpers are private methods
+of its blocking socket classes, assume a 20-byte IPv4 header, drop the payload (so no
+cookie check) and do not expose the quoted destination of ICMP errors.
+"""
+
+from __future__ import annotations
+
+import socket  # inet_ntop only: the same text form recvfrom() gives source addresses
+import struct
+from dataclasses import dataclass
+
+ICMP_ECHO_REPLY = 0
+ICMP_DEST_UNREACH = 3
+ICMP_ECHO_REQUEST = 8
+ICMPV6_DEST_UNREACH = 1
+ICMPV6_ECHO_REQUEST = 128
+ICMPV6_ECHO_REPLY = 129
+
+IPPROTO_ICMP = 1
+IPPROTO_ICMPV6 = 58
+IPV6_HEADER_LEN = 40
+ECHO_HEADER_LEN = 8  # type, code, checksum, identifier, sequence
+
+_ECHO_HEADER = struct.Struct("!BBHHH")
+
+# Codes of "destination unreachable", as users read them.
+_UNREACH_TEXT_V4 = {
+    0: "network unreachable",
+    1: "host unreachable",
+    2: "protocol unreachable",
+    3: "port unreachable",
+    4: "fragmentation needed",
+    9: "network administratively prohibited",
+    10: "host administratively prohibited",
+    13: "communication administratively prohibited",
+}
+_UNREACH_TEXT_V6 = {
+    0: "no route to destination",
+    1: "communication administratively prohibited",
+    3: "address unreachable",
+    4: "port unreachable",
+    5: "source address failed policy",
+    6: "reject route to destination",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Echo:
+    """An echo request or reply."""
+
+    type: int
+    code: int
+    identifier: int
+    sequence: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class EchoError:
+    """A destination-unreachable error quoting one of our echo requests.
+
+    `quoted_payload` may be a prefix of what we sent (routers may quote only 8 bytes of
+    the ICMP message, i.e. none of the payload).
+    """
+
+    type: int
+    code: int
+    destination: str  # the destination of the quoted (our) request
+    identifier: int
+    sequence: int
+    quoted_payload: bytes
+
+    @property
+    def text(self) -> str:
+        table = _UNREACH_TEXT_V6 if ":" in self.destination else _UNREACH_TEXT_V4
+        return table.get(self.code, f"destination unreachable (code {self.code})")
+
+
+_WORDS: dict[int, struct.Struct] = {}
+_CACHED_MAX_LEN = 256
+
+
+def checksum(data: bytes) -> int:
+    """The Internet checksum (RFC 1071) of `data`."""
+    if len(data) % 2:
+        data += b"\x00"
+    words = _WORDS.get(len(data))
+    if words is None:
+        words = struct.Struct(f"!{len(data) // 2}H")
+        if len(data) <= _CACHED_MAX_LEN:  # echo-sized packets: keep the compiled Struct
+            _WORDS[len(data)] = words
+    total: int = sum(words.unpack(data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def build_echo_request(*, ipv6: bool, identifier: int, sequence: int, payload: bytes) -> bytes:
+    """An ICMP (type 8) or ICMPv6 (type 128) echo request ready for a raw socket."""
+    if ipv6:
+        return _ECHO_HEADER.pack(ICMPV6_ECHO_REQUEST, 0, 0, identifier, sequence) + payload
+    message = _ECHO_HEADER.pack(ICMP_ECHO_REQUEST, 0, 0, identifier, sequence) + payload
+    csum = checksum(message)
+    return message[:2] + csum.to_bytes(2, "big") + message[4:]
+
+
+def parse_datagram(data: bytes, *, ipv6: bool) -> Echo | EchoError | None:
+    """What a raw socket received: an echo message, an error quoting an echo request, or
+    None for anything else (other ICMP types, truncated or corrupt packets)."""
+    if ipv6:
+        return _parse_icmp(data, ipv6=True)
+    message = _strip_ipv4_header(data, IPPROTO_ICMP)
+    if message is None or checksum(message) != 0:
+        return None
+    return _parse_icmp(message, ipv6=False)
+
+
+def _strip_ipv4_header(data: bytes, protocol: int) -> bytes | None:
+    if len(data) < 20 or data[0] >> 4 != 4:
+        return None
+    header_len = (data[0] & 0x0F) * 4
+    if header_len < 20 or len(data) < header_len or data[9] != protocol:
+        return None
+    return data[header_len:]
+
+
+def _parse_icmp(message: bytes, *, ipv6: bool) -> Echo | EchoError | None:
+    if len(message) < ECHO_HEADER_LEN:
+        return None
+    icmp_type, code, _csum, identifier, sequence = _ECHO_HEADER.unpack_from(message)
+    echo_types = (
+        (ICMPV6_ECHO_REQUEST, ICMPV6_ECHO_REPLY) if ipv6 else (ICMP_ECHO_REQUEST, ICMP_ECHO_REPLY)
+    )
+    if icmp_type in echo_types:
+        return Echo(icmp_type, code, identifier, sequence, message[ECHO_HEADER_LEN:])
+    if icmp_type == (ICMPV6_DEST_UNREACH if ipv6 else ICMP_DEST_UNREACH):
+        return _parse_quoted_request(icmp_type, code, message[ECHO_HEADER_LEN:], ipv6=ipv6)
+    return None
+
+
+def _parse_quoted_request(
+    icmp_type: int, code: int, quoted: bytes, *, ipv6: bool
+) -> EchoError | None:
+    """The error's body quotes the invoking packet: IP header + start of our request."""
+    if ipv6:
+        if len(quoted) < IPV6_HEADER_LEN or quoted[0] >> 4 != 6 or quoted[6] != IPPROTO_ICMPV6:
+            return None
+        destination = socket.inet_ntop(socket.AF_INET6, quoted[24:40])
+        inner: bytes | None = quoted[IPV6_HEADER_LEN:]
+        request_type = ICMPV6_ECHO_REQUEST
+    else:
+        inner = _strip_ipv4_header(quoted, IPPROTO_ICMP)
+        if inner is None:
+            return None
+        destination = socket.inet_ntop(socket.AF_INET, quoted[16:20])
+        request_type = ICMP_ECHO_REQUEST
+    if inner is None or len(inner) < ECHO_HEADER_LEN:
+        return None
+    inner_type, inner_code, _csum, identifier, sequence = _ECHO_HEADER.unpack_from(inner)
+    if inner_type != request_type or inner_code != 0:
+        return None
+    return EchoError(icmp_type, code, destination, identifier, sequence, inner[ECHO_HEADER_LEN:])

@@ -1,0 +1,70 @@
+"""Opening the pinger's raw ICMP sockets: privileges, buffers, kernel-side type filter."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+from meshhealth.netns import socket_in_netns
+from meshhealth.probe.icmp_packet import (
+    ICMP_DEST_UNREACH,
+    ICMP_ECHO_REPLY,
+    ICMPV6_DEST_UNREACH,
+    ICMPV6_ECHO_REPLY,
+)
+
+PERMISSION_MESSAGE = "ICMP probes need root or CAP_NET_RAW (raw socket: Operation not permitted)"
+SOCKET_BUFFER_BYTES = 8 * 1024 * 1024  # bursts of replies from thousands of probes
+
+SOL_RAW = 255
+ICMP_FILTER = 1  # linux/icmp.h: a set bit blocks that ICMP type
+ICMP6_FILTER = 1  # linux/icmpv6.h: a set bit blocks that ICMPv6 type
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
+
+
+class PingerPermissionError(PermissionError):
+    """No raw socket: the process lacks root / CAP_NET_RAW."""
+
+
+def open_raw_socket(*, ipv6: bool, netns: str | None, kernel_filter: bool) -> socket.socket:
+    """A non-blocking raw ICMP (or ICMPv6) socket in `netns` (None: ours).
+
+    With `kernel_filter` the kernel drops every ICMP type but echo reply and
+    destination unreachable before they reach us (our own requests on loopback, other
+    tools' traffic). Raises PingerPermissionError without root / CAP_NET_RAW.
+    """
+    family = socket.AF_INET6 if ipv6 else socket.AF_INET
+    proto = socket.IPPROTO_ICMPV6 if ipv6 else socket.IPPROTO_ICMP
+    try:
+        sock = socket_in_netns(netns, family, socket.SOCK_RAW, proto)
+    except PermissionError as exc:
+        raise PingerPermissionError(PERMISSION_MESSAGE) from exc
+    try:
+        sock.setblocking(False)
+        _set_buffer(sock, socket.SO_RCVBUF, SO_RCVBUFFORCE)
+        _set_buffer(sock, socket.SO_SNDBUF, SO_SNDBUFFORCE)
+        if kernel_filter:
+            _install_filter(sock, ipv6=ipv6)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _set_buffer(sock: socket.socket, option: int, force_option: int) -> None:
+    try:  # root may go beyond net.core.[rw]mem_max
+        sock.setsockopt(socket.SOL_SOCKET, force_option, SOCKET_BUFFER_BYTES)
+    except PermissionError:
+        sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER_BYTES)
+
+
+def _install_filter(sock: socket.socket, *, ipv6: bool) -> None:
+    if ipv6:
+        blocked = [0xFFFFFFFF] * 8  # 256 types, one bit each; set = blocked
+        for icmp_type in (ICMPV6_ECHO_REPLY, ICMPV6_DEST_UNREACH):
+            blocked[icmp_type >> 5] &= ~(1 << (icmp_type & 31))
+        sock.setsockopt(socket.IPPROTO_ICMPV6, ICMP6_FILTER, struct.pack("=8I", *blocked))
+    else:
+        allowed = (1 << ICMP_ECHO_REPLY) | (1 << ICMP_DEST_UNREACH)
+        sock.setsockopt(SOL_RAW, ICMP_FILTER, struct.pack("=I", ~allowed & 0xFFFFFFFF))

@@ -1,0 +1,325 @@
+"""One probe round: every path of every target, concurrently, each under its own deadline.
+
+A round probes each (target, address, protocol) path once:
+
+- **Spread**: the paths are shuffled and their starts spread with jitter over
+  ``[0, spread_s)`` (stratified: path *i* of *n* starts at
+  ``spread_s * (i + U[0,1)) / n``), so a round is not one burst of packets and no path
+  is always first.
+- **Bounded concurrency**: at most ``max_in_flight`` probes run at once. A dispatcher
+  walks the plan in start order, waits for each start time and for a free slot, and
+  starts everything that may start now as one batch (up to DISPATCH_BATCH probes); so at
+  most ``max_in_flight`` probe tasks exist at any time, whatever the size of the round.
+- **Deadlines**: each probe function enforces its own timeout (ICMP: ``(count - 1) *
+  interval_s + timeout_s``; HTTP: ``timeout_s``). As a safety net each batch runs under
+  ``move_on_after(largest budget in the batch + DEADLINE_MARGIN_S)`` (one cancel scope
+  per batch rather than per probe: they cost ~6 us each); a probe that overruns it is
+  recorded as TIMEOUT ("probe overran its deadline").
+- **Late starts**: when the process is busy (starting thousands of probes costs CPU
+  time) a probe may start after its planned time; its timeout then shrinks by that
+  lateness (`late_timeout_s`, never below MIN_TIMEOUT_FRACTION of it), so deadlines stay
+  anchored to the plan rather than to when the loop got round to the probe. Time spent
+  queueing for a free slot (the in-flight bound) is not lateness.
+- **Wall time**: with ``max_in_flight`` >= the number of paths, a round ends within
+  ``spread_s + max budget + DEADLINE_MARGIN_S`` however many targets are dead. With fewer
+  slots than paths, probes queue for slots and the bound becomes
+  ``spread_s + ceil(paths / max_in_flight) * (max budget + DEADLINE_MARGIN_S)``
+  (`round_bound_s`), the price of bounding sockets and memory.
+- **Cancellation**: cancelling the caller's scope cancels the dispatcher and every
+  probe; `run_round` raises Cancelled as usual and leaves no task behind.
+
+The plan (`enumerate_paths`, `plan_round`, `round_bound_s`) is pure; `run_planned` runs
+a plan with any probe function; `run_round` wires it to the ICMP pinger and HTTP prober.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+import trio
+
+from meshhealth import defaults, model
+from meshhealth.probe.http import http_probe
+
+# Extra time a probe gets past its own budget before the round gives up on it. Probe
+# functions keep their own deadlines; this only stops a bug from hanging a round.
+DEADLINE_MARGIN_S: Final = 0.2
+
+# Probes the dispatcher starts together (one task, one safety-net deadline per batch).
+DISPATCH_BATCH: Final = 64
+
+# A probe that starts late still gets at least this fraction of its timeout.
+MIN_TIMEOUT_FRACTION: Final = 0.5
+
+ALL_PROTOCOLS: Final = frozenset(model.Protocol)
+# Order of paths within a target in reports: node then endpoint, ICMP then HTTP.
+_TARGET_TYPES: Final = (model.TargetType.NODE, model.TargetType.ENDPOINT)
+_PROTOCOLS: Final = (model.Protocol.ICMP, model.Protocol.HTTP)
+
+ICMP_DISABLED: Final = "ICMP disabled"
+OVERRAN: Final = "probe overran its deadline"
+
+
+class SupportsPing(Protocol):
+    """What the scheduler needs from meshhealth.probe.icmp.Pinger."""
+
+    async def ping(
+        self, ip: str, *, count: int, interval_s: float, timeout_s: float
+    ) -> model.ProbeResult: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedProbe:
+    """One path of a round: what to probe, when to start, how long it may take."""
+
+    path: model.PathKey
+    ip: str
+    offset_s: float  # start, in seconds after the round started
+    budget_s: float  # the probe's own deadline (its timeout contract)
+
+
+# Called with the planned probe and how late it starts (s, >= 0) against the plan.
+ProbeFn = Callable[[PlannedProbe, float], Awaitable[model.ProbeResult]]
+
+
+def enumerate_paths(
+    targets: Sequence[model.Target], protocols: frozenset[model.Protocol] = ALL_PROTOCOLS
+) -> list[tuple[model.PathKey, str]]:
+    """Every (path, ip) to probe, in report order; a missing HealthIP has no paths.
+
+    A path that appears twice (the same target listed twice) is probed once.
+    """
+    seen: set[model.PathKey] = set()
+    paths: list[tuple[model.PathKey, str]] = []
+    for target in targets:
+        for target_type in _TARGET_TYPES:
+            ip = target.address(target_type)
+            if not ip:
+                continue
+            for protocol in _PROTOCOLS:
+                if protocol not in protocols:
+                    continue
+                key = model.PathKey(target.cluster, target.node, target_type, protocol)
+                if key not in seen:
+                    seen.add(key)
+                    paths.append((key, ip))
+    return paths
+
+
+def icmp_budget_s(count: int, interval_s: float, timeout_s: float) -> float:
+    """How long an ICMP probe of `count` requests may take: last send + timeout."""
+    return max(count - 1, 0) * interval_s + timeout_s
+
+
+def spread_offsets(n: int, spread_s: float, rng: random.Random) -> list[float]:
+    """`n` increasing start offsets in [0, spread_s): one per equal slice, jittered."""
+    if n <= 0:
+        return []
+    if spread_s <= 0:
+        return [0.0] * n
+    slice_s = spread_s / n
+    # min(): float rounding must not push the last offset onto spread_s itself.
+    return [min((i + rng.random()) * slice_s, math.nextafter(spread_s, 0.0)) for i in range(n)]
+
+
+def plan_round(
+    paths: Sequence[tuple[model.PathKey, str]],
+    *,
+    spread_s: float,
+    rng: random.Random,
+    icmp_budget_s: float,
+    http_budget_s: float,
+) -> list[PlannedProbe]:
+    """Shuffle the paths and give each a start offset; the plan is sorted by offset."""
+    order = list(paths)
+    rng.shuffle(order)
+    offsets = spread_offsets(len(order), spread_s, rng)
+    return [
+        PlannedProbe(
+            path=key,
+            ip=ip,
+            offset_s=offset,
+            budget_s=icmp_budget_s if key.protocol is model.Protocol.ICMP else http_budget_s,
+        )
+        for (key, ip), offset in zip(order, offsets, strict=True)
+    ]
+
+
+def round_bound_s(
+    n_paths: int, *, spread_s: float, max_budget_s: float, max_in_flight: int
+) -> float:
+    """Upper bound of a round's wall time (scheduling overhead aside)."""
+    if n_paths <= 0:
+        return 0.0
+    waves = math.ceil(n_paths / max(max_in_flight, 1))
+    return max(spread_s, 0.0) + waves * (max_budget_s + DEADLINE_MARGIN_S)
+
+
+def late_timeout_s(timeout_s: float, late_s: float) -> float:
+    """The timeout of a probe that starts `late_s` after its planned start.
+
+    Its deadline stays where the plan put it, but it always gets at least
+    MIN_TIMEOUT_FRACTION of the timeout (past that, the round runs long instead).
+    """
+    return max(timeout_s - max(late_s, 0.0), timeout_s * MIN_TIMEOUT_FRACTION)
+
+
+def overran_result(planned: PlannedProbe, started_at: float, icmp_count: int) -> model.ProbeResult:
+    sent = icmp_count if planned.path.protocol is model.Protocol.ICMP else 1
+    return model.ProbeResult(
+        status=model.ProbeStatus.TIMEOUT, started_at=started_at, sent=sent, detail=OVERRAN
+    )
+
+
+async def run_planned(
+    plan: Sequence[PlannedProbe],
+    probe: ProbeFn,
+    *,
+    max_in_flight: int = defaults.MAX_PROBES_IN_FLIGHT,
+    on_result: Callable[[model.PathReport], None] | None = None,
+    icmp_count: int = defaults.ICMP_COUNT,
+) -> tuple[model.PathReport, ...]:
+    """Run `probe` for every planned path (see the module docstring); reports in plan order.
+
+    `plan` must be sorted by offset (as `plan_round` returns it).
+    """
+    if max_in_flight < 1:
+        raise ValueError(f"max_in_flight must be >= 1, not {max_in_flight}")
+    reports: list[model.PathReport | None] = [None] * len(plan)
+    slots = trio.Semaphore(max_in_flight)
+    round_start = trio.current_time()
+
+    def finish(index: int, result: model.ProbeResult) -> None:
+        planned = plan[index]
+        report = model.PathReport(planned.path, planned.ip, result)
+        reports[index] = report
+        if on_result is not None:
+            on_result(report)
+
+    async def run_one(index: int, not_before: float) -> None:
+        try:
+            planned = plan[index]
+            # Late against its planned start, or against the moment a slot became free
+            # when it had to queue for one: waiting for a slot is the in-flight bound
+            # doing its job, not lateness.
+            due = max(round_start + planned.offset_s, not_before)
+            finish(index, await probe(planned, max(trio.current_time() - due, 0.0)))
+        finally:
+            slots.release()
+
+    async def run_batch(batch: list[int], not_before: float) -> None:
+        # Probes started together share one safety-net deadline (a cancel scope per
+        # probe would cost ~6 us each, an eighth of a probe's CPU). Each still gets at
+        # least its own budget + DEADLINE_MARGIN_S from its start.
+        started_at = time.time()
+        budget_s = max(plan[index].budget_s for index in batch)
+        with trio.move_on_after(budget_s + DEADLINE_MARGIN_S):
+            async with trio.open_nursery() as batch_nursery:
+                for index in batch:
+                    batch_nursery.start_soon(run_one, index, not_before)
+        for index in batch:
+            if reports[index] is None:
+                finish(index, overran_result(plan[index], started_at, icmp_count))
+
+    async with trio.open_nursery() as nursery:
+        next_index = 0
+        while next_index < len(plan):
+            start_at = round_start + plan[next_index].offset_s
+            if start_at > trio.current_time():
+                await trio.sleep_until(start_at)
+            queued = slots.value == 0
+            await slots.acquire()  # the dispatcher's checkpoint: cancellable, fair
+            not_before = trio.current_time() if queued else -math.inf
+            startable = [next_index]
+            next_index += 1
+            # Everything else that may start now is started now, in one go: probes
+            # started one scheduler turn apart would start late whenever earlier probes
+            # keep the loop busy (and end late, stretching the round).
+            now = trio.current_time()
+            while next_index < len(plan) and round_start + plan[next_index].offset_s <= now:
+                try:
+                    slots.acquire_nowait()
+                except trio.WouldBlock:
+                    break
+                startable.append(next_index)
+                next_index += 1
+            for first in range(0, len(startable), DISPATCH_BATCH):
+                nursery.start_soon(run_batch, startable[first : first + DISPATCH_BATCH], not_before)
+
+    done = [r for r in reports if r is not None]
+    assert len(done) == len(plan), "every planned probe reports"
+    return tuple(done)
+
+
+def _error_result(detail: str, sent: int = 0) -> model.ProbeResult:
+    return model.ProbeResult(
+        status=model.ProbeStatus.ERROR, started_at=time.time(), sent=sent, detail=detail
+    )
+
+
+async def run_round(
+    targets: Sequence[model.Target],
+    *,
+    pinger: SupportsPing | None,
+    http_port: int = defaults.HTTP_PORT,
+    timeout_s: float = defaults.PROBE_TIMEOUT_S,
+    spread_s: float = 0.0,
+    max_in_flight: int = defaults.MAX_PROBES_IN_FLIGHT,
+    icmp_count: int = defaults.ICMP_COUNT,
+    icmp_interval_s: float = defaults.ICMP_INTERVAL_S,
+    protocols: frozenset[model.Protocol] = ALL_PROTOCOLS,
+    rng: random.Random | None = None,
+    on_result: Callable[[model.PathReport], None] | None = None,
+) -> model.RoundReport:
+    """Probe every path of `targets` once (see the module docstring).
+
+    With `pinger=None`, ICMP paths are reported as ERROR "ICMP disabled" (leave ICMP out
+    of `protocols` to skip them instead). `on_result` is called as each path finishes.
+    The report lists paths in target order (node, endpoint; ICMP, HTTP).
+    """
+    started_at = time.time()
+    t0 = trio.current_time()
+    paths = enumerate_paths(targets, protocols)
+    plan = plan_round(
+        paths,
+        spread_s=spread_s,
+        rng=rng if rng is not None else random.Random(),
+        icmp_budget_s=icmp_budget_s(icmp_count, icmp_interval_s, timeout_s),
+        http_budget_s=timeout_s,
+    )
+
+    async def probe(planned: PlannedProbe, late_s: float) -> model.ProbeResult:
+        # A probe that starts late (a busy loop) has that much less time: the deadline
+        # counts from its planned start, so the round still ends on time.
+        probe_timeout_s = late_timeout_s(timeout_s, late_s)
+        try:
+            if planned.path.protocol is model.Protocol.HTTP:
+                return await http_probe(planned.ip, http_port, timeout_s=probe_timeout_s)
+            if pinger is None:
+                return _error_result(ICMP_DISABLED)
+            return await pinger.ping(
+                planned.ip,
+                count=icmp_count,
+                interval_s=icmp_interval_s,
+                timeout_s=probe_timeout_s,
+            )
+        except (OSError, ValueError) as exc:
+            # A local failure (no buffer space, a target that is not an IP) fails this
+            # path only, never the round.
+            return _error_result(str(exc) or type(exc).__name__)
+
+    done = await run_planned(
+        plan, probe, max_in_flight=max_in_flight, on_result=on_result, icmp_count=icmp_count
+    )
+    order = {key: i for i, (key, _) in enumerate(paths)}
+    return model.RoundReport(
+        started_at=started_at,
+        duration_s=trio.current_time() - t0,
+        targets=tuple(targets),
+        paths=tuple(sorted(done, key=lambda r: order[r.path])),
+    )

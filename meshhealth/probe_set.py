@@ -1,0 +1,96 @@
+"""The probe set: which nodes to probe, built from ip -> identity entries. Pure.
+
+Entries are grouped by (cluster, host_ip): a host is one Target whose node_ip is the
+host_ip and whose health_ip is the host's entry with identity health (4), if any.
+Entries with identity remote-node (6) or health (4) count; others are ignored.
+Targets are keyed by (cluster, node name). When two hosts claim one node name (a
+misconfiguration) the lowest host_ip wins, so the result never depends on order.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from meshhealth.model import IDENTITY_HEALTH, IDENTITY_REMOTE_NODE, IPEntry, Target
+
+TargetKey = tuple[str, str]  # (cluster, node)
+
+
+def _ip_order(ip: str) -> tuple[int, int]:
+    address = ipaddress.ip_address(ip)
+    return (address.version, int(address))
+
+
+@dataclass(slots=True)
+class _Host:
+    node_from_remote: str | None = None
+    node_from_health: str | None = None
+    health_ips: list[str] = field(default_factory=list)
+
+
+def build_probe_set(entries: Iterable[tuple[str, IPEntry]]) -> dict[TargetKey, Target]:
+    """Targets from (cluster, entry) pairs; see the module docstring for the rules."""
+    hosts: dict[tuple[str, str], _Host] = {}
+    for cluster, entry in entries:
+        if entry.identity not in (IDENTITY_REMOTE_NODE, IDENTITY_HEALTH):
+            continue
+        host = hosts.setdefault((cluster, entry.host_ip), _Host())
+        if entry.identity == IDENTITY_REMOTE_NODE:
+            # The NodeIP entry itself (ip == host_ip) names the node; other remote-node
+            # addresses of the host only confirm it.
+            if host.node_from_remote is None or entry.ip == entry.host_ip:
+                host.node_from_remote = entry.node
+        else:
+            host.node_from_health = host.node_from_health or entry.node
+            host.health_ips.append(entry.ip)
+    targets: dict[TargetKey, Target] = {}
+    for (cluster, host_ip), host in sorted(
+        hosts.items(), key=lambda i: (i[0][0], _ip_order(i[0][1]))
+    ):
+        node = host.node_from_remote or host.node_from_health
+        assert node is not None
+        health_ip = min(host.health_ips, key=_ip_order) if host.health_ips else None
+        key = (cluster, node)
+        if key in targets:
+            continue  # a lower host_ip already claimed this name
+        targets[key] = Target(cluster=cluster, node=node, node_ip=host_ip, health_ip=health_ip)
+    return targets
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSetDiff:
+    """What changed between two probe sets (each part sorted)."""
+
+    added: tuple[Target, ...] = ()
+    removed: tuple[Target, ...] = ()
+    changed: tuple[tuple[Target, Target], ...] = ()  # (old, new), same (cluster, node)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.removed or self.changed)
+
+
+def diff_probe_sets(
+    old: Mapping[TargetKey, Target], new: Mapping[TargetKey, Target]
+) -> ProbeSetDiff:
+    """The diff that turns `old` into `new`."""
+    added = tuple(sorted(new[k] for k in new.keys() - old.keys()))
+    removed = tuple(sorted(old[k] for k in old.keys() - new.keys()))
+    changed = tuple(sorted((old[k], new[k]) for k in old.keys() & new.keys() if old[k] != new[k]))
+    return ProbeSetDiff(added, removed, changed)
+
+
+def apply_diff(
+    probe_set: Mapping[TargetKey, Target], diff: ProbeSetDiff
+) -> dict[TargetKey, Target]:
+    """`probe_set` with `diff` applied (what a subscriber of diffs keeps)."""
+    result = dict(probe_set)
+    for target in diff.removed:
+        result.pop((target.cluster, target.node), None)
+    for target in diff.added:
+        result[(target.cluster, target.node)] = target
+    for _, new in diff.changed:
+        result[(new.cluster, new.node)] = new
+    return result

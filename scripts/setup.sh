@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs what meshhealth needs on a Debian machine, idempotently:
+#   - Debian packages (etcd, iproute2, nftables, fping, tmux) through apt-get when missing
+#   - uv, then the virtualenv .venv from pyproject.toml + uv.lock (locked, reproducible)
+# Sourced by scripts/test.sh and scripts/quickstart.sh; safe to run by itself.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export DEBIAN_FRONTEND=noninteractive
+
+# binary -> Debian package that provides it
+declare -A NEEDED=(
+  [etcd]=etcd-server
+  [etcdctl]=etcd-client
+  [ip]=iproute2
+  [nft]=nftables
+  [fping]=fping
+  [tmux]=tmux
+)
+
+missing=()
+for bin in "${!NEEDED[@]}"; do
+  command -v "$bin" >/dev/null 2>&1 || missing+=("${NEEDED[$bin]}")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "setup: missing Debian packages: ${missing[*]} (run as root, or: apt-get install ${missing[*]})" >&2
+    exit 2
+  fi
+  echo "setup: installing Debian packages: ${missing[*]}" >&2
+  apt-get update -qq >&2
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+if ! command -v uv >/dev/null 2>&1; then
+  echo "setup: installing uv" >&2
+  python3 -m pip install --quiet --disable-pip-version-check uv >&2 \
+    || python3 -m pip install --quiet --break-system-packages uv >&2
+  hash -r
+fi
+if ! command -v uv >/dev/null 2>&1; then
+  # pip may have put it in a user bin directory that is not on PATH
+  PATH="$(python3 -m site --user-base)/bin:$PATH"
+  export PATH
+fi
+
+cd "$ROOT"
+uv sync --locked --quiet
+export PATH="$ROOT/.venv/bin:$PATH"

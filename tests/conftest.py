@@ -1,0 +1,6 @@
+"""Shared pytest setup. Fixtures live in tests/plugins/, one module per real part."""
+
+pytest_plugins = [
+    "tests.plugins.etcd_server",
+    "tests.plugins.netns",
+]

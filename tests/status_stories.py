@@ -1,0 +1,177 @@
+"""The troubleshooting stories of REFERENCE.md as status inputs (pure, deterministic).
+
+Each story feeds a few rounds of probe results through the real StatsBook, so the
+documents and goldens built from them are what the agent would really show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from meshhealth.agent.status_model import (
+    EtcdState,
+    LocalNode,
+    RoundState,
+    StatusInputs,
+)
+from meshhealth.model import (
+    PathKey,
+    PathReport,
+    ProbeResult,
+    ProbeStatus,
+    Protocol,
+    RoundReport,
+    Target,
+    TargetType,
+)
+from meshhealth.probe.stats import StatsBook
+
+NOW = 1_795_341_603.0  # 2026-11-22T10:00:03Z
+PROBE_TIME = 1_795_341_600.0  # 2026-11-22T10:00:00Z
+INTERVAL_S = 10.0
+ROUNDS = 6
+
+LOCAL = LocalNode(cluster="lab1", name="node1", node_ip="10.77.0.1", health_ip="10.78.1.2")
+TARGETS = (
+    Target("lab1", "node2", "10.77.0.2", "10.78.2.2"),
+    Target("lab1", "node1", "10.77.0.1", "10.78.1.2"),
+    Target("lab1", "node3", "10.77.0.3", "10.78.3.2"),
+)
+
+# Base RTT per (node, target type, protocol), seconds.
+BASE_RTT_S = {
+    ("node1", TargetType.NODE, Protocol.ICMP): 412.5e-6,
+    ("node1", TargetType.NODE, Protocol.HTTP): 1.02e-3,
+    ("node1", TargetType.ENDPOINT, Protocol.ICMP): 455e-6,
+    ("node1", TargetType.ENDPOINT, Protocol.HTTP): 1.31e-3,
+    ("node2", TargetType.NODE, Protocol.ICMP): 520e-6,
+    ("node2", TargetType.NODE, Protocol.HTTP): 2.7e-3,
+    ("node2", TargetType.ENDPOINT, Protocol.ICMP): 610e-6,
+    ("node2", TargetType.ENDPOINT, Protocol.HTTP): 3.1e-3,
+    ("node3", TargetType.NODE, Protocol.ICMP): 498e-6,
+    ("node3", TargetType.NODE, Protocol.HTTP): 1.9e-3,
+    ("node3", TargetType.ENDPOINT, Protocol.ICMP): 577e-6,
+    ("node3", TargetType.ENDPOINT, Protocol.HTTP): 2.2e-3,
+}
+
+# (node, target type, protocol) -> the status of the newest rounds; older rounds were OK.
+Fault = dict[tuple[str, TargetType, Protocol], ProbeStatus]
+FAILING_ROUNDS = 3
+
+
+def _ok(path: PathKey, round_index: int, started_at: float) -> ProbeResult:
+    base = BASE_RTT_S[(path.node, path.target_type, path.protocol)]
+    # The newest round (index ROUNDS-1) measures exactly the base RTT.
+    jitter = [1.0, 1.1, 0.9, 1.28, 0.95, 1.0][round_index % ROUNDS]
+    if path.protocol is Protocol.ICMP:
+        rtts = (base * jitter, base * jitter, base * jitter)
+        return ProbeResult(ProbeStatus.OK, started_at, rtts, sent=3, received=3)
+    return ProbeResult(ProbeStatus.OK, started_at, (base * jitter,), sent=1, received=1)
+
+
+def _failed(path: PathKey, status: ProbeStatus, started_at: float) -> ProbeResult:
+    sent = 3 if path.protocol is Protocol.ICMP else 1
+    return ProbeResult(status, started_at, (), sent=sent, received=0)
+
+
+def _book(fault: Fault) -> StatsBook:
+    book = StatsBook()
+    for round_index in range(ROUNDS):
+        started_at = PROBE_TIME - (ROUNDS - 1 - round_index) * INTERVAL_S
+        reports = []
+        for target in TARGETS:
+            for target_type in TargetType:
+                ip = target.address(target_type)
+                assert ip is not None
+                for protocol in Protocol:
+                    path = PathKey(target.cluster, target.node, target_type, protocol)
+                    failing = fault.get((target.node, target_type, protocol))
+                    if failing is not None and round_index >= ROUNDS - FAILING_ROUNDS:
+                        result = _failed(path, failing, started_at)
+                    else:
+                        result = _ok(path, round_index, started_at)
+                    reports.append(PathReport(path, ip, result))
+        book.record(RoundReport(started_at, 0.8, TARGETS, tuple(reports)))
+    return book
+
+
+def _inputs(fault: Fault, *, etcd: EtcdState | None = None) -> StatusInputs:
+    return StatusInputs(
+        local=LOCAL,
+        targets=TARGETS,
+        summaries=_book(fault).summaries(),
+        probe_time=PROBE_TIME,
+        probe_interval_s=INTERVAL_S,
+        etcd=etcd or EtcdState(up=True, since=NOW - 3600),
+        round=RoundState(
+            running=False, last_started_at=PROBE_TIME, last_duration_s=1.0234, completed=ROUNDS
+        ),
+        now=NOW,
+    )
+
+
+TIMEOUT = ProbeStatus.TIMEOUT
+
+
+def healthy() -> StatusInputs:
+    return _inputs({})
+
+
+def endpoint_forward_drop() -> StatusInputs:
+    """node2's FORWARD policy drops: host paths OK, both endpoint paths time out."""
+    return _inputs(
+        {
+            ("node2", TargetType.ENDPOINT, Protocol.ICMP): TIMEOUT,
+            ("node2", TargetType.ENDPOINT, Protocol.HTTP): TIMEOUT,
+        }
+    )
+
+
+def icmp_drop() -> StatusInputs:
+    """ICMP dropped on the fabric towards node3: every ICMP path times out, HTTP is OK."""
+    return _inputs(
+        {
+            ("node3", TargetType.NODE, Protocol.ICMP): TIMEOUT,
+            ("node3", TargetType.ENDPOINT, Protocol.ICMP): TIMEOUT,
+        }
+    )
+
+
+def agent_down() -> StatusInputs:
+    """node2's agent crashed (refused), node3's is SIGSTOPped (timed out); ICMP is OK."""
+    return _inputs(
+        {
+            ("node2", TargetType.NODE, Protocol.HTTP): ProbeStatus.REFUSED,
+            ("node2", TargetType.ENDPOINT, Protocol.HTTP): ProbeStatus.REFUSED,
+            ("node3", TargetType.NODE, Protocol.HTTP): TIMEOUT,
+            ("node3", TargetType.ENDPOINT, Protocol.HTTP): TIMEOUT,
+        }
+    )
+
+
+def etcd_down() -> StatusInputs:
+    return _inputs({}, etcd=EtcdState(up=False, since=NOW - 42, last_error="connection refused"))
+
+
+def never_probed() -> StatusInputs:
+    """The first seconds of an agent: etcd not reached yet, the first round running."""
+    return StatusInputs(
+        local=LOCAL,
+        targets=(),
+        summaries={},
+        probe_time=None,
+        probe_interval_s=INTERVAL_S,
+        etcd=EtcdState(up=False, since=NOW - 1),
+        round=RoundState(running=True),
+        now=NOW,
+    )
+
+
+STORIES: dict[str, Callable[[], StatusInputs]] = {
+    "healthy": healthy,
+    "endpoint_forward_drop": endpoint_forward_drop,
+    "icmp_drop": icmp_drop,
+    "agent_down": agent_down,
+    "etcd_down": etcd_down,
+    "never_probed": never_probed,
+}

@@ -1,0 +1,155 @@
+"""Agent configuration: precedence flags > env > file > defaults, and clear errors."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import pytest
+
+from meshhealth import defaults
+from meshhealth.agent.config import (
+    OPTIONS,
+    AgentConfig,
+    ConfigError,
+    add_agent_arguments,
+    resolve_config,
+)
+
+BASE_FLAGS: dict[str, Any] = {"node_ip": "10.0.0.1", "health_ip": "10.1.0.2", "node": "n1"}
+
+
+def resolve(
+    flags: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+    file_values: dict[str, Any] | None = None,
+) -> AgentConfig:
+    merged = {**BASE_FLAGS, **(flags or {})}
+    return resolve_config(merged, env or {}, file_values or {}, file_name="agent.toml")
+
+
+def parse_flags(argv: list[str]) -> dict[str, Any]:
+    parser = argparse.ArgumentParser()
+    add_agent_arguments(parser)
+    return vars(parser.parse_args(argv))
+
+
+def test_defaults_come_from_defaults_module() -> None:
+    config = resolve()
+    assert config.interval_s == defaults.PROBE_INTERVAL_S
+    assert config.timeout_s == defaults.PROBE_TIMEOUT_S
+    assert config.http_port == defaults.HTTP_PORT
+    assert config.socket == defaults.ADMIN_SOCKET
+    assert config.max_in_flight == defaults.MAX_PROBES_IN_FLIGHT
+    assert config.lease_ttl_s == defaults.LEASE_TTL_S
+    assert config.cluster == defaults.DEFAULT_CLUSTER
+    assert config.etcd == (defaults.DEFAULT_ETCD,)
+    assert config.metrics_listen is None
+    assert config.route_cidrs is False
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "file_values", "expected_interval"),
+    [
+        ({}, {}, {"interval_s": 7}, 7.0),
+        ({}, {"MESHHEALTH_INTERVAL": "5"}, {"interval_s": 7}, 5.0),
+        ({"interval_s": "3"}, {"MESHHEALTH_INTERVAL": "5"}, {"interval_s": 7}, 3.0),
+    ],
+)
+def test_precedence_flag_env_file(
+    flags: dict[str, Any],
+    env: dict[str, str],
+    file_values: dict[str, Any],
+    expected_interval: float,
+) -> None:
+    assert resolve(flags, env, file_values).interval_s == expected_interval
+
+
+def test_flags_parse_from_argv() -> None:
+    flags = parse_flags(
+        [
+            "--etcd", "http://127.0.0.1:2379,http://127.0.0.2:2379",
+            "--cluster", "lab1", "--node", "node1", "--node-ip", "10.77.0.1",
+            "--health-ip", "10.78.1.2", "--cidr", "10.78.1.0/24", "--cidr", "fd00:1::/64",
+            "--interval", "2", "--timeout", "0.5", "--metrics-listen", "10.77.0.1:9962",
+            "--health-mode", "loopback", "--route-cidrs", "--mesh", "lab2=http://10.77.255.2:2379",
+        ]
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="loopback mode needs a loopback address"):
+        resolve_config(flags, {}, {}, file_name="x")
+    flags["health_ip"] = "127.0.1.2"
+    config = resolve_config(flags, {}, {}, file_name="x")
+    assert config.etcd == ("http://127.0.0.1:2379", "http://127.0.0.2:2379")
+    assert (config.cluster, config.node, config.node_ip) == ("lab1", "node1", "10.77.0.1")
+    assert config.cidrs == ("10.78.1.0/24", "fd00:1::/64")
+    assert (config.interval_s, config.timeout_s) == (2.0, 0.5)
+    assert config.metrics_listen == ("10.77.0.1", 9962)
+    assert config.route_cidrs is True
+    assert config.mesh == (("lab2", ("http://10.77.255.2:2379",)),)
+    assert config.spread_s == pytest.approx(2.0 * defaults.ROUND_SPREAD_FRACTION)
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "file_values", "message"),
+    [
+        ({"interval_s": "-1"}, {}, {}, "--interval: must be a positive number"),
+        ({}, {"MESHHEALTH_INTERVAL": "soon"}, {}, "MESHHEALTH_INTERVAL: not a number"),
+        ({}, {}, {"intervall": 3}, "agent.toml: unknown key 'intervall'"),
+        ({}, {}, {"interval_s": True}, "agent.toml: interval_s: expected a number"),
+        ({"node_ip": "10.0.0.300"}, {}, {}, "--node-ip: not an IP address"),
+        ({"cidrs": ["10.0.0.1/24"]}, {}, {}, "--cidr: not a CIDR"),
+        ({"http_port": "70000"}, {}, {}, "--http-port: not a port number"),
+        ({"cluster": "Lab_1"}, {}, {}, "--cluster:"),
+        ({"health_mode": "pod"}, {}, {}, "--health-mode: must be one of"),
+        ({"timeout_s": "10", "interval_s": "5"}, {}, {}, "--timeout: must be shorter"),
+        ({"metrics_listen": "9962"}, {}, {}, "--metrics-listen: expected IP:PORT"),
+        ({"etcd": "localhost"}, {}, {}, "--etcd: etcd endpoint needs host:port"),
+        ({"mesh": ["lab2"]}, {}, {}, "--mesh: expected NAME=URLS"),
+        (
+            {"cluster": "lab1", "mesh": ["lab1=http://127.0.0.1:1"]},
+            {},
+            {},
+            "--mesh: 'lab1' is this agent's own cluster",
+        ),
+        ({"health_mode": "loopback"}, {}, {}, "--health-ip: loopback mode needs"),
+    ],
+)
+def test_bad_values_name_their_source(
+    flags: dict[str, Any], env: dict[str, str], file_values: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match="^" + message.replace("(", r"\(").replace("[", r"\[")):
+        resolve(flags, env, file_values)
+
+
+def test_node_ip_required() -> None:
+    with pytest.raises(ConfigError, match="--node-ip: required"):
+        resolve_config({"node": "n1", "health_mode": "none"}, {}, {})
+
+
+def test_health_ip_required_unless_mode_none() -> None:
+    with pytest.raises(ConfigError, match="--health-ip: required with --health-mode netns"):
+        resolve_config({"node": "n1", "node_ip": "10.0.0.1"}, {}, {})
+    config = resolve_config({"node": "n1", "node_ip": "10.0.0.1", "health_mode": "none"}, {}, {})
+    assert config.health_ip is None
+
+
+def test_node_defaults_to_short_host_name() -> None:
+    config = resolve_config(
+        {"node_ip": "10.0.0.1", "health_mode": "none"}, {}, {}, hostname=lambda: "Worker-3.example"
+    )
+    assert config.node == "worker-3"
+
+
+def test_mesh_from_env_and_file_table() -> None:
+    env_config = resolve(env={"MESHHEALTH_MESH": "lab2=http://127.0.0.2:2379;lab3=h:1,h:2"})
+    assert env_config.mesh == (("lab2", ("http://127.0.0.2:2379",)), ("lab3", ("h:1", "h:2")))
+    file_config = resolve(file_values={"mesh": {"lab2": ["http://127.0.0.2:2379"]}})
+    assert file_config.mesh == (("lab2", ("http://127.0.0.2:2379",)),)
+
+
+def test_every_option_has_distinct_flag_and_env() -> None:
+    flags = [option.flag for option in OPTIONS]
+    envs = [option.env for option in OPTIONS]
+    assert len(set(flags)) == len(flags)
+    assert len(set(envs)) == len(envs)
+    assert all(env.startswith("MESHHEALTH_") for env in envs)

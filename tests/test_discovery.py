@@ -1,0 +1,199 @@
+"""Discovery against a real etcd: list + watch, bad values, etcd restarts, resync."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+
+from meshhealth import codec
+from meshhealth.agent.discovery import Discovery
+from meshhealth.agent.registrar import Registrar, registration_entries
+from meshhealth.kvstore import Etcd, open_etcd
+from meshhealth.model import IPEntry, Target
+from meshhealth.probe_set import ProbeSetDiff, TargetKey
+from tests.etcd_helpers import FAST_ETCD, make_node, poll_until
+from tests.plugins.etcd_server import EtcdServer
+
+TTL_S = 2
+N1 = make_node("n1", "10.0.0.1", "10.1.0.2")
+N2 = make_node("n2", "10.0.0.2")
+T1 = Target("c1", "n1", "10.0.0.1", "10.1.0.2")
+T2 = Target("c1", "n2", "10.0.0.2", None)
+
+
+def replay(diffs: list[ProbeSetDiff]) -> dict[TargetKey, Target]:
+    """Apply diffs in order, failing on any lost or duplicated target."""
+    state: dict[TargetKey, Target] = {}
+    for diff in diffs:
+        for target in diff.removed:
+            assert state.pop((target.cluster, target.node)) == target, f"unknown {target}"
+        for target in diff.added:
+            key = (target.cluster, target.node)
+            assert key not in state, f"duplicated {target}"
+            state[key] = target
+        for old, new in diff.changed:
+            assert state[(old.cluster, old.node)] == old
+            state[(new.cluster, new.node)] = new
+    return state
+
+
+class Recorder:
+    """Collects every diff a discovery publishes."""
+
+    def __init__(self, discovery: Discovery) -> None:
+        self.discovery = discovery
+        self.diffs: list[ProbeSetDiff] = []
+        self._receive = discovery.subscribe()
+
+    async def run(self) -> None:
+        async for diff in self._receive:
+            self.diffs.append(diff)
+
+    def sees(self, *targets: Target) -> bool:
+        return replay(self.diffs) == {(t.cluster, t.node): t for t in targets}
+
+
+@asynccontextmanager
+async def services(
+    etcd: Etcd, *registrars: Registrar
+) -> AsyncIterator[tuple[Discovery, Recorder, trio.Nursery]]:
+    discovery = Discovery({"c1": etcd})
+    recorder = Recorder(discovery)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(recorder.run)
+        for registrar in registrars:
+            await nursery.start(registrar.run)
+        await nursery.start(discovery.run)
+        yield discovery, recorder, nursery
+        nursery.cancel_scope.cancel()
+
+
+async def etcdctl_put(server: EtcdServer, key: str, value: bytes) -> None:
+    # etcdctl reads the value from stdin when it is not an argument
+    await trio.to_thread.run_sync(lambda: server.etcdctl("put", key, input_bytes=value))
+
+
+async def test_lists_then_follows_registrations(etcd_server: EtcdServer) -> None:
+    async with open_etcd(etcd_server.endpoint, **FAST_ETCD) as etcd:
+        r1 = Registrar(etcd, N1, ttl_s=TTL_S)
+        async with services(etcd, r1) as (discovery, recorder, nursery):
+            await r1.first_registered.wait()
+            with trio.fail_after(5):
+                await discovery.synced.wait()
+            await poll_until(lambda: recorder.sees(T1), 5.0, what="n1 listed")
+            assert discovery.targets() == [T1]
+
+            r2 = Registrar(etcd, N2, ttl_s=TTL_S)
+            scope = trio.CancelScope()
+
+            async def run_r2() -> None:
+                with scope:
+                    await r2.run()
+
+            nursery.start_soon(run_r2)
+            await poll_until(lambda: recorder.sees(T1, T2), 5.0, what="n2 added")
+            version = discovery.version
+            scope.cancel()  # clean shutdown: revoked, so removed at once
+            with trio.fail_after(3):
+                await discovery.wait_changed(version)
+            assert discovery.probe_set() == {("c1", "n1"): T1}
+            await poll_until(lambda: recorder.sees(T1), 3.0, what="n2 removed")
+            # one registration is one transaction: one diff adds the whole target
+            assert [len(d.added) + len(d.removed) + len(d.changed) for d in recorder.diffs] == [
+                1,
+                1,
+                1,
+            ]
+            assert discovery.invalid_values == 0
+            assert discovery.resyncs == 0
+
+
+async def test_garbage_is_skipped_counted_and_replaced_by_a_valid_value(
+    etcd_server: EtcdServer,
+) -> None:
+    garbage_key = "meshhealth/state/ip/v1/c1/10.0.0.9"
+    await trio.to_thread.run_sync(lambda: etcd_server.etcdctl("put", garbage_key, "garbage"))
+    await trio.to_thread.run_sync(
+        lambda: etcd_server.etcdctl("put", "meshhealth/state/ip/v1/c1/not-an-ip", "x")
+    )
+    async with open_etcd(etcd_server.endpoint, **FAST_ETCD) as etcd:
+        r1 = Registrar(etcd, N1, ttl_s=TTL_S)
+        async with services(etcd, r1) as (discovery, recorder, _):
+            await r1.first_registered.wait()
+            await poll_until(lambda: recorder.sees(T1), 5.0, what="n1 listed")
+            assert discovery.invalid_values == 2  # both bad values seen at list time
+
+            # more garbage through the watch: a new revision is a new warning and count
+            await etcdctl_put(etcd_server, garbage_key, b"\x81\xa1v\x02")  # {"v": 2}
+            await poll_until(lambda: discovery.invalid_values == 3, 5.0)
+            # an entry whose key and value disagree is invalid too
+            wrong_ip = IPEntry("10.0.0.8", "10.0.0.9", "n9", 6, ("reserved:remote-node",))
+            await etcdctl_put(etcd_server, garbage_key, codec.encode_ip_entry(wrong_ip))
+            await poll_until(lambda: discovery.invalid_values == 4, 5.0)
+            assert discovery.targets() == [T1]
+
+            # a valid value for the same key is taken
+            valid = IPEntry("10.0.0.9", "10.0.0.9", "n9", 6, ("reserved:remote-node",))
+            await etcdctl_put(etcd_server, garbage_key, codec.encode_ip_entry(valid))
+            t9 = Target("c1", "n9", "10.0.0.9", None)
+            await poll_until(lambda: recorder.sees(T1, t9), 5.0, what="valid value taken")
+            # and garbage again makes the key count as absent
+            await etcdctl_put(etcd_server, garbage_key, b"garbage again")
+            await poll_until(lambda: recorder.sees(T1), 5.0, what="garbage drops n9")
+            assert discovery.invalid_values == 5
+
+
+async def test_survives_etcd_kill_and_restart_without_lost_or_duplicated_targets(
+    etcd_server: EtcdServer,
+) -> None:
+    async with open_etcd(etcd_server.endpoint, **FAST_ETCD) as etcd:
+        r1 = Registrar(etcd, N1, ttl_s=TTL_S)
+        async with services(etcd, r1) as (discovery, recorder, nursery):
+            await poll_until(lambda: recorder.sees(T1), 5.0, what="n1 listed")
+            await trio.to_thread.run_sync(etcd_server.kill)
+            await poll_until(lambda: not etcd.health.up, 3.0, what="etcd down")
+            await trio.sleep(0.5)
+            await trio.to_thread.run_sync(etcd_server.start)
+            restarted = trio.current_time()
+            # a node that registers after the restart must show up
+            r2 = Registrar(etcd, N2, ttl_s=TTL_S)
+            await nursery.start(r2.run)
+            await poll_until(lambda: recorder.sees(T1, T2), 10.0, what="n2 after restart")
+            took = trio.current_time() - restarted
+            print(f"discovery saw a new node {took:.2f} s after etcd restarted (kill -9)")
+            assert len(recorder.diffs) == 2  # +n1, +n2: nothing removed or re-added
+            assert discovery.resyncs == 0  # resumed from the last revision, no re-list
+
+
+async def test_resyncs_after_etcd_lost_its_data(etcd_server: EtcdServer) -> None:
+    async with open_etcd(etcd_server.endpoint, **FAST_ETCD) as etcd:
+        r1 = Registrar(etcd, N1, ttl_s=TTL_S)
+        async with services(etcd, r1) as (discovery, recorder, _):
+            await poll_until(lambda: recorder.sees(T1), 5.0, what="n1 listed")
+            for i in range(3):  # move the old revision past what the new etcd will have
+                await etcd.put(f"meshhealth/test/{i}", b"")
+            await trio.to_thread.run_sync(lambda: etcd_server.restart(wipe_data=True))
+            restarted = trio.current_time()
+            await poll_until(lambda: discovery.resyncs == 1, 10.0, what="resync")
+            await poll_until(lambda: r1.registrations == 2, 10.0, what="re-registered")
+            await poll_until(lambda: recorder.sees(T1), 5.0, what="n1 back")
+            took = trio.current_time() - restarted
+            print(f"probe set whole again {took:.2f} s after a wiped etcd came back")
+            assert discovery.probe_set() == {("c1", "n1"): T1}
+
+
+async def test_exclude_and_several_clusters(etcd_server: EtcdServer) -> None:
+    async with open_etcd(etcd_server.endpoint, **FAST_ETCD) as etcd:
+        other = make_node("n1", "10.9.0.1", cluster="c2")
+        for node in (N1, N2, other):
+            for entry_key, value in registration_entries(node):
+                await etcd.put(entry_key, value)
+        discovery = Discovery([("c1", etcd), ("c2", etcd)], exclude=[("c1", "n1")])
+        async with trio.open_nursery() as nursery:
+            await nursery.start(discovery.run)
+            with trio.fail_after(5):
+                await discovery.synced.wait()
+            assert discovery.targets() == [T2, Target("c2", "n1", "10.9.0.1", None)]
+            nursery.cancel_scope.cancel()

@@ -1,0 +1,167 @@
+"""Golden-file tests of `meshhealth status` text.
+
+The goldens in tests/golden/status_*.txt pin what users and their scripts read. After an
+intended change of the output, regenerate them and review the diff:
+
+    MESHHEALTH_UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_format_status.py
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from meshhealth.agent.status_model import build_status_document
+from meshhealth.cli.format_status import format_age, format_status_text, path_line
+from tests import status_stories
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("MESHHEALTH_UPDATE_GOLDEN") == "1"
+
+CASES = [
+    ("healthy", False),
+    ("endpoint_forward_drop", False),
+    ("icmp_drop", False),
+    ("agent_down", False),
+    ("etcd_down", False),
+    ("never_probed", False),
+    ("endpoint_forward_drop", True),
+    ("agent_down", True),
+    ("never_probed", True),
+]
+
+
+@pytest.mark.parametrize(("story", "verbose"), CASES)
+def test_status_text_matches_golden(story: str, verbose: bool) -> None:
+    doc = build_status_document(status_stories.STORIES[story]())
+    text = format_status_text(doc, verbose=verbose)
+    golden = GOLDEN_DIR / f"status_{story}{'_verbose' if verbose else ''}.txt"
+    if UPDATE:
+        golden.write_text(text, encoding="utf-8")
+    assert text == golden.read_text(encoding="utf-8")
+
+
+def test_reference_shape_lines() -> None:
+    """The lines REFERENCE.md shows, verbatim (independent of the golden files)."""
+    text = format_status_text(
+        build_status_document(status_stories.endpoint_forward_drop()), verbose=False
+    )
+    lines = text.splitlines()
+    assert lines[:11] == [
+        "Probe time:   2026-11-22T10:00:00Z",
+        "Nodes:",
+        "  lab1/node1 (localhost):",
+        "    Host connectivity to 10.77.0.1:",
+        "      ICMP to stack:   OK, RTT=412.5µs",
+        "      HTTP to agent:   OK, RTT=1.02ms",
+        "    Endpoint connectivity to 10.78.1.2:",
+        "      ICMP to stack:   OK, RTT=455µs",
+        "      HTTP to agent:   OK, RTT=1.31ms",
+        "  lab1/node2:",
+        "    Host connectivity to 10.77.0.2:",
+    ]
+    assert "      ICMP to stack:   Connection timed out" in lines
+    assert lines[-1] == "Cluster health:   2/3 reachable   (2026-11-22T10:00:00Z)"
+
+
+def test_never_probed_says_so() -> None:
+    text = format_status_text(build_status_document(status_stories.never_probed()), verbose=False)
+    assert text.startswith("Probe time:   never (first round running)\n")
+
+
+def test_endpoint_section_is_left_out_without_health_ip() -> None:
+    inputs = status_stories.healthy()
+    doc = build_status_document(inputs)
+    doc["nodes"][1]["health_endpoint"] = None
+    doc["nodes"][1]["health_endpoint_state"] = None
+    text = format_status_text(doc, verbose=True)
+    assert "Endpoint connectivity to 10.78.2.2" not in text
+    assert "Endpoint connectivity to 10.78.3.2" in text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "expected"),
+    [
+        (0, "0s"),
+        (2.6, "3s"),
+        (59, "59s"),
+        (60, "1m0s"),
+        (125, "2m5s"),
+        (3725, "1h2m"),
+        (49 * 3600, "2d1h"),
+        (-5, "0s"),
+    ],
+)
+def test_format_age(seconds: float, expected: str) -> None:
+    assert format_age(seconds) == expected
+
+
+def _path(**changes: object) -> dict[str, object]:
+    path: dict[str, object] = {
+        "status": "ok",
+        "text": "OK",
+        "detail": "",
+        "latency_s": 412.5e-6,
+        "loss": 0.0,
+        "rtt_p50_s": 400e-6,
+        "rtt_p95_s": 1.1e-3,
+        "rtt_max_s": 1.2e-3,
+        "samples": 5,
+        "last_probed": "2026-11-22T10:00:00Z",
+        "last_success": "2026-11-22T10:00:00Z",
+        "consecutive_failures": 0,
+    }
+    path.update(changes)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("path", "verbose", "expected"),
+    [
+        (_path(), False, "OK, RTT=412.5µs"),
+        (_path(), True, "OK, RTT=412.5µs, loss=0%, p50=400µs, p95=1.1ms, last probed 3s ago"),
+        (
+            _path(status="refused", text="Connection refused", latency_s=None),
+            False,
+            "Connection refused",
+        ),
+        (
+            _path(
+                status="timeout",
+                text="Connection timed out",
+                latency_s=None,
+                loss=1.0,
+                rtt_p50_s=None,
+                rtt_p95_s=None,
+                consecutive_failures=4,
+                last_success="2026-11-22T09:59:20Z",
+            ),
+            True,
+            "Connection timed out, loss=100%, last probed 3s ago, 4 failed in a row, "
+            "last OK 43s ago",
+        ),
+        (
+            _path(
+                status="timeout",
+                text="Connection timed out",
+                latency_s=None,
+                loss=1.0,
+                consecutive_failures=2,
+                last_success=None,
+            ),
+            True,
+            "Connection timed out, loss=100%, p50=400µs, p95=1.1ms, last probed 3s ago, "
+            "2 failed in a row, last OK never",
+        ),
+        (
+            _path(status="unknown", text="Not probed yet", last_probed=None, latency_s=None),
+            True,
+            "Not probed yet",
+        ),
+    ],
+)
+def test_path_line(path: dict[str, object], verbose: bool, expected: str) -> None:
+    now = 1_795_341_603.0  # 2026-11-22T10:00:03Z
+    assert path_line(path, verbose=verbose, now=now) == expected

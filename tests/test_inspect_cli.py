@@ -1,0 +1,121 @@
+"""`meshhealth inspect`: formatting (pure) and the command against a real etcd."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from meshhealth import codec
+from meshhealth.agent.registrar import registration_entries
+from meshhealth.cli.inspect_cmd import Row, decode_rows, format_json, format_text
+from meshhealth.kvstore.local_server import free_loopback_port
+from tests.etcd_helpers import make_node
+from tests.plugins.etcd_server import EtcdServer
+
+ROOT = Path(__file__).resolve().parent.parent
+NODE = make_node("n1", "10.0.0.1", "10.1.0.2")
+
+
+def inspect_cli(*args: str, env_etcd: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k.lower() != "http_proxy"}
+    env.pop("MESHHEALTH_ETCD", None)
+    if env_etcd is not None:
+        env["MESHHEALTH_ETCD"] = env_etcd
+    return subprocess.run(
+        [sys.executable, "-m", "meshhealth", "inspect", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_decode_and_format() -> None:
+    rows = decode_rows(
+        [*registration_entries(NODE), ("meshhealth/state/ip/v1/c1/10.0.0.9", b"garbage")]
+    )
+    assert [r.error is None for r in rows] == [True, True, True, False]
+    lines = [json.loads(line) for line in format_json(rows).splitlines()]
+    assert lines[0] == {
+        "key": "meshhealth/state/nodes/v1/c1/n1",
+        "value": codec.to_jsonable(NODE),
+    }
+    assert lines[3]["key"] == "meshhealth/state/ip/v1/c1/10.0.0.9"
+    assert lines[3]["error"].startswith("not valid msgpack")
+    assert "value" not in lines[3]
+
+
+@pytest.mark.parametrize(
+    ("rows", "expected"),
+    [
+        ([], ""),
+        (
+            [
+                Row("k/long-key", {"v": 1, "ip": "10.0.0.1", "labels": ["a", "b"], "x": None}),
+                Row("k/b", error="bad"),
+                Row("k/c", {"v": 1, "cidrs": [], "t": [{"n": 1}]}),
+            ],
+            "KEY         VALUE\n"
+            "k/long-key  ip=10.0.0.1 labels=a,b x=-\n"
+            "k/b         ERROR: bad\n"
+            'k/c         cidrs=- t=[{"n":1}]\n',
+        ),
+    ],
+)
+def test_format_text(rows: list[Row], expected: str) -> None:
+    assert format_text(rows) == expected
+
+
+def test_inspect_prints_json_per_key_with_errors_for_garbage(etcd_server: EtcdServer) -> None:
+    for key, value in registration_entries(NODE):
+        etcd_server.etcdctl("put", key, input_bytes=value)
+    etcd_server.etcdctl("put", "meshhealth/state/ip/v1/c1/10.0.0.9", "garbage")
+    etcd_server.etcdctl("put", "other/key", "not ours")
+
+    result = inspect_cli("--etcd", etcd_server.endpoint)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    objects = [json.loads(line) for line in result.stdout.splitlines()]
+    by_key = {o["key"]: o for o in objects}
+    assert sorted(by_key) == [
+        "meshhealth/state/ip/v1/c1/10.0.0.1",
+        "meshhealth/state/ip/v1/c1/10.0.0.9",
+        "meshhealth/state/ip/v1/c1/10.1.0.2",
+        "meshhealth/state/nodes/v1/c1/n1",
+    ]
+    assert by_key["meshhealth/state/nodes/v1/c1/n1"]["value"]["node_ip"] == "10.0.0.1"
+    assert by_key["meshhealth/state/ip/v1/c1/10.1.0.2"]["value"]["identity"] == 4
+    assert "not valid msgpack" in by_key["meshhealth/state/ip/v1/c1/10.0.0.9"]["error"]
+
+    # PREFIX, MESHHEALTH_ETCD and -o text
+    text = inspect_cli("meshhealth/state/nodes/", "-o", "text", env_etcd=etcd_server.endpoint)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0].split() == ["KEY", "VALUE"]
+    assert lines[1].startswith("meshhealth/state/nodes/v1/c1/n1  name=n1 cluster=c1")
+    assert len(lines) == 2
+
+
+def test_inspect_unreachable_etcd_is_one_line_exit_2() -> None:
+    url = f"http://127.0.0.1:{free_loopback_port()}"
+    started = time.monotonic()
+    result = inspect_cli("--etcd", url, "--timeout", "2")
+    assert time.monotonic() - started < 10
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr == f"meshhealth inspect: etcd {url} unreachable: connection refused\n"
+
+
+def test_inspect_bad_endpoint_is_one_line_exit_2() -> None:
+    result = inspect_cli("--etcd", "https://127.0.0.1:2379")
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert "https (TLS) is not supported" in result.stderr

@@ -1,0 +1,311 @@
+"""The Prometheus registry and exposition (pure), the agent's families, a real scrape."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import trio
+
+from meshhealth.agent.agent_metrics import LATENCY_BUCKETS_S, agent_metrics
+from meshhealth.agent.metrics_server import serve_metrics
+from meshhealth.metrics import (
+    CONTENT_TYPE,
+    Registry,
+    escape_label_value,
+    exponential_buckets,
+    format_value,
+)
+from meshhealth.model import (
+    PathKey,
+    PathReport,
+    ProbeResult,
+    ProbeStatus,
+    Protocol,
+    RoundReport,
+    Target,
+    TargetType,
+)
+from tests import status_stories
+
+# One sample line of the text format 0.0.4: name, optional {labels}, value.
+_LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
+SAMPLE_RE = re.compile(
+    rf"(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{{(?P<labels>{_LABEL}(?:,{_LABEL})*)\}})?"
+    r" (?P<value>[-+]?(?:\d+(?:\.\d*)?(?:e[-+]?\d+)?|Inf|NaN))"
+)
+
+
+def parse_exposition(text: str) -> dict[str, float]:
+    """Every sample as `name{labels}` -> value; fails on any line not in the format."""
+    assert text.endswith("\n")
+    samples: dict[str, float] = {}
+    types: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            continue
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            assert kind in ("counter", "gauge", "histogram")
+            assert name not in types, f"duplicate TYPE for {name}"
+            types[name] = kind
+            continue
+        match = SAMPLE_RE.fullmatch(line)
+        assert match, f"not a sample line: {line!r}"
+        base = re.sub(r"_(bucket|sum|count)$", "", match["name"])
+        assert match["name"] in types or base in types, f"sample before its TYPE: {line!r}"
+        key = match["name"] + (f"{{{match['labels']}}}" if match["labels"] else "")
+        assert key not in samples, f"duplicate series {key}"
+        samples[key] = float(match["value"])
+    return samples
+
+
+def test_exposition_golden() -> None:
+    registry = Registry()
+    rounds = registry.counter("t_rounds_total", "Rounds.\nSecond line with \\ backslash.")
+    temp = registry.gauge("t_temp", "Temperature.", ("room", "floor"))
+    latency = registry.histogram("t_latency_seconds", "Latency.", ("path",), buckets=(0.1, 1))
+    rounds.inc()
+    rounds.inc(2)
+    temp.labels(room='b"1', floor="2").set(21.5)
+    temp.labels(room="a\\b\nc", floor="1").set(-3)
+    latency.labels(path="x").observe(0.05)
+    latency.labels(path="x").observe(0.1)
+    latency.labels(path="x").observe(5)
+    assert registry.expose() == (
+        "# HELP t_rounds_total Rounds.\\nSecond line with \\\\ backslash.\n"
+        "# TYPE t_rounds_total counter\n"
+        "t_rounds_total 3\n"
+        "# HELP t_temp Temperature.\n"
+        "# TYPE t_temp gauge\n"
+        't_temp{room="a\\\\b\\nc",floor="1"} -3\n'
+        't_temp{room="b\\"1",floor="2"} 21.5\n'
+        "# HELP t_latency_seconds Latency.\n"
+        "# TYPE t_latency_seconds histogram\n"
+        't_latency_seconds_bucket{path="x",le="0.1"} 2\n'
+        't_latency_seconds_bucket{path="x",le="1"} 2\n'
+        't_latency_seconds_bucket{path="x",le="+Inf"} 3\n'
+        't_latency_seconds_sum{path="x"} 5.15\n'
+        't_latency_seconds_count{path="x"} 3\n'
+    )
+    parse_exposition(registry.expose())
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(0, "0"), (1.0, "1"), (-3, "-3"), (0.25, "0.25"), (5e-05, "5e-05"), (math.inf, "+Inf"),
+     (-math.inf, "-Inf"), (math.nan, "NaN"), (1e20, "1e+20")],
+)  # fmt: skip
+def test_format_value(value: float, text: str) -> None:
+    assert format_value(value) == text
+
+
+@pytest.mark.parametrize(
+    ("raw", "escaped"),
+    [("plain", "plain"), ('a"b', 'a\\"b'), ("a\\b", "a\\\\b"), ("a\nb", "a\\nb")],
+)
+def test_escape_label_value(raw: str, escaped: str) -> None:
+    assert escape_label_value(raw) == escaped
+
+
+def test_series_removal() -> None:
+    registry = Registry()
+    gauge = registry.gauge("t_up", "Up.", ("cluster", "node"))
+    for cluster, node in [("c1", "a"), ("c1", "b"), ("c2", "a")]:
+        gauge.labels(cluster=cluster, node=node).set(1)
+    assert gauge.remove(cluster="c1", node="b") is True
+    assert gauge.remove(cluster="c1", node="b") is False
+    assert gauge.remove_matching(node="a") == 2
+    assert gauge.series() == {}
+    assert parse_exposition(registry.expose()) == {}
+
+
+def test_histogram_buckets_are_cumulative() -> None:
+    registry = Registry()
+    hist = registry.histogram("t_h", "H.", buckets=(1, 2, 3))
+    for value in (0.5, 1, 1.5, 2.5, 3, 10):
+        hist.observe(value)
+    samples = parse_exposition(registry.expose())
+    assert [samples[f't_h_bucket{{le="{le}"}}'] for le in ("1", "2", "3", "+Inf")] == [2, 3, 5, 6]
+    assert samples["t_h_count"] == 6
+    assert samples["t_h_sum"] == pytest.approx(18.5)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda r: r.gauge("bad-name", "x"),
+        lambda r: r.gauge("ok", "x", ("bad-label",)),
+        lambda r: r.gauge("ok", "x", ("__reserved",)),
+        lambda r: r.gauge("ok", "x", ("a", "a")),
+        lambda r: r.histogram("ok", "x", ("le",), buckets=(1,)),
+        lambda r: r.histogram("ok", "x", buckets=()),
+    ],
+)
+def test_invalid_families_are_refused(make: object) -> None:
+    with pytest.raises(ValueError):
+        make(Registry())  # type: ignore[operator]
+
+
+def test_misuse_is_refused() -> None:
+    registry = Registry()
+    counter = registry.counter("t_c", "C.", ("a",))
+    with pytest.raises(ValueError, match="already registered"):
+        registry.gauge("t_c", "again")
+    with pytest.raises(ValueError, match="takes labels"):
+        counter.labels(b="1")
+    with pytest.raises(ValueError, match="only goes up"):
+        counter.labels(a="1").inc(-1)
+    with pytest.raises(ValueError, match=r"use \.labels"):
+        counter.inc()
+    with pytest.raises(ValueError, match="has no labels"):
+        counter.remove_matching(zzz="1")
+
+
+def test_exponential_buckets() -> None:
+    assert exponential_buckets(1, 2, 4) == (1, 2, 4, 8)
+
+
+def _report(results: dict[PathKey, ProbeResult]) -> RoundReport:
+    paths = tuple(PathReport(key, "10.0.0.1", result) for key, result in results.items())
+    return RoundReport(started_at=100.0, duration_s=0.7, targets=(), paths=paths)
+
+
+def _status_samples(text: str, node: str) -> dict[str, float]:
+    return {
+        key: value
+        for key, value in parse_exposition(text).items()
+        if key.startswith("meshhealth_node_connectivity_status{") and f'target_node="{node}"' in key
+    }
+
+
+def test_agent_metrics_follow_the_status_rules() -> None:
+    registry = Registry()
+    metrics = agent_metrics(registry, source_cluster="lab1", source_node="node1")
+    inputs = status_stories.endpoint_forward_drop()
+    metrics.sync_connectivity(inputs.targets, inputs.summaries)
+    text = registry.expose()
+    samples = parse_exposition(text)
+    assert samples["meshhealth_unreachable_nodes"] == 0
+    assert samples["meshhealth_unreachable_health_endpoints"] == 1
+    assert samples["meshhealth_probe_targets"] == 3
+    node2 = _status_samples(text, "node2")
+    assert len(node2) == 4 * 3  # 4 paths x 3 statuses
+    # Exactly one status series is 1 per path.
+    per_path: dict[str, list[float]] = {}
+    for key, value in node2.items():
+        per_path.setdefault(re.sub(r',status="\w+"', "", key), []).append(value)
+    assert all(sorted(values) == [0, 0, 1] for values in per_path.values())
+    prefix = (
+        'meshhealth_node_connectivity_status{source_cluster="lab1",source_node="node1",'
+        'target_cluster="lab1",target_node="node2",'
+    )
+    assert node2[prefix + 'target_type="endpoint",protocol="icmp",status="unreachable"}'] == 1
+    assert node2[prefix + 'target_type="node",protocol="http",status="reachable"}'] == 1
+
+
+def test_agent_metrics_remove_series_of_nodes_that_left() -> None:
+    registry = Registry()
+    metrics = agent_metrics(registry, source_cluster="c", source_node="a")
+    targets = [Target("c", "a", "10.0.0.1", "10.1.0.1"), Target("c", "b", "10.0.0.2", "10.1.0.2")]
+    key_b = PathKey("c", "b", TargetType.ENDPOINT, Protocol.HTTP)
+    ok = ProbeResult(ProbeStatus.OK, 100.0, (0.002,), received=1)
+    metrics.observe_round(_report({key_b: ok}))
+    metrics.sync_connectivity(targets, {})
+    text = registry.expose()
+    assert 'target_node="b"' in text
+    assert (
+        _status_samples(text, "b")[
+            'meshhealth_node_connectivity_status{source_cluster="c",source_node="a",'
+            'target_cluster="c",target_node="b",target_type="endpoint",protocol="http",'
+            'status="unknown"}'
+        ]
+        == 1
+    )
+    # b loses its health endpoint: only its endpoint series go.
+    metrics.sync_connectivity([targets[0], Target("c", "b", "10.0.0.2", None)], {})
+    text = registry.expose()
+    assert 'target_node="b",target_type="node"' in text
+    assert 'target_node="b",target_type="endpoint"' not in text
+    # b leaves.
+    metrics.sync_connectivity(targets[:1], {})
+    text = registry.expose()
+    assert 'target_node="b"' not in text
+    assert 'target_node="a"' in text
+    assert parse_exposition(text)["meshhealth_probe_targets"] == 1
+
+
+def test_agent_metrics_observe_round() -> None:
+    registry = Registry()
+    metrics = agent_metrics(registry, source_cluster="c", source_node="a")
+    key = PathKey("c", "b", TargetType.NODE, Protocol.ICMP)
+    ok = ProbeResult(ProbeStatus.OK, 100.0, (300e-6, 500e-6), sent=3, received=2)
+    failed = PathKey("c", "b", TargetType.NODE, Protocol.HTTP)
+    metrics.observe_round(_report({key: ok, failed: ProbeResult(ProbeStatus.TIMEOUT, 100.0)}))
+    samples = parse_exposition(registry.expose())
+    labels = (
+        'source_cluster="c",source_node="a",target_cluster="c",target_node="b",'
+        'target_type="node",protocol="icmp"'
+    )
+    assert samples[f"meshhealth_node_connectivity_latency_seconds_count{{{labels}}}"] == 1
+    assert (
+        samples[f'meshhealth_node_connectivity_latency_seconds_bucket{{{labels},le="0.0005"}}'] == 1
+    )
+    assert (
+        samples[f'meshhealth_node_connectivity_latency_seconds_bucket{{{labels},le="0.00025"}}']
+        == 0
+    )
+    assert not any('protocol="http"' in key for key in samples)  # no RTT, no observation
+    assert samples["meshhealth_rounds_total"] == 1
+    assert samples["meshhealth_round_duration_seconds_count"] == 1
+    assert any(k.startswith("meshhealth_build_info{") and v == 1 for k, v in samples.items())
+
+
+def test_latency_buckets_cover_50us_to_5s() -> None:
+    assert LATENCY_BUCKETS_S[0] == 50e-6
+    assert LATENCY_BUCKETS_S[-1] == 5.0
+
+
+def test_every_agent_family_is_documented() -> None:
+    from pathlib import Path
+
+    registry = Registry()
+    agent_metrics(registry, source_cluster="c", source_node="a")
+    doc = (Path(__file__).parent.parent / "docs" / "metrics.md").read_text(encoding="utf-8")
+    missing = [name for name in registry.names() if f"`{name}`" not in doc]
+    assert missing == []
+
+
+async def _scrape(port: int, request: bytes) -> bytes:
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(request)
+        data = b""
+        with trio.fail_after(5):
+            while chunk := await stream.receive_some(65536):
+                data += chunk
+    return data
+
+
+async def test_real_scrape_over_tcp() -> None:
+    registry = Registry()
+    metrics = agent_metrics(registry, source_cluster="c", source_node="a")
+    metrics.etcd_up.labels(cluster="c").set(1)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve_metrics, "127.0.0.1", 0, registry)
+        answer = await _scrape(
+            port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 ")
+        assert f"Content-Type: {CONTENT_TYPE}".encode() in head
+        samples = parse_exposition(body.decode())
+        assert samples['meshhealth_etcd_up{cluster="c"}'] == 1
+        missing = await _scrape(port, b"GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert missing.startswith(b"HTTP/1.1 404 ")
+        post = await _scrape(
+            port, b"POST /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        assert post.startswith(b"HTTP/1.1 405 ")
+        nursery.cancel_scope.cancel()

@@ -1,0 +1,403 @@
+"""`meshhealth probe`: formatting (pure, golden), argument handling, and real runs.
+
+Real runs probe only loopback addresses and addresses inside namespaces the test made.
+After an intended change of the text output, regenerate the golden and review the diff:
+
+    MESHHEALTH_UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_probe_cli.py
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from meshhealth import model
+from meshhealth.cli import probe_cmd
+from meshhealth.cli.durations import format_duration
+from meshhealth.cli.format_probe import (
+    format_loss,
+    format_probe_json,
+    format_probe_text,
+    probe_line,
+    status_text,
+)
+from meshhealth.cli.main import main
+from tests.plugins.netns import NetnsFactory
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("MESHHEALTH_UPDATE_GOLDEN") == "1"
+ICMP = model.Protocol.ICMP
+HTTP = model.Protocol.HTTP
+S = model.ProbeStatus
+
+
+# --- durations and formatting (pure) ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0.0, "0s"),
+        (1e-9, "1ns"),
+        (0.000000999, "999ns"),
+        (0.000001, "1µs"),
+        (0.0000015, "1.5µs"),
+        (0.0004125, "412.5µs"),
+        (0.000455, "455µs"),
+        (0.00041, "410µs"),
+        (0.00099996, "1ms"),
+        (0.00102, "1.02ms"),
+        (0.0010234567, "1.023ms"),
+        (0.0027, "2.7ms"),
+        (0.030, "30ms"),
+        (0.12345, "123.5ms"),
+        (1.0, "1s"),
+        (1.5, "1.5s"),
+        (59.99, "59.99s"),
+        (90.0, "1m30s"),
+        (3725.0, "1h2m5s"),
+        (-0.0015, "-1.5ms"),
+        (math.inf, "inf"),
+        (math.nan, "NaN"),
+    ],
+)
+def test_format_duration(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("loss", "text"),
+    [(0.0, "0%"), (1 / 3, "33%"), (2 / 3, "67%"), (1.0, "100%"), (0.001, "<1%"), (0.999, ">99%")],
+)
+def test_format_loss(loss: float, text: str) -> None:
+    assert format_loss(loss) == text
+
+
+def result(
+    status: model.ProbeStatus,
+    *rtts_ms: float,
+    sent: int = 1,
+    detail: str = "",
+) -> model.ProbeResult:
+    rtts = tuple(ms / 1000 for ms in rtts_ms)
+    return model.ProbeResult(status, 1763805600.0, rtts, sent, len(rtts), detail)
+
+
+@pytest.mark.parametrize(
+    ("protocol", "res", "line"),
+    [
+        (ICMP, result(S.OK, 0.41, 0.41, 0.41, sent=3), "10.0.0.2  icmp  OK  rtt=410µs loss=0%"),
+        (ICMP, result(S.OK, 0.3, 0.5, sent=3), "10.0.0.2  icmp  OK  rtt=400µs loss=33%"),
+        (HTTP, result(S.OK, 1.02), "10.0.0.2  http  OK  rtt=1.02ms"),
+        (HTTP, result(S.TIMEOUT), "10.0.0.2  http  Connection timed out"),
+        (ICMP, result(S.TIMEOUT, sent=3), "10.0.0.2  icmp  Connection timed out"),
+        (HTTP, result(S.REFUSED), "10.0.0.2  http  Connection refused"),
+        (HTTP, result(S.HTTP_ERROR, 2.0, detail="HTTP 503"), "10.0.0.2  http  HTTP 503  rtt=2ms"),
+        (
+            ICMP,
+            result(S.ERROR, sent=0, detail="ICMP disabled"),
+            "10.0.0.2  icmp  Error: ICMP disabled",
+        ),
+    ],
+)
+def test_probe_line(protocol: model.Protocol, res: model.ProbeResult, line: str) -> None:
+    assert probe_line("10.0.0.2", protocol, res) == line
+
+
+def test_status_text_keeps_http_code_once() -> None:
+    assert status_text(result(S.HTTP_ERROR, 1.0, detail="HTTP 404")) == "HTTP 404"
+
+
+def golden_paths() -> list[model.PathReport]:
+    def path(ip: str, protocol: model.Protocol, res: model.ProbeResult) -> model.PathReport:
+        key = model.PathKey("", ip, model.TargetType.NODE, protocol)
+        return model.PathReport(key, ip, res)
+
+    return [
+        path("10.0.0.2", ICMP, result(S.OK, 0.4, 0.412, 0.425, sent=3)),
+        path("10.0.0.2", HTTP, result(S.OK, 1.02)),
+        path("10.0.0.9", ICMP, result(S.TIMEOUT, sent=3)),
+        path("10.0.0.9", HTTP, result(S.TIMEOUT)),
+        path("fd00:99::2", ICMP, result(S.OK, 2.7, sent=3)),
+        path("fd00:99::2", HTTP, result(S.REFUSED)),
+    ]
+
+
+def test_text_matches_golden() -> None:
+    text = format_probe_text(golden_paths())
+    golden = GOLDEN_DIR / "probe_text.txt"
+    if UPDATE:
+        golden.write_text(text, encoding="utf-8")
+    assert text == golden.read_text(encoding="utf-8")
+    assert text.splitlines()[0] == "10.0.0.2    icmp  OK  rtt=412.3µs loss=0%"
+
+
+def test_text_of_nothing_is_empty() -> None:
+    assert format_probe_text([]) == ""
+
+
+def test_json_fields() -> None:
+    records = json.loads(format_probe_json(golden_paths()))
+    assert [(r["ip"], r["protocol"], r["status"]) for r in records] == [
+        ("10.0.0.2", "icmp", "ok"),
+        ("10.0.0.2", "http", "ok"),
+        ("10.0.0.9", "icmp", "timeout"),
+        ("10.0.0.9", "http", "timeout"),
+        ("fd00:99::2", "icmp", "ok"),
+        ("fd00:99::2", "http", "refused"),
+    ]
+    first = records[0]
+    assert set(first) == {
+        "ip",
+        "protocol",
+        "status",
+        "text",
+        "detail",
+        "rtt_s",
+        "rtts_s",
+        "sent",
+        "received",
+        "loss",
+        "started_at",
+    }
+    assert first["rtt_s"] == pytest.approx(0.000412333, rel=1e-4)
+    assert first["rtts_s"] == [0.0004, 0.000412, 0.000425]
+    assert (first["sent"], first["received"], first["loss"]) == (3, 3, 0.0)
+    assert records[3]["text"] == "Connection timed out"
+    assert records[3]["rtt_s"] is None
+    assert records[4]["loss"] == pytest.approx(2 / 3)
+
+
+# --- arguments (pure) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("", []),
+        ("10.0.0.1\n10.0.0.2\n", ["10.0.0.1", "10.0.0.2"]),
+        ("# hosts\n10.0.0.1 10.0.0.2  # two\n\n  ::1\t", ["10.0.0.1", "10.0.0.2", "::1"]),
+    ],
+)
+def test_parse_target_lines(text: str, words: list[str]) -> None:
+    assert probe_cmd.parse_target_lines(text) == words
+
+
+def test_validate_targets_normalises_and_dedupes() -> None:
+    got = probe_cmd.validate_targets(["10.0.0.1", "FD00::0:1", "10.0.0.1", "fd00::1"])
+    assert got == ["10.0.0.1", "fd00::1"]
+
+
+@pytest.mark.parametrize("bad", ["x", "10.0.0.256", "example.com", "10.0.0.1/24", ""])
+def test_validate_targets_rejects(bad: str) -> None:
+    with pytest.raises(ValueError, match=r"^invalid IP address "):
+        probe_cmd.validate_targets(["127.0.0.1", bad])
+
+
+@pytest.mark.parametrize(
+    ("icmp", "http", "expected"),
+    [
+        (False, False, {ICMP, HTTP}),
+        (True, False, {ICMP}),
+        (False, True, {HTTP}),
+        (True, True, {ICMP, HTTP}),
+    ],
+)
+def test_chosen_protocols(icmp: bool, http: bool, expected: set[model.Protocol]) -> None:
+    assert probe_cmd.chosen_protocols(icmp, http) == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["probe", "x"], "meshhealth probe: invalid IP address 'x'\n"),
+        (
+            ["probe", "127.0.0.1", "10.0.0.300"],
+            "meshhealth probe: invalid IP address '10.0.0.300'\n",
+        ),
+        (["probe"], "meshhealth probe: no targets given (TARGET... or -f FILE)\n"),
+        (
+            ["probe", "-f", "/nonexistent/mh-hosts"],
+            "meshhealth probe: cannot read /nonexistent/mh-hosts: No such file or directory\n",
+        ),
+    ],
+)
+def test_usage_errors_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", message)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["probe", "--port", "70000", "127.0.0.1"],
+        ["probe", "--timeout", "0", "127.0.0.1"],
+        ["probe", "--count", "0", "127.0.0.1"],
+        ["probe", "-o", "yaml", "127.0.0.1"],
+    ],
+)
+def test_bad_options_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert "meshhealth probe: error:" in capsys.readouterr().err
+
+
+def test_help_has_an_example(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["probe", "--help"])
+    assert "meshhealth probe 10.0.0.2 10.0.0.9" in capsys.readouterr().out
+
+
+# --- real runs (loopback) ---------------------------------------------------------------
+
+
+async def run_cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return await trio.run_process(
+        [sys.executable, "-m", "meshhealth", "probe", *args],
+        stdin=stdin,
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+
+
+async def serve_on(host: str, port: int, *, task_status: trio.TaskStatus[int]) -> None:
+    from meshhealth.agent.responder import serve_responder
+
+    await serve_responder(
+        host, port, max_connections=16, read_timeout_s=2.0, task_status=task_status
+    )
+
+
+async def test_http_probe_of_loopback_from_stdin() -> None:
+    async with trio.open_nursery() as nursery:
+        port: int = await nursery.start(serve_on, "127.0.0.2", 0)
+        done = await run_cli(
+            "--http", "--port", str(port), "127.0.0.2", "-f", "-", stdin=b"127.0.0.3\n"
+        )
+        nursery.cancel_scope.cancel()
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.decode().splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("127.0.0.2  http  OK  rtt=")
+    assert lines[1] == "127.0.0.3  http  Connection refused"
+    assert done.stderr == b""
+
+
+async def test_all_ok_exits_0_and_json() -> None:
+    async with trio.open_nursery() as nursery:
+        port: int = await nursery.start(serve_on, "127.0.0.2", 0)
+        done = await run_cli("--http", "--port", str(port), "-o", "json", "127.0.0.2")
+        nursery.cancel_scope.cancel()
+    assert done.returncode == 0, done.stderr
+    (record,) = json.loads(done.stdout)
+    assert (record["ip"], record["protocol"], record["status"], record["received"]) == (
+        "127.0.0.2",
+        "http",
+        "ok",
+        1,
+    )
+    assert record["rtt_s"] > 0
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: raw ICMP socket")
+
+
+@needs_root
+async def test_icmp_and_http_of_loopback() -> None:
+    async with trio.open_nursery() as nursery:
+        port: int = await nursery.start(serve_on, "127.0.0.2", 0)
+        done = await run_cli(
+            "--port", str(port), "--count", "2", "--interval", "0.01", "127.0.0.2", "::1"
+        )
+        nursery.cancel_scope.cancel()
+    lines = done.stdout.decode().splitlines()
+    assert done.returncode == 1, done.stderr  # nothing listens on [::1]:port
+    assert [line.split()[:2] for line in lines] == [
+        ["127.0.0.2", "icmp"],
+        ["127.0.0.2", "http"],
+        ["::1", "icmp"],
+        ["::1", "http"],
+    ]
+    assert "OK  rtt=" in lines[0]
+    assert lines[0].endswith("loss=0%")
+    assert "OK  rtt=" in lines[1]
+    assert "OK  rtt=" in lines[2]
+    assert lines[3].endswith("Connection refused")
+
+
+@needs_root
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
+def test_icmp_without_raw_socket_rights_says_so() -> None:
+    # Root without CAP_NET_RAW (dropped from the bounding set): no raw socket.
+    drop_net_raw = ["setpriv", "--bounding-set=-net_raw", "--inh-caps=-net_raw"]
+    done = subprocess.run(
+        [*drop_net_raw, sys.executable, "-m", "meshhealth", "probe", "--icmp", "127.0.0.1"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+        timeout=30,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == probe_cmd.NO_RAW_SOCKET + "\n"
+
+
+# --- real runs (namespaces) -------------------------------------------------------------
+
+
+@pytest.mark.netns
+def test_probe_in_namespace_live_and_dead(netns_factory: NetnsFactory) -> None:
+    lab = netns_factory.make_lab(live=3, dead=3, live6=1, dead6=1)
+    for listen in ("0.0.0.0:4240", "[::]:4240"):  # trio's listeners are IPv6-only
+        responder = netns_factory.spawn(
+            lab.target,
+            sys.executable,
+            "-m",
+            "meshhealth",
+            "responder",
+            "--listen",
+            listen,
+            stdout=subprocess.PIPE,
+        )
+        assert responder.stdout is not None
+        assert b"listening" in responder.stdout.readline()
+        responder.stdout.close()  # it prints nothing more
+    targets = lab.live + lab.dead + lab.live6 + lab.dead6
+    t0 = time.monotonic()
+    done = netns_factory.run(
+        lab.client,
+        sys.executable,
+        "-m",
+        "meshhealth",
+        "probe",
+        "--timeout",
+        "0.5",
+        "-o",
+        "json",
+        *targets,
+        check=False,
+    )
+    wall_s = time.monotonic() - t0
+    assert done.returncode == 1, done.stderr
+    records = json.loads(done.stdout)
+    got = {(r["ip"], r["protocol"]): r["status"] for r in records}
+    live, dead = lab.live + lab.live6, lab.dead + lab.dead6
+    expected = {(ip, p): "ok" for ip in live for p in ("icmp", "http")}
+    expected |= {(ip, p): "timeout" for ip in dead for p in ("icmp", "http")}
+    assert got == expected
+    # ICMP budget: 2 * 0.1 s + 0.5 s; plus interpreter start-up (generous).
+    assert wall_s < 0.7 + 3.0
