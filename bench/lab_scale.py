@@ -5,8 +5,8 @@ Run as root:  .venv/bin/python bench/lab_scale.py --nodes 100 [--interval 10] [-
 Builds a lab with its own prefix (`mhbench`), measures, and always removes it. Prints:
 - build_s: `lab up` wall time (until every agent socket answers)
 - converge_s: from `lab up` start until every node reports N/N reachable
-- agent RSS (MB) and CPU (% of one core) over an idle window, per agent (the agent
-  process plus its endpoint responder child), min/median/max
+- agent RSS (MB) and its endpoint responder's; CPU (% of one core, agent + responder)
+  over an idle window; min/median/max over the agents
 - etcd raft proposals committed per second over the same window (= writes)
 """
 
@@ -30,13 +30,20 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_ticks(pid: int) -> int:
-    raw = Path(f"/proc/{pid}/stat").read_text()
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return 0
     fields = raw[raw.rindex(")") + 2 :].split()
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
 def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except FileNotFoundError:
+        return 0.0
+    for line in lines:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
@@ -108,6 +115,9 @@ def main() -> int:
         else:
             print(f"converge_s={time.monotonic() - t0:.1f}")
         agents = [r.pid for k, r in st.processes.items() if k.startswith("agent/")]
+        alive = [p for p in agents if Path(f"/proc/{p}").exists()]
+        print(f"agents_alive={len(alive)}/{len(agents)}")
+        agents = alive
         groups = {pid: [pid, *children(pid)] for pid in agents}
         before = {pid: sum(cpu_ticks(p) for p in g) for pid, g in groups.items()}
         etcd0, w0 = etcd_proposals(plan), time.monotonic()
@@ -118,12 +128,14 @@ def main() -> int:
             100 * (sum(cpu_ticks(p) for p in g) - before[pid]) / CLK_TCK / elapsed
             for pid, g in groups.items()
         ]
-        rss = [sum(rss_mb(p) for p in g) for g in groups.values()]
+        rss = [rss_mb(pid) for pid in groups]
+        rss_children = [sum(rss_mb(p) for p in g[1:]) for g in groups.values()]
 
         def fmt(xs: list[float]) -> str:
             return f"min={min(xs):.1f} median={statistics.median(xs):.1f} max={max(xs):.1f}"
 
-        print(f"agent_rss_mb {fmt(rss)} (agent + endpoint responder)")
+        print(f"agent_rss_mb {fmt(rss)}")
+        print(f"endpoint_responder_rss_mb {fmt(rss_children)}")
         print(f"agent_cpu_pct {fmt(cpu)} (over {elapsed:.0f}s)")
         print(f"etcd_writes_per_s={etcd_rate:.1f}")
     finally:

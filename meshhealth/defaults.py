@@ -98,3 +98,43 @@ ROUTE_PROTO: Final = 0xA4
 ROUTE_RESYNC_INTERVAL_S: Final = 10.0
 # After a failed route change, retry this soon.
 ROUTE_RETRY_S: Final = 1.0
+
+# --- publisher and matrix (meshhealth.agent.publisher, meshhealth.matrix) -------------------
+# Readers show a health report older than this many of its source's intervals as stale.
+MATRIX_STALE_INTERVALS: Final = 3
+# A node with no status change rewrites its health entry every this many intervals. The
+# refresh is written right after a round, so the entry's probe_time is at most
+# 2 intervals + one round's duration old when the next refresh lands: below the 3
+# intervals above as long as a round (and the write) finish within one interval.
+PUBLISH_REFRESH_INTERVALS: Final = 2
+# Status changes are written this long after the first one is seen, so changes that come
+# together (a round's results, a probe-now round right after) make one write.
+PUBLISH_DEBOUNCE_S: Final = 0.5
+
+# --- clustermesh (meshhealth.agent.clustermesh) ---------------------------------------------
+# A remote cluster refused (id clash, wrong name) or without a cluster-config entry yet
+# is checked again this often: fixing the remote needs no agent restart.
+MESH_RECHECK_S: Final = 5.0
+# `GET /v1/matrix` reads each cluster's health entries with this deadline: a remote etcd
+# that is down costs the answer this long at most.
+MATRIX_READ_TIMEOUT_S: Final = 2.0
+
+# --- live feed (meshhealth.agent.feed, `meshhealth watch`) -----------------------------
+# Viewers at once on one agent (each costs a task and a queue); more are answered 503.
+FEED_MAX_CLIENTS: Final = 256
+# A viewer that has not received a round message for this many rounds is told it is
+# lagging and disconnected (with the default interval: ~40 s of not reading).
+FEED_MAX_ROUNDS_BEHIND: Final = 3
+# Pending updates per viewer (one per path after coalescing: 4 per node); past this the
+# viewer is lagging. Bounds memory per viewer whatever it does.
+FEED_MAX_PENDING: Final = 16384
+# A lagging viewer gets this long to take its `lagging` message and the close frame;
+# then its connection is cut.
+FEED_LAGGING_GRACE_S: Final = 2.0
+# The WebSocket opening handshake must be done within this time.
+FEED_HANDSHAKE_TIMEOUT_S: Final = 5.0
+# `meshhealth watch` retries a lost feed with back-off from min to max.
+WATCH_RETRY_MIN_S: Final = 0.2
+WATCH_RETRY_MAX_S: Final = 2.0
+# RTTs kept per path for the view's sparkline.
+WATCH_SPARKLINE_POINTS: Final = 20

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 import os
 import socket
@@ -71,6 +72,30 @@ async def test_closing_ends_receiver_tasks_and_the_pinger() -> None:
     assert nursery.child_tasks == frozenset()
     with pytest.raises(trio.ClosedResourceError):
         await pinger.ping("127.0.0.1")
+
+
+async def test_early_replies_leave_no_probe_behind() -> None:
+    # Timer entries of answered probes stay in the heap until their (far) deadlines, but
+    # must not keep the probes (cookies, result lists, tasks) alive: back-to-back rounds
+    # would otherwise pile them up for the garbage collector.
+    require_root()
+    results: list[ProbeResult] = []
+    async with open_pinger() as pinger:
+
+        async def probe(ip: str) -> None:
+            results.append(await pinger.ping(ip, count=2, interval_s=0.001, timeout_s=60))
+
+        async with trio.open_nursery() as nursery:
+            for i in range(200):
+                nursery.start_soon(probe, f"127.0.{i // 250}.{i % 250 + 1}")
+        assert len(pinger._timers) == 200  # the final waits, due in 60 s
+        gc.collect()
+        alive = [o for o in gc.get_objects() if isinstance(o, icmp._Probe)]
+        assert alive == []
+        assert pinger.in_flight == 0
+    assert len(results) == 200
+    for result in results:
+        assert_ok(result, 2)
 
 
 def test_without_cap_net_raw_the_error_says_so() -> None:

@@ -74,6 +74,25 @@ def test_checksum(data: str, expected: int) -> None:
     assert checksum(bytes.fromhex(data)) == expected
 
 
+def rfc1071_checksum(data: bytes) -> int:
+    """The textbook algorithm: sum 16-bit words with end-around carry, complement."""
+    if len(data) % 2:
+        data += b"\x00"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+# Words whose sum is a multiple of 0xFFFF (the remainder trick's one special case).
+FOLDS_TO_FFFF = st.lists(st.sampled_from([0x0000, 0xFFFF, 0x8000, 0x7FFF, 0x0001, 0xFFFE]))
+
+
+@given(st.binary(max_size=300) | FOLDS_TO_FFFF.map(lambda ws: struct.pack(f"!{len(ws)}H", *ws)))
+def test_checksum_matches_rfc1071(data: bytes) -> None:
+    assert checksum(data) == rfc1071_checksum(data)
+
+
 @pytest.mark.parametrize(
     ("ipv6", "ident", "seq", "payload", "expected_hex"),
     [

@@ -4,6 +4,7 @@
     GET /v1/status         the status document (docs/status.md); never waits on a round
     PUT /v1/status/probe   a round now; answers when it ends, with the fresh document
                            (504 after `probe_timeout_s`; the round itself goes on)
+    GET /v1/matrix         the cluster-wide matrix (docs/clustermesh.md), read from etcd
 
 Errors: unknown path 404, wrong method 405 (with `Allow`), malformed request 400, a body
 too large 413, all `{"error": "..."}`.
@@ -37,6 +38,7 @@ ROUTES: dict[str, dict[str, str]] = {
     "/v1/healthz": {"GET": "healthz"},
     "/v1/status": {"GET": "status"},
     "/v1/status/probe": {"PUT": "probe"},
+    "/v1/matrix": {"GET": "matrix"},
 }
 
 
@@ -54,6 +56,11 @@ class AdminHandler(Protocol):
     def status(self) -> dict[str, Any]: ...
 
     async def probe_now(self) -> dict[str, Any]: ...
+
+    async def matrix(self) -> dict[str, Any]:
+        """The cluster-wide matrix document (meshhealth.matrix.matrix_document), read
+        from the health entries in etcd of this cluster and every meshed one."""
+        ...
 
 
 class AdminSocketError(Exception):
@@ -97,6 +104,8 @@ async def answer(
         return json_response(200, handler.healthz())
     if action == "status":
         return json_response(200, handler.status())
+    if action == "matrix":
+        return json_response(200, await handler.matrix())
     with trio.move_on_after(probe_timeout_s):
         return json_response(200, await handler.probe_now())
     return json_error(

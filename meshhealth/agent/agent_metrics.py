@@ -56,6 +56,8 @@ class AgentMetrics:
     kvstore_invalid_values: Counter  # {kind}: nodes | ip | health | cluster-config
     endpoint_restarts: Counter
     build_info: Gauge
+    kvstore_writes: Counter  # {key_kind}: health | cluster-config
+    kvstore_write_bytes: Counter  # {key_kind}
 
     def _path_labels(self, path: PathKey) -> dict[str, str]:
         return {
@@ -182,4 +184,15 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
             "Times the health endpoint (responder) was restarted after it died.",
         ),
         build_info=build_info,
+        kvstore_writes=registry.counter(
+            "meshhealth_kvstore_writes_total",
+            "Values this agent wrote to etcd (health: its published results, written on "
+            "status changes and a refresh every few intervals).",
+            ("key_kind",),
+        ),
+        kvstore_write_bytes=registry.counter(
+            "meshhealth_kvstore_write_bytes_total",
+            "Bytes of the values this agent wrote to etcd.",
+            ("key_kind",),
+        ),
     )

@@ -1,8 +1,9 @@
 """The agent: the one nursery that owns every task of DESIGN.md.
 
 Start order matters for users: the admin API first (it answers within a second, before
-etcd is reachable), then the metrics, the /hello responder, etcd (registrar, discovery),
-the prober loop and the health endpoint. Nothing here waits on etcd or on a round.
+etcd is reachable), then the metrics, the /hello responder, etcd (registrar, discovery,
+clustermesh, publisher), the prober loop and the health endpoint. Nothing here waits on
+etcd or on a round.
 """
 
 from __future__ import annotations
@@ -19,13 +20,25 @@ import trio
 from meshhealth import __version__
 from meshhealth.agent.admin_api import AdminSocketError, serve_admin_api
 from meshhealth.agent.agent_metrics import AgentMetrics, agent_metrics
+from meshhealth.agent.clustermesh import (
+    ClusterMesh,
+    MeshConfigError,
+    RemoteSpec,
+    default_cluster_id,
+    load_remote_specs,
+)
 from meshhealth.agent.config import AgentConfig
 from meshhealth.agent.discovery import Discovery
 from meshhealth.agent.endpoint import HealthEndpoint, endpoint_from_config
+from meshhealth.agent.feed import FeedHub, serve_feed_tcp, serve_feed_unix
+from meshhealth.agent.mesh_status import MeshMetrics, cluster_states
 from meshhealth.agent.metrics_server import serve_metrics
+from meshhealth.agent.peer_nodes import PeerNodes
 from meshhealth.agent.prober_loop import ProberLoop
+from meshhealth.agent.publisher import Publisher
 from meshhealth.agent.registrar import NodeNameTaken, Registrar
 from meshhealth.agent.responder import ResponderStats, serve_responder
+from meshhealth.agent.routes import RouteProgrammer
 from meshhealth.agent.status_model import (
     EtcdState,
     LocalNode,
@@ -34,9 +47,12 @@ from meshhealth.agent.status_model import (
     build_healthz_document,
     build_status_document,
 )
+from meshhealth.feed_protocol import feed_socket_path
 from meshhealth.kvstore import Etcd, open_etcd
+from meshhealth.matrix import matrix_document
+from meshhealth.matrix_source import MatrixSource, read_matrix
 from meshhealth.metrics import CounterSeries, Registry
-from meshhealth.model import Node, RoundReport, Target
+from meshhealth.model import ClusterConfig, Node, PathKey, PathSummary, RoundReport, Target
 from meshhealth.probe.icmp import Pinger, PingerPermissionError, open_pinger
 from meshhealth.probe.scheduler import run_round
 from meshhealth.probe.stats import StatsBook
@@ -66,7 +82,14 @@ class CounterMirror:
 class Agent:
     """The running agent's state; also the admin API's handler."""
 
-    def __init__(self, config: AgentConfig, etcd: Etcd, pinger: Pinger | None) -> None:
+    def __init__(
+        self,
+        config: AgentConfig,
+        etcd: Etcd,
+        pinger: Pinger | None,
+        *,
+        mesh_specs: Sequence[RemoteSpec] = (),
+    ) -> None:
         self.config = config
         self.etcd = etcd
         self.pinger = pinger
@@ -83,14 +106,37 @@ class Agent:
             started_at=self.started_at,
         )
         self.book = StatsBook(config.stats_window)
+        # book.summaries() after each round: the book only changes then, and computing it
+        # costs ~40 ms at 300 nodes, too much for every GET /v1/status (bench/admin_latency).
+        self.summaries: dict[PathKey, PathSummary] = {}
         self.registry = Registry()
         self.metrics: AgentMetrics = agent_metrics(
             self.registry, source_cluster=config.cluster, source_node=config.node
         )
         self.registrar = Registrar(etcd, self.node, ttl_s=config.lease_ttl_s)
         self.discovery = Discovery({config.cluster: etcd})
+        cluster_id = config.cluster_id or default_cluster_id(config.cluster)
+        self.mesh = ClusterMesh(etcd, ClusterConfig(config.cluster, cluster_id), mesh_specs)
+        self.mesh_metrics = MeshMetrics(self.metrics, self.mesh)
+        self.publisher = Publisher(
+            etcd,
+            self.registrar,
+            cluster=config.cluster,
+            node=config.node,
+            interval_s=config.interval_s,
+            on_write=self._count_health_write,
+        )
         self.endpoint: HealthEndpoint | None = endpoint_from_config(config)
+        # --route-cidrs: `CIDR via NodeIP` to every peer, from the node entries in etcd.
+        self.routes: RouteProgrammer | None = None
+        self.peer_nodes: PeerNodes | None = None
+        if config.route_cidrs:
+            self.routes = RouteProgrammer(
+                cluster=config.cluster, node=config.node, own_cidrs=config.cidrs
+            )
+            self.peer_nodes = PeerNodes(self._node_sources, self.discovery, self.routes.set_peers)
         self.responder_stats = ResponderStats()
+        self.feed = FeedHub(self.status, window=config.stats_window)  # `meshhealth watch`
         self.loop = ProberLoop(
             probe_set=self.targets,
             run_round=self._run_round,
@@ -101,14 +147,26 @@ class Agent:
         self._mirrors = {
             "etcd_errors": CounterMirror(self.metrics.etcd_errors.labels(cluster=config.cluster)),
             "invalid_ip": CounterMirror(self.metrics.kvstore_invalid_values.labels(kind="ip")),
+            "invalid_nodes": CounterMirror(
+                self.metrics.kvstore_invalid_values.labels(kind="nodes")
+            ),
             "endpoint_restarts": CounterMirror(self.metrics.endpoint_restarts.labels()),
         }
 
     # --- the probe set and rounds -----------------------------------------------------
 
+    def _node_sources(self) -> list[tuple[str, Etcd]]:
+        """This cluster's etcd and every admitted remote's (for the node entries)."""
+        sources = [(self.config.cluster, self.etcd)]
+        sources += [
+            (r.name, r.etcd) for r in self.mesh.remotes if r.admitted and r.etcd is not None
+        ]
+        return sources
+
     def targets(self) -> list[Target]:
         """Every node discovered, and this node itself (cilium-health lists localhost)."""
         found = {(t.cluster, t.node): t for t in self.discovery.targets()}
+        found.update(((t.cluster, t.node), t) for t in self.mesh.targets())
         found[(self.config.cluster, self.config.node)] = Target(
             self.config.cluster, self.config.node, self.config.node_ip, self.config.health_ip
         )
@@ -123,7 +181,7 @@ class Agent:
             spread_s=self.config.spread_s,
             max_in_flight=self.config.max_in_flight,
             icmp_count=self.config.icmp_count,
-            on_result=None,
+            on_result=self.feed.publish_path,
         )
 
     def _on_round(self, report: RoundReport) -> None:
@@ -132,7 +190,9 @@ class Agent:
         if gone:
             log.info("forgot %d paths of nodes that left", len(gone))
         self.metrics.observe_round(report)
-        self.metrics.sync_connectivity(report.targets, self.book.summaries())
+        summaries = self.summaries = self.book.summaries()
+        self.metrics.sync_connectivity(report.targets, summaries)
+        self.publisher.note_round(report, summaries)
         failing = sum(1 for p in report.paths if not p.result.ok)
         log.debug(
             "round of %d paths to %d nodes took %.3fs, %d failing",
@@ -141,12 +201,16 @@ class Agent:
             report.duration_s,
             failing,
         )
+        self.feed.publish_round(report)  # after the book has the round: status() has it
 
     # --- admin API handler ------------------------------------------------------------
 
     def _etcd_state(self) -> EtcdState:
         health = self.etcd.health
-        return EtcdState(up=health.up, since=health.since, last_error=health.last_error or None)
+        # The error of an outage that is over (or the initial "not checked yet") would
+        # read as "connected since T (connection refused)": only a down etcd has one.
+        last_error = None if health.up else (health.last_error or None)
+        return EtcdState(up=health.up, since=health.since, last_error=last_error)
 
     def healthz(self) -> dict[str, Any]:
         doc = build_healthz_document(
@@ -160,7 +224,7 @@ class Agent:
         inputs = StatusInputs(
             local=self.local,
             targets=report.targets if report is not None else self.targets(),
-            summaries=self.book.summaries(),
+            summaries=self.summaries,
             probe_time=report.started_at if report is not None else None,
             probe_interval_s=self.config.interval_s,
             etcd=self._etcd_state(),
@@ -171,8 +235,29 @@ class Agent:
                 completed=self.loop.rounds_finished,
             ),
             now=time.time(),
+            clusters=cluster_states(self.mesh),
         )
         return build_status_document(inputs)
+
+    async def matrix(self) -> dict[str, Any]:
+        """GET /v1/matrix: read on request (no background watch: zero etcd load when
+        nobody asks) from this cluster's etcd and every admitted remote's."""
+        sources = [MatrixSource(self.config.cluster, self.etcd)]
+        sources += [
+            MatrixSource(r.name, r.etcd)
+            for r in self.mesh.remotes
+            if r.admitted and r.etcd is not None
+        ]
+        matrix, skipped = await read_matrix(
+            sources, now=time.time(), extra_nodes=[(t.cluster, t.node) for t in self.targets()]
+        )
+        if skipped:
+            self.metrics.kvstore_invalid_values.labels(kind="health").inc(skipped)
+        return matrix_document(matrix)
+
+    def _count_health_write(self, size: int) -> None:
+        self.metrics.kvstore_writes.labels(key_kind="health").inc()
+        self.metrics.kvstore_write_bytes.labels(key_kind="health").inc(size)
 
     async def probe_now(self) -> dict[str, Any]:
         await self.loop.probe_now()
@@ -185,10 +270,14 @@ class Agent:
             1 if self.etcd.health.up else 0
         )
         self._mirrors["etcd_errors"].update(self.etcd.stats.errors)
-        self._mirrors["invalid_ip"].update(self.discovery.invalid_values)
+        remote_invalid = sum(r.discovery.invalid_values for r in self.mesh.remotes if r.discovery)
+        self._mirrors["invalid_ip"].update(self.discovery.invalid_values + remote_invalid)
+        if self.peer_nodes is not None:
+            self._mirrors["invalid_nodes"].update(self.peer_nodes.invalid_values)
         if self.endpoint is not None:
             self._mirrors["endpoint_restarts"].update(self.endpoint.state.restarts)
         self.metrics.probes_in_flight.set(self.pinger.in_flight if self.pinger else 0)
+        self.mesh_metrics.sync()
 
     async def run_metrics_sync(self) -> None:
         while True:
@@ -214,13 +303,32 @@ async def run_agent(
     async with AsyncExitStack() as stack:
         etcd = await stack.enter_async_context(open_etcd(config.etcd))
         pinger = await _open_pinger_or_none(stack)
-        agent = Agent(config, etcd, pinger)
+        try:
+            mesh_specs = load_remote_specs(config.mesh, config.mesh_dir, config.cluster)
+        except MeshConfigError as error:
+            raise AgentStartError(str(error)) from None
+        agent = Agent(config, etcd, pinger, mesh_specs=mesh_specs)
         nursery = await stack.enter_async_context(trio.open_nursery())
         try:
             await nursery.start(serve_admin_api, config.socket, agent)
         except AdminSocketError as error:
             raise AgentStartError(str(error)) from None
         log.info("admin API on unix:%s", config.socket)
+        try:
+            feed_path = await nursery.start(
+                serve_feed_unix, feed_socket_path(config.socket), agent.feed
+            )
+        except AdminSocketError as error:
+            raise AgentStartError(str(error)) from None
+        log.info("live feed on unix:%s", feed_path)
+        if config.feed_listen is not None:
+            host, port = config.feed_listen
+            try:
+                await nursery.start(serve_feed_tcp, host, port, agent.feed)
+            except OSError as error:
+                raise AgentStartError(
+                    f"cannot serve the feed on {host}:{port}: {error.strerror}"
+                ) from None
         if config.metrics_listen is not None:
             host, port = config.metrics_listen
             try:
@@ -245,7 +353,12 @@ async def run_agent(
             ) from None
         await nursery.start(agent.registrar.run)
         await nursery.start(agent.discovery.run)
+        await nursery.start(agent.mesh.run)
+        await nursery.start(agent.publisher.run)
         await nursery.start(agent.loop.run)
+        if agent.routes is not None and agent.peer_nodes is not None:
+            await nursery.start(agent.routes.run)
+            await nursery.start(agent.peer_nodes.run)
         if agent.endpoint is not None:
             nursery.start_soon(agent.endpoint.run)
         nursery.start_soon(agent.run_metrics_sync)

@@ -45,9 +45,11 @@ class AgentConfig:
     lease_ttl_s: int
     mesh: tuple[tuple[str, tuple[str, ...]], ...] = ()
     mesh_dir: str | None = None
+    cluster_id: int | None = None  # None: derived from the cluster name (clustermesh)
     spread_fraction: float = defaults.ROUND_SPREAD_FRACTION
     icmp_count: int = defaults.ICMP_COUNT
     stats_window: int = defaults.STATS_WINDOW
+    feed_listen: tuple[str, int] | None = None
     extra: Mapping[str, object] = field(default_factory=dict)
 
     @property
@@ -161,6 +163,13 @@ def _listen(value: object) -> tuple[str, int]:
     return _ip(host), _port(port)
 
 
+def _cluster_id(value: object) -> int:
+    number = _positive_int(value)
+    if number > 255:
+        raise ValueError(f"must be 1..255, got {value!r}")
+    return number
+
+
 def _health_mode(value: object) -> str:
     mode = _as_str(value).lower()
     if mode not in HEALTH_MODES:
@@ -272,6 +281,13 @@ OPTIONS: tuple[Option, ...] = (
         "metrics_listen", _listen, None, "serve Prometheus metrics on IP:PORT", metavar="IP:PORT"
     ),
     Option(
+        "feed_listen",
+        _listen,
+        None,
+        "also serve the live WebSocket feed (meshhealth watch --url) on IP:PORT",
+        metavar="IP:PORT",
+    ),
+    Option(
         "health_mode",
         _health_mode,
         "netns",
@@ -313,6 +329,14 @@ OPTIONS: tuple[Option, ...] = (
         None,
         "directory with one file per remote cluster (its etcd URLs)",
         metavar="DIR",
+    ),
+    Option(
+        "cluster_id",
+        _cluster_id,
+        None,
+        "numeric cluster id 1..255, unique among meshed clusters "
+        "(default: derived from the cluster name)",
+        metavar="ID",
     ),
     Option(
         "spread_fraction",
@@ -370,7 +394,7 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _show_default(option: Option) -> str:
     if option.default is None or option.default == ():
-        return "none" if option.name != "node" else "host name"
+        return {"node": "host name", "cluster_id": "from the cluster name"}.get(option.name, "none")
     if isinstance(option.default, tuple):
         return ",".join(str(item) for item in option.default)
     if isinstance(option.default, bool):

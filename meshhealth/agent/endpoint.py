@@ -150,7 +150,11 @@ class HealthEndpoint:
             self._spec = endpoint_netns.EndpointNetns(
                 netns=netns, health_ip=str(address), node_netns=node_netns, host_iface=host_iface
             )
-        self._argv = responder_argv(python, str(address), port, node_name)
+        # --exit-with-parent: if the agent is SIGKILLed, its responder must not live on
+        # holding HealthIP:port (the restarted agent's endpoint would find it in use).
+        argv = responder_argv(python, str(address), port, node_name)
+        at = argv.index("--listen")
+        self._argv = [*argv[:at], "--exit-with-parent", *argv[at:]]
         if self._spec is not None:
             self._argv = ["ip", "netns", "exec", self._spec.netns, *self._argv]
         self._check_interval_s = check_interval_s

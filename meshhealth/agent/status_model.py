@@ -81,6 +81,18 @@ class RoundState:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterState:
+    """One cluster of the mesh (the local one, or a remote one) for the `clusters` list."""
+
+    name: str
+    id: int | None  # None while not known (a remote whose cluster-config was not read)
+    local: bool
+    state: str  # ok | etcd_down | waiting | refused (meshhealth.agent.clustermesh)
+    etcd: EtcdState
+    error: str | None = None  # why a remote is refused or waiting
+
+
+@dataclass(frozen=True, slots=True)
 class StatusInputs:
     local: LocalNode
     targets: Sequence[Target]
@@ -90,6 +102,7 @@ class StatusInputs:
     etcd: EtcdState
     round: RoundState
     now: float  # unix seconds; the document's `generated_at`
+    clusters: Sequence[ClusterState] = ()  # local first; empty: the local one is derived
 
 
 def iso_time(unix_s: float | None) -> str | None:
@@ -233,6 +246,7 @@ def build_status_document(inputs: StatusInputs) -> StatusDocument:
             "completed": inputs.round.completed,
         },
         "nodes": nodes,
+        "clusters": clusters_document(inputs, nodes),
         "summary": {
             "reachable": reachable,
             "unreachable": len(nodes) - reachable - unknown,
@@ -240,6 +254,31 @@ def build_status_document(inputs: StatusInputs) -> StatusDocument:
             "total": len(nodes),
         },
     }
+
+
+def clusters_document(inputs: StatusInputs, nodes: Sequence[dict[str, Any]]) -> list[Any]:
+    """The `clusters` list: the local cluster, then each remote one, with etcd state."""
+    clusters = list(inputs.clusters) or [
+        ClusterState(
+            name=inputs.local.cluster,
+            id=None,
+            local=True,
+            state="ok" if inputs.etcd.up else "etcd_down",
+            etcd=inputs.etcd,
+        )
+    ]
+    return [
+        {
+            "name": cluster.name,
+            "id": cluster.id,
+            "local": cluster.local,
+            "state": cluster.state,
+            "error": cluster.error,
+            "etcd": etcd_document(cluster.etcd),
+            "node_count": sum(1 for node in nodes if node["cluster"] == cluster.name),
+        }
+        for cluster in clusters
+    ]
 
 
 def etcd_document(etcd: EtcdState) -> dict[str, Any]:

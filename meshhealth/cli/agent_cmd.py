@@ -85,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
     import trio
 
     from meshhealth.agent.app import AgentStartError, run_agent_until_signal
+    from meshhealth.gc_tuning import tune_gc_for_probing
 
+    tune_gc_for_probing()  # probe rounds allocate many short-lived objects: see docs
     try:
         trio.run(run_agent_until_signal, config)
     except AgentStartError as exc:

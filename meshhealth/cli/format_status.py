@@ -11,6 +11,8 @@
           HTTP to agent:   OK, RTT=1.31ms
     Cluster health:   1/2 reachable   (2026-11-22T10:00:00Z)
 
+With clustermesh, a `Clusters:` section lists each cluster (local first) and the state
+of its etcd (connected, unreachable, refused: see docs/clustermesh.md).
 A `Warning:` line at the end says when etcd is unreachable (the node list may be stale).
 `verbose` adds the probe interval and etcd lines (instead of the warning), loss,
 percentiles and last-probed time per path, and the `cilium status --verbose` table
@@ -129,6 +131,26 @@ def _table_lines(nodes: list[dict[str, Any]]) -> list[str]:
     return ["  " + "   ".join([*cells, row[3]]) for cells, row in zip(padded, rows, strict=True)]
 
 
+def cluster_line(cluster: dict[str, Any]) -> str:
+    """`lab2 (id 200):   etcd connected, 2 nodes` (one line of the Clusters section)."""
+    tags = ["local"] if cluster["local"] else []
+    if cluster["id"] is not None:
+        tags.append(f"id {cluster['id']}")
+    head = cluster["name"] + (f" ({', '.join(tags)})" if tags else "")
+    count = cluster["node_count"]
+    nodes = f"{count} node{'s' if count != 1 else ''}"
+    state = cluster["state"]
+    if state == "refused":
+        body = f"refused: {cluster['error']}"
+    elif state == "waiting":
+        body = f"waiting: {cluster['error'] or 'not checked yet'}"
+    elif state == "etcd_down":
+        body = f"etcd {_etcd_state(cluster['etcd'])}: {nodes} probed from the last known list"
+    else:
+        body = f"etcd connected, {nodes}"
+    return f"  {head}:   {body}"
+
+
 def format_status_text(doc: dict[str, Any], *, verbose: bool) -> str:
     """The whole text of `meshhealth status`, ending with a newline."""
     now = parse_iso_time(doc["generated_at"]) if doc.get("generated_at") else None
@@ -148,6 +170,10 @@ def format_status_text(doc: dict[str, Any], *, verbose: bool) -> str:
     )
     if verbose and doc["nodes"]:
         lines += _table_lines(doc["nodes"])
+    clusters = doc.get("clusters") or []
+    if len(clusters) > 1:  # meshed: say how each cluster's etcd is doing
+        lines.append("Clusters:")
+        lines += [cluster_line(cluster) for cluster in clusters]
     if not doc["etcd"]["up"] and not verbose:  # verbose has its own etcd line
         lines.append(f"Warning:   etcd {_etcd_state(doc['etcd'])}: the node list may be stale")
     return "\n".join(lines) + "\n"

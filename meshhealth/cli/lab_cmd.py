@@ -7,8 +7,10 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
+from meshhealth import defaults
 from meshhealth.lab import plan as P
 
 DESCRIPTION = """\
@@ -30,8 +32,8 @@ examples:
 FAULT_HELP = """\
 fault kinds:
   endpoint-forward-drop NODE  nft in NODE drops forwarded traffic to its HealthIP
-  icmp-drop NODE              nft in NODE drops ICMP echo on its fabric link
-  partition NODE              nft in NODE drops everything on its fabric link
+  icmp-drop NODE              nft in NODE drops ICMP echo arriving on its fabric link
+  partition NODE              nft in NODE drops everything arriving on its fabric link
   kill-agent NODE             SIGKILL the node's agent (`fault clear` restarts it)
   stop-etcd [CLUSTER|NODE]    SIGTERM the cluster's etcd (default lab1)
   start-etcd [CLUSTER|NODE]   start it again on the same data dir
@@ -145,8 +147,11 @@ def run_up(args: argparse.Namespace) -> int:
 
     try:
         P.make_plan(args.prefix, args.nodes, args.clusters)
-        if not args.interval > 0:
-            raise P.PlanError(f"--interval must be positive, got {args.interval}")
+        if not args.interval > defaults.PROBE_TIMEOUT_S:
+            raise P.PlanError(
+                f"--interval must be longer than the probe timeout "
+                f"({defaults.PROBE_TIMEOUT_S:g}s), got {args.interval:g}"
+            )
         build.preflight()
         st, plan = build.up(
             args.prefix,
@@ -159,11 +164,13 @@ def run_up(args: argparse.Namespace) -> int:
     except _errors() as exc:
         return _err(str(exc))
     first = plan.nodes[0]
-    if st.agents:
-        _wait_first_round(first.socket, len(plan.nodes), args.interval)
-        print(f"\n$ meshhealth lab exec {first.qualified} -- meshhealth status", flush=True)
-        _exec(plan, first, ["meshhealth", "status"])
     pre = "" if args.prefix == P.DEFAULT_PREFIX else f" --prefix {args.prefix}"
+    if st.agents:
+        n = len(plan.nodes)
+        print(f"  waiting until {first.qualified} sees {n}/{n} reachable", flush=True)
+        _wait_converged(first.socket, n, args.interval, 3 * args.interval + 10)
+        print(f"\n$ meshhealth lab exec{pre} {first.qualified} -- meshhealth status", flush=True)
+        _exec(plan, first, ["meshhealth", "status"])
     print(
         f"""
 next:
@@ -177,20 +184,20 @@ next:
     return 0
 
 
-def _wait_first_round(sock: Any, total: int, interval_s: float) -> None:
-    """Until node1 has a result for every node (or a few intervals pass)."""
+def _wait_converged(sock: Path, total: int, interval_s: float, timeout_s: float) -> None:
+    """Until node1 sees every node reachable, or `timeout_s` passes (then the status
+    shown tells what is still missing)."""
     from meshhealth.lab.control import fetch_status
 
-    deadline = time.monotonic() + 3 * interval_s + 10
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            doc = fetch_status(sock)
-            s = doc["summary"]
-            if s["total"] >= total and not s["unknown"]:
+            s = fetch_status(sock)["summary"]
+            if s["reachable"] >= total:
                 return
         except (OSError, ValueError, KeyError):
             pass
-        time.sleep(0.25)
+        time.sleep(min(0.25, interval_s / 4))
 
 
 def _load(prefix: str) -> tuple[Any, P.LabPlan]:

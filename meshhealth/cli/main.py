@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 from meshhealth import __version__
 
@@ -17,6 +18,8 @@ from meshhealth import __version__
 COMMAND_MODULES: tuple[str, ...] = (
     "agent_cmd",
     "status_cmd",
+    "matrix_cmd",
+    "watch_cmd",
     "inspect_cmd",
     "responder_cmd",
     "probe_cmd",
@@ -30,15 +33,22 @@ EPILOG = """examples:
 """
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """Usage errors as one line (what, and where to look), exit 2: no usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="meshhealth",
         description="Node-to-node connectivity health prober coordinated through etcd.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"meshhealth {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineErrorParser)
     for name in COMMAND_MODULES:
         module = importlib.import_module(f"meshhealth.cli.{name}")
         module.register(sub)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
+import os
 import signal
 import sys
 from typing import TYPE_CHECKING
@@ -11,7 +13,11 @@ from typing import TYPE_CHECKING
 from meshhealth import defaults
 
 if TYPE_CHECKING:
+    import trio
     from trio import TaskStatus
+
+# --exit-with-parent: how often the parent PID is checked (an orphan exits within this).
+PARENT_POLL_INTERVAL_S = 0.5
 
 DESCRIPTION = f"""\
 Serve GET {defaults.HTTP_PATH} (200, small JSON body) so that peers' HTTP probes find this
@@ -78,6 +84,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "probes; the flag marks the mode in the output)",
     )
     parser.add_argument("--node-name", default="", help="name reported in the /hello body")
+    parser.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="exit when the parent process dies (the agent starts its health endpoint's "
+        "responder so: a SIGKILLed agent leaves no responder holding the port)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -89,11 +101,14 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"meshhealth responder: bad --listen: {exc}", file=sys.stderr)
         return 2
-    code: int = trio.run(_serve_until_signal, ip, port, args.passive, args.node_name)
+    parent_pid = os.getppid() if args.exit_with_parent else None
+    code: int = trio.run(_serve_until_signal, ip, port, args.passive, args.node_name, parent_pid)
     return code
 
 
-async def _serve_until_signal(ip: str, port: int, passive: bool, node_name: str) -> int:
+async def _serve_until_signal(
+    ip: str, port: int, passive: bool, node_name: str, parent_pid: int | None = None
+) -> int:
     import trio
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -109,10 +124,25 @@ async def _serve_until_signal(ip: str, port: int, passive: bool, node_name: str)
                 return 2
             mode = " (passive)" if passive else ""
             print(f"responder listening on {format_address(ip, bound_port)}{mode}", flush=True)
+            if parent_pid is not None:
+                nursery.start_soon(_exit_when_orphaned, parent_pid, nursery.cancel_scope)
             async for _ in signals:
                 break
             nursery.cancel_scope.cancel()
     return 0
+
+
+async def _exit_when_orphaned(parent_pid: int, scope: trio.CancelScope) -> None:
+    """Cancel `scope` once our parent is gone (we were re-parented: getppid() changed)."""
+    import trio
+
+    while True:  # no event to wait on: the kernel only changes what getppid() says
+        await trio.sleep(PARENT_POLL_INTERVAL_S)
+        if os.getppid() != parent_pid:
+            break
+    with contextlib.suppress(OSError):  # stderr was a pipe to the dead parent
+        print(f"meshhealth responder: parent {parent_pid} is gone; exiting", file=sys.stderr)
+    scope.cancel()
 
 
 def _reason(exc: OSError) -> str:

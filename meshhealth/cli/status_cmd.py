@@ -24,6 +24,7 @@ examples:
   meshhealth status --probe                  probe now and wait for the fresh results
   meshhealth status --verbose                loss, p50/p95, last probed, node table
   meshhealth status -o json | jq '.summary'
+  meshhealth status --matrix                 the cluster-wide N x N matrix (every node's view)
   meshhealth status -H unix:///run/meshhealth/node2.sock
 """
 
@@ -45,6 +46,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument(
         "--probe", action="store_true", help="run a probe round now and wait for its results"
+    )
+    parser.add_argument(
+        "--matrix",
+        action="store_true",
+        help="the cluster-wide matrix (all nodes' published results, meshed clusters too)",
     )
     parser.add_argument(
         "-o", "--output", choices=("text", "json"), default="text", help="output format"
@@ -76,7 +82,13 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         _error(str(exc))
         return 2
-    if args.probe:
+    if args.matrix and args.probe:
+        _error("--matrix and --probe cannot be combined")
+        return 2
+    if args.matrix:
+        method, path = "GET", "/v1/matrix"
+        timeout_s = defaults.ADMIN_REQUEST_TIMEOUT_S + defaults.MATRIX_READ_TIMEOUT_S
+    elif args.probe:
         method, path = "PUT", "/v1/status/probe"
         timeout_s = defaults.ADMIN_PROBE_TIMEOUT_S + defaults.ADMIN_REQUEST_TIMEOUT_S
     else:
@@ -95,6 +107,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.output == "json":
             text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+        elif args.matrix:
+            from meshhealth.cli.format_matrix import format_matrix_text
+
+            text = format_matrix_text(doc)
         else:
             text = format_status_text(doc, verbose=args.verbose)
     except (KeyError, TypeError, ValueError) as exc:
@@ -102,6 +118,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
     sys.stdout.write(text)
     summary = doc.get("summary", {})
+    if args.matrix:
+        failing = summary.get("unreachable", 0) or summary.get("stale", 0)
+        return 1 if args.fail_on_unreachable and failing else 0
     if args.fail_on_unreachable and summary.get("reachable") != summary.get("total"):
         return 1
     return 0

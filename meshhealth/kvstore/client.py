@@ -23,11 +23,9 @@ name the endpoint(s), e.g. `etcd http://127.0.0.1:2379 unreachable: connection r
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import etcd3
@@ -38,11 +36,27 @@ from etcd3 import etcdrpc
 
 from meshhealth import defaults
 from meshhealth.kvstore.endpoints import EtcdEndpoint, describe, parse_endpoints
-from meshhealth.kvstore.errors import EtcdError, EtcdUnavailable, prefix_range_end
-from meshhealth.kvstore.health import Backoff, EtcdHealth, EtcdStats
+from meshhealth.kvstore.errors import (
+    EtcdError,
+    EtcdUnavailable,
+    RpcFailed,
+    describe_rpc_error,
+    prefix_range_end,
+)
+from meshhealth.kvstore.health import EtcdHealth, EtcdStats
+from meshhealth.kvstore.messages import (
+    KV,
+    Compare,
+    KeyAbsent,
+    Op,
+    Put,
+    TxnResult,
+    compare_message,
+    kv_from_message,
+    op_message,
+    to_bytes,
+)
 from meshhealth.kvstore.watch import PrefixWatch
-
-log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
@@ -61,127 +75,6 @@ _CONNECTIVITY_CODES = frozenset(
 _FAILED_ENDPOINT_CODES = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL}
 )
-
-
-@dataclass(frozen=True, slots=True)
-class KV:
-    key: str  # UTF-8 (undecodable bytes shown as \\x.. escapes)
-    value: bytes
-    mod_revision: int
-    create_revision: int
-    lease_id: int  # 0 when the key has no lease
-
-
-# --- transactions: compares and operations ------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class KeyAbsent:
-    """Compare: `key` does not exist (create_revision == 0)."""
-
-    key: str
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseIs:
-    """Compare: `key` exists and is attached to lease `lease_id`."""
-
-    key: str
-    lease_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class Put:
-    key: str
-    value: bytes
-    lease_id: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Get:
-    key: str
-
-
-@dataclass(frozen=True, slots=True)
-class Delete:
-    key: str
-
-
-Compare = KeyAbsent | LeaseIs
-Op = Put | Get | Delete
-
-
-@dataclass(frozen=True, slots=True)
-class TxnResult:
-    succeeded: bool
-    revision: int
-    gets: tuple[tuple[KV, ...], ...]  # one entry per Get of the branch that ran, in order
-
-
-def _b(text: str | bytes) -> bytes:
-    return text if isinstance(text, bytes) else text.encode("utf-8")
-
-
-def _kv(raw: Any) -> KV:
-    return KV(
-        key=bytes(raw.key).decode("utf-8", "backslashreplace"),
-        value=bytes(raw.value),
-        mod_revision=int(raw.mod_revision),
-        create_revision=int(raw.create_revision),
-        lease_id=int(raw.lease),
-    )
-
-
-def _compare_message(compare: Compare) -> Any:
-    if isinstance(compare, KeyAbsent):
-        return etcdrpc.Compare(
-            key=_b(compare.key),
-            target=etcdrpc.Compare.CREATE,
-            result=etcdrpc.Compare.EQUAL,
-            create_revision=0,
-        )
-    return etcdrpc.Compare(
-        key=_b(compare.key),
-        target=etcdrpc.Compare.LEASE,
-        result=etcdrpc.Compare.EQUAL,
-        lease=compare.lease_id,
-    )
-
-
-def _op_message(op: Op) -> Any:
-    if isinstance(op, Put):
-        put = etcdrpc.PutRequest(key=_b(op.key), value=op.value, lease=op.lease_id or 0)
-        return etcdrpc.RequestOp(request_put=put)
-    if isinstance(op, Get):
-        return etcdrpc.RequestOp(request_range=etcdrpc.RangeRequest(key=_b(op.key)))
-    return etcdrpc.RequestOp(request_delete_range=etcdrpc.DeleteRangeRequest(key=_b(op.key)))
-
-
-class _RpcFailed(Exception):
-    """Raised in worker threads; turned into EtcdError/EtcdUnavailable in trio."""
-
-    def __init__(self, url: str, error: BaseException) -> None:
-        super().__init__(url, error)
-        self.url = url
-        self.error = error
-
-
-def describe_rpc_error(error: BaseException, timeout_s: float) -> str:
-    """A short, lowercase description of a gRPC failure (`connection refused`)."""
-    if isinstance(error, grpc.RpcError):
-        code = error.code()
-        details = str(error.details() or "").strip().splitlines()
-        text = details[0] if details else ""
-        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            return f"no answer within {timeout_s:g}s"
-        if "connection refused" in text.lower():
-            return "connection refused"
-        if code == grpc.StatusCode.UNAVAILABLE:
-            return f"unavailable: {text[:200]}" if text else "unavailable"
-        return f"{code.name.lower()}: {text[:200]}"
-    if isinstance(error, etcd3.exceptions.NoServerAvailableError):
-        return f"all endpoints failed in the last {defaults.ETCD_ENDPOINT_RETRY_S:g}s"
-    return f"{type(error).__name__}: {error}"[:200]
 
 
 class Etcd:
@@ -250,7 +143,7 @@ class Etcd:
         try:
             channel = self._client.channel
         except etcd3.exceptions.NoServerAvailableError as error:
-            raise _RpcFailed(self.description, error) from None
+            raise RpcFailed(self.description, error) from None
         netloc = self._client.endpoint_in_use.netloc
         return channel, self._url_by_netloc.get(netloc, f"http://{netloc}")
 
@@ -274,7 +167,7 @@ class Etcd:
                 self._mark_failed(url, error)
                 if error.code() == grpc.StatusCode.UNAVAILABLE and attempts > 0:
                     continue
-                raise _RpcFailed(url, error) from None
+                raise RpcFailed(url, error) from None
 
     async def _call(
         self, what: str, call: Callable[[Any, float], _T], *, timeout_s: float | None = None
@@ -291,7 +184,7 @@ class Etcd:
             message = f"etcd {self.description} unreachable: no answer within {timeout:g}s"
             self.health.set_down(message)
             raise EtcdUnavailable(message) from None
-        except _RpcFailed as failed:
+        except RpcFailed as failed:
             self.stats.errors += 1
             error = failed.error
             detail = describe_rpc_error(error, timeout)
@@ -310,17 +203,17 @@ class Etcd:
 
     async def get(self, key: str) -> tuple[KV | None, int]:
         """The entry under `key` (None when absent) and the store revision of the read."""
-        request = etcdrpc.RangeRequest(key=_b(key))
+        request = etcdrpc.RangeRequest(key=to_bytes(key))
         response = await self._call(
             f"get {key!r}",
             lambda ch, t: etcdrpc.KVStub(ch).Range(request, t, **self._meta()),
         )
-        kv = _kv(response.kvs[0]) if response.kvs else None
+        kv = kv_from_message(response.kvs[0]) if response.kvs else None
         return kv, int(response.header.revision)
 
     async def get_prefix(self, prefix: str) -> tuple[list[KV], int]:
         """Every entry whose key starts with `prefix`, sorted by key, and the revision."""
-        key = _b(prefix)
+        key = to_bytes(prefix)
         request = etcdrpc.RangeRequest(
             key=key,
             range_end=prefix_range_end(key),
@@ -331,11 +224,11 @@ class Etcd:
             f"get prefix {prefix!r}",
             lambda ch, t: etcdrpc.KVStub(ch).Range(request, t, **self._meta()),
         )
-        return [_kv(raw) for raw in response.kvs], int(response.header.revision)
+        return [kv_from_message(raw) for raw in response.kvs], int(response.header.revision)
 
     async def put(self, key: str, value: bytes, *, lease_id: int | None = None) -> int:
         """Write `value` under `key` (attached to `lease_id`); returns the new revision."""
-        request = etcdrpc.PutRequest(key=_b(key), value=value, lease=lease_id or 0)
+        request = etcdrpc.PutRequest(key=to_bytes(key), value=value, lease=lease_id or 0)
         response = await self._call(
             f"put {key!r}",
             lambda ch, t: etcdrpc.KVStub(ch).Put(request, t, **self._meta()),
@@ -344,7 +237,7 @@ class Etcd:
 
     async def delete(self, key: str) -> bool:
         """Delete `key`; True when it existed."""
-        request = etcdrpc.DeleteRangeRequest(key=_b(key))
+        request = etcdrpc.DeleteRangeRequest(key=to_bytes(key))
         response = await self._call(
             f"delete {key!r}",
             lambda ch, t: etcdrpc.KVStub(ch).DeleteRange(request, t, **self._meta()),
@@ -359,16 +252,16 @@ class Etcd:
     ) -> TxnResult:
         """One etcd transaction: if every compare holds run `success`, else `failure`."""
         request = etcdrpc.TxnRequest(
-            compare=[_compare_message(c) for c in compare],
-            success=[_op_message(op) for op in success],
-            failure=[_op_message(op) for op in failure],
+            compare=[compare_message(c) for c in compare],
+            success=[op_message(op) for op in success],
+            failure=[op_message(op) for op in failure],
         )
         response = await self._call(
             "transaction",
             lambda ch, t: etcdrpc.KVStub(ch).Txn(request, t, **self._meta()),
         )
         gets = tuple(
-            tuple(_kv(raw) for raw in item.response_range.kvs)
+            tuple(kv_from_message(raw) for raw in item.response_range.kvs)
             for item in response.responses
             if item.WhichOneof("response") == "response_range"
         )
@@ -446,7 +339,7 @@ class Etcd:
         every endpoint failed recently)."""
         try:
             channel, url = self._channel()
-        except _RpcFailed as failed:
+        except RpcFailed as failed:
             detail = describe_rpc_error(failed.error, self.request_timeout_s)
             raise EtcdUnavailable(f"etcd {failed.url} unreachable: {detail}") from None
         self.stats.watch_streams += 1
@@ -488,39 +381,10 @@ class Etcd:
     async def run_liveness(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Keep `health` current: check every `liveness_interval_s` while up, and with
-        back-off (from ETCD_RECONNECT_MIN_S up to the interval) while down."""
-        backoff = Backoff(
-            min(defaults.ETCD_RECONNECT_MIN_S, self.liveness_interval_s), self.liveness_interval_s
-        )
-        self.liveness_running = True
-        task_status.started()
-        try:
-            await self._liveness_loop(backoff)
-        finally:
-            self.liveness_running = False
+        """Keep `health` current until cancelled (see meshhealth.kvstore.liveness)."""
+        from meshhealth.kvstore.liveness import run_liveness
 
-    async def _liveness_loop(self, backoff: Backoff) -> None:
-        while True:
-            error = await self.check_liveness()
-            if error is None:
-                if not self.health.up:
-                    log.info("etcd %s is up", self.description)
-                self.health.set_up()
-                backoff.reset()
-                delay_s = self.liveness_interval_s
-            else:
-                if self.health.up or self.health.changes == 0:
-                    log.warning("%s", error)
-                self.health.set_down(error)
-                delay_s = backoff.next_delay_s()
-            with trio.move_on_after(delay_s):
-                if self.health.up:
-                    # A failed request marks etcd down at once: check again soon.
-                    await self.health.wait_until(False)
-                    await trio.sleep(backoff.next_delay_s())
-                else:
-                    await trio.sleep_forever()
+        await run_liveness(self, task_status=task_status)
 
 
 @asynccontextmanager

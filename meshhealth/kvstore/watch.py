@@ -1,7 +1,7 @@
 """A prefix watch that survives etcd restarts: `Etcd.watch_prefix` returns one.
 
     async with etcd.watch_prefix(prefix, start_revision=list_revision + 1) as watch:
-        async for batch in watch:          # WatchBatch: the events of one etcd revision
+        async for batch in watch:          # WatchBatch: the events of one watch response
             ...
 
 Each gRPC Watch stream is read by a worker thread, one response at a time. When the
@@ -73,7 +73,8 @@ class WatchEvent:
 
 @dataclass(frozen=True, slots=True)
 class WatchBatch:
-    """The events of one watch response: one etcd revision (one transaction)."""
+    """The events of one watch response. Live, that is one revision (an etcd transaction
+    is never split: a registration arrives whole); catching up, several revisions."""
 
     events: tuple[WatchEvent, ...]
     revision: int  # the highest mod_revision in `events`

@@ -23,7 +23,7 @@ Say = Callable[[str], None]
 FAIL_AT_ENV = "MESHHEALTH_LAB_FAIL_AT"
 CRASH_AT_ENV = "MESHHEALTH_LAB_CRASH_AT"
 AGENT_READY_TIMEOUT_S = 30.0
-REQUIRED_TOOLS = ("ip", "nft", "etcd")
+REQUIRED_TOOLS = ("ip", "nft", "etcd", "nsenter")
 
 
 class LabError(RuntimeError):
@@ -36,8 +36,8 @@ def preflight(tools: tuple[str, ...] = REQUIRED_TOOLS) -> None:
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
         raise LabError(
-            f"missing {', '.join(missing)} on PATH (Debian: iproute2, nftables, etcd-server; "
-            "or run scripts/setup.sh)"
+            f"missing {', '.join(missing)} on PATH (Debian: iproute2, nftables, etcd-server, "
+            "util-linux; or run scripts/setup.sh)"
         )
 
 
@@ -139,6 +139,14 @@ def up(
     plan = P.make_plan(prefix, nodes, clusters, root)
     if lab_exists(prefix, root):
         raise LabError(f"lab {prefix} already exists; run `meshhealth lab down` first")
+    if agents:
+        taken = endpoint_names_taken(plan)
+        if taken:
+            raise LabError(
+                f"namespace {taken[0]} exists: another lab's agents use the same health "
+                "endpoint names (agents name them after cluster and node); remove that lab "
+                "first, or use --no-agents"
+            )
     st = S.LabState(
         prefix=prefix,
         dir=str(plan.dir),
@@ -218,6 +226,15 @@ class DownReport:
     dir_removed: bool = False
 
 
+def endpoint_names_taken(plan: P.LabPlan) -> list[str]:
+    """Endpoint namespace names the plan's agents would use that exist already."""
+    from meshhealth.agent.endpoint_netns import endpoint_netns_name
+
+    present = set(netns_ops.list_netns())
+    names = (endpoint_netns_name(n.cluster, n.name) for n in plan.nodes)
+    return [n for n in names if n in present]
+
+
 def lab_netns_all(prefix: str, st: S.LabState | None) -> list[str]:
     """The lab's namespaces: recorded ones, ones matching its naming scheme, and the
     namespaces on the far side of their veths (the agents' health endpoints)."""
@@ -233,6 +250,16 @@ def lab_netns_all(prefix: str, st: S.LabState | None) -> list[str]:
             # Only namespaces our own agents made; never a host-level name.
             if peer not in names and peer.startswith("mh"):
                 names.append(peer)
+    if st is not None:
+        # An endpoint namespace whose veth is gone is found by the agents' naming scheme,
+        # unless it is wired to a namespace that is not ours (another lab's node).
+        from meshhealth.agent.endpoint_netns import endpoint_netns_name
+
+        for node in plan_of(st).nodes:
+            name = endpoint_netns_name(node.cluster, node.name)
+            exists = name not in names and netns_ops.netns_exists(name)
+            if exists and netns_ops.peer_netns(name) <= set(names):
+                names.append(name)
     return names
 
 
@@ -249,9 +276,18 @@ def down(prefix: str, say: Say, root: Path = P.LAB_ROOT) -> DownReport:
     if not report.found:
         say(f"no lab {prefix}")
         return report
+    errors: list[str] = []
+
+    def lab_names() -> list[str]:
+        try:
+            return lab_netns_all(prefix, st)
+        except (netns_ops.CommandError, OSError) as exc:
+            errors.append(str(exc))
+            return list(st.namespaces) if st else existing_namespaces(prefix)
+
     # Endpoint namespaces are found through the agents' veths: look before the agents
     # stop (a clean shutdown removes them, a failed one may leave half of them).
-    names = lab_netns_all(prefix, st)
+    names = lab_names()
     if st is not None:
         st.phase = "removing"
         S.save(st)
@@ -260,7 +296,7 @@ def down(prefix: str, say: Say, root: Path = P.LAB_ROOT) -> DownReport:
         # Agents first: a clean shutdown deregisters them and removes their endpoints.
         report.processes += processes.stop(agents)
         report.processes += processes.stop(others)
-    names += [n for n in lab_netns_all(prefix, st) if n not in names]
+    names += [n for n in lab_names() if n not in names]
     # Whatever still runs inside the lab's namespaces was started by the lab (endpoint
     # responders of a killed agent, a restarted agent): stop it by PID.
     leftover = {
@@ -274,8 +310,14 @@ def down(prefix: str, say: Say, root: Path = P.LAB_ROOT) -> DownReport:
     # Node and endpoint namespaces before the fabric (deleting a node ns removes its veth).
     for n in sorted(names, key=lambda n: n == f"{prefix}-fabric"):
         if netns_ops.netns_exists(n):
-            netns_ops.del_netns(n)
-            report.namespaces.append(n)
+            try:
+                netns_ops.del_netns(n)
+                report.namespaces.append(n)
+            except netns_ops.CommandError as exc:
+                errors.append(str(exc))
+    if errors:
+        # Keep the state file: `lab down` again retries what is left.
+        raise LabError(f"lab {prefix} only partly removed: {'; '.join(errors)}")
     if base.exists():
         shutil.rmtree(base)
         report.dir_removed = True

@@ -201,7 +201,12 @@ def status_lines(st: S.LabState, plan: P.LabPlan, present_netns: set[str]) -> li
         f"agents {'on' if st.agents else 'off'}, dir {st.dir}",
         f"namespaces: {ns_ok}/{len(plan.netns_names)} present "
         f"({plan.fabric_netns}, {plan.nodes[0].netns} ...)",
-        "etcd: " + ", ".join(f"{c.name} {c.etcd_url}" for c in plan.clusters),
+        "etcd: "
+        + ", ".join(
+            f"{c.name} {c.etcd_url} "
+            + ("answering" if etcd_proc.etcd_healthy(plan.fabric_netns, c) else "NOT ANSWERING")
+            for c in plan.clusters
+        ),
         "processes:",
         *process_lines(st),
     ]

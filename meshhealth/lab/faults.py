@@ -38,8 +38,13 @@ FAULT_KINDS: Final[dict[str, FaultKind]] = {
         ),
         FaultKind(ICMP_DROP, "node", "ICMP to stack timed out on both paths, HTTP to agent OK"),
         FaultKind(PARTITION, "node", "every path to the node timed out; it sees everyone down"),
-        FaultKind(KILL_AGENT, "node", "node leaves the probe set after the lease TTL"),
-        FaultKind(STOP_ETCD, "cluster", "agents keep probing; etcd errors in their logs"),
+        FaultKind(
+            KILL_AGENT,
+            "node",
+            "Host ICMP OK, HTTP to agent refused; the node leaves the probe sets after the "
+            "lease TTL",
+        ),
+        FaultKind(STOP_ETCD, "cluster", "agents keep probing; their status says etcd is down"),
         FaultKind(START_ETCD, "cluster", "agents re-register and publish again"),
     )
 }
@@ -63,20 +68,19 @@ def nft_script(kind: str, node: P.NodePlan) -> str:
     if kind == ENDPOINT_FORWARD_DROP:
         chains = [_chain("endpoint_forward_drop", "forward", [f"ip daddr {node.health_ip} drop"])]
     elif kind == ICMP_DROP:
+        # Inbound only: echo requests and replies die on arrival, in both directions of
+        # the story; nothing is dropped on output, where the sender would see EPERM
+        # instead of a timeout.
         chains = [
             _chain("icmp_drop_in", "input", [f"iifname {link} {_ECHO} drop"]),
-            _chain("icmp_drop_out", "output", [f"oifname {link} {_ECHO} drop"]),
-            _chain(
-                "icmp_drop_fwd",
-                "forward",
-                [f"iifname {link} {_ECHO} drop", f"oifname {link} {_ECHO} drop"],
-            ),
+            _chain("icmp_drop_fwd", "forward", [f"iifname {link} {_ECHO} drop"]),
         ]
     elif kind == PARTITION:
+        # Inbound only, like ICMP: nothing reaches the node or its endpoint, and its own
+        # packets get no answer (timeouts, not EPERM, on the node itself).
         chains = [
             _chain("partition_in", "input", [f"iifname {link} drop"]),
-            _chain("partition_out", "output", [f"oifname {link} drop"]),
-            _chain("partition_fwd", "forward", [f"iifname {link} drop", f"oifname {link} drop"]),
+            _chain("partition_fwd", "forward", [f"iifname {link} drop"]),
         ]
     else:
         raise ValueError(f"{kind!r} is not an nftables fault (have {', '.join(NFT_KINDS)})")

@@ -52,8 +52,15 @@ def add_netns(name: str) -> None:
 
 
 def del_netns(name: str) -> None:
+    """Delete a named namespace; also a stale name whose mount is gone (an empty file)."""
+    if not netns_exists(name):
+        return
+    out = run(["ip", "netns", "del", name], check=False)
     if netns_exists(name):
-        run(["ip", "netns", "del", name])
+        try:
+            (NETNS_DIR / name).unlink()
+        except OSError as exc:
+            raise CommandError(f"cannot delete network namespace {name}: {exc} {out}") from exc
 
 
 def sysctl(netns: str, key: str, value: str) -> None:
@@ -117,7 +124,12 @@ def peer_netns(netns: str) -> set[str]:
     """
     if not netns_exists(netns):
         return set()
-    links = json.loads(run(["ip", "-n", netns, "-j", "link", "show", "type", "veth"]) or "[]")
+    # check=False: a namespace can vanish meanwhile, or be a stale name (empty file).
+    raw = run(["ip", "-n", netns, "-j", "link", "show", "type", "veth"], check=False)
+    try:
+        links = json.loads(raw or "[]")
+    except json.JSONDecodeError:
+        return set()
     ids = {int(link["link_netnsid"]) for link in links if "link_netnsid" in link}
     if not ids:
         return set()

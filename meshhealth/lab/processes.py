@@ -1,7 +1,10 @@
 """Processes the lab starts: detached, tracked by PID + start time, stopped only by PID.
 
-A process is started inside a namespace with `ip netns exec NS ARGV...`, which execs
-ARGV in place (same PID). It gets its own session (so it outlives `lab up` and a Ctrl-C
+A process is started inside a namespace with `nsenter --net=/run/netns/NS ARGV...`,
+which execs ARGV in place (same PID). Not `ip netns exec`: that also gives the process a
+private (slave) mount namespace, so namespaces the process itself creates with
+`ip netns add` (the agent's health endpoint) would be mounted where nobody else, `lab
+down` included, could see them. It gets its own session (so it outlives `lab up` and a Ctrl-C
 on it), stdin from /dev/null and stdout/stderr appended to a log file.
 """
 
@@ -48,7 +51,7 @@ def start_detached(
     netns: str, argv: list[str], log: Path, env: dict[str, str] | None = None
 ) -> ProcessRecord:
     log.parent.mkdir(parents=True, exist_ok=True)
-    full = ["ip", "netns", "exec", netns, *argv]
+    full = ["nsenter", f"--net=/run/netns/{netns}", "--", *argv]
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             full,

@@ -18,12 +18,17 @@ Lean per-packet path (>= 20,000 probes/s on one core): stdlib sockets in non-blo
 mode with trio.lowlevel.wait_readable / wait_writable; the receiver drains up to
 RECV_BATCH datagrams per wake-up; a probe parks with trio.lowlevel.wait_task_rescheduled
 and is woken by the receiver (all replies in) or by the pinger's one timer task (its
-deadline), instead of a CancelScope + Event per probe (3x the cost).
+deadline), instead of a CancelScope + Event per probe (3x the cost). Per probe, no
+more than needed: parsed addresses are cached, cookies are cut from one os.urandom()
+read of COOKIE_POOL_BYTES, the checksum is one big-integer remainder, replies are
+matched from the raw bytes (no message object), and a probe's timer entry is just
+(deadline, token): an early reply drops the only reference to the probe at once.
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import heapq
 import logging
 import math
@@ -38,13 +43,16 @@ import trio
 from meshhealth import defaults
 from meshhealth.model import ProbeResult, ProbeStatus
 from meshhealth.probe.icmp_packet import (
+    ECHO_HEADER_LEN,
+    ECHO_ID_SEQ,
     ICMP_DEST_UNREACH,
     ICMP_ECHO_REPLY,
     ICMPV6_DEST_UNREACH,
     ICMPV6_ECHO_REPLY,
     Echo,
     build_echo_request,
-    parse_datagram,
+    icmp_message,
+    parse_icmp,
 )
 from meshhealth.probe.icmp_socket import (
     PERMISSION_MESSAGE,
@@ -57,6 +65,8 @@ __all__ = ["PERMISSION_MESSAGE", "Pinger", "PingerPermissionError", "open_pinger
 log = logging.getLogger(__name__)
 
 COOKIE_BYTES = 16  # random payload per probe: a reply must echo it back
+COOKIE_POOL_BYTES = COOKIE_BYTES * 256  # one os.urandom() read makes 256 cookies
+ADDRESS_CACHE_SIZE = 16_384  # parsed target addresses kept (a mesh's node + health IPs)
 SEQUENCES = 1 << 16
 RECV_BATCH = 256  # datagrams handled per wake-up before letting other tasks run
 MAX_DATAGRAM = 2048
@@ -79,13 +89,15 @@ class _Probe:
         "rtts",
         "send_times",
         "sending",
+        "sequences",
         "target",
         "task",
     )
 
-    def __init__(self, target: str, count: int) -> None:
+    def __init__(self, target: str, count: int, cookie: bytes) -> None:
         self.target = target  # canonical text form, as recvfrom() reports sources
-        self.cookie = os.urandom(COOKIE_BYTES)
+        self.cookie = cookie
+        self.sequences: list[int] = []  # allocated so far, released when the ping ends
         self.send_times = [0.0] * count
         self.deadlines = [-math.inf] * count  # -inf until sent: nothing can match early
         self.rtts: list[float | None] = [None] * count
@@ -93,7 +105,7 @@ class _Probe:
         self.outstanding = 0  # sent, neither answered nor errored yet
         self.sending = True
         self.task: trio.lowlevel.Task | None = None  # set while parked
-        self.park_token = 0  # which timer entry may wake it
+        self.park_token = 0  # its key in Pinger._parked while parked, else 0
 
 
 class _FamilySocket:
@@ -118,6 +130,7 @@ class _FamilySocket:
             sequence = (sequence + 1) & 0xFFFF
         self.next_sequence = (sequence + 1) & 0xFFFF
         self.waiters[sequence] = (probe, index)
+        probe.sequences.append(sequence)
         return sequence
 
     def release(self, sequence: int, probe: _Probe) -> None:
@@ -135,9 +148,16 @@ class Pinger:
         self.identifier = int.from_bytes(os.urandom(2), "big")
         self._sockets: dict[int, _FamilySocket] = {}
         self._closed = False
-        self._timers: list[tuple[float, int, _Probe]] = []  # heap: (deadline, token, probe)
+        # Parked probes by token, and a heap of (deadline, token) timer entries. An entry
+        # whose token is gone (the probe was woken by its replies, or cancelled) is
+        # skipped when it comes due: it holds no reference to the probe.
+        self._parked: dict[int, _Probe] = {}
+        self._timers: list[tuple[float, int]] = []
         self._tokens = 0
         self._timer_scope: trio.CancelScope | None = None
+        self._now = trio.lowlevel.current_clock().current_time  # trio.current_time, direct
+        self._cookie_pool = b""
+        self._cookie_offset = 0
 
     @property
     def in_flight(self) -> int:
@@ -171,11 +191,11 @@ class Pinger:
         family, target = _canonical_ip(ip)
         fs = self._socket_for(family)
         started_at = time.time()
-        probe = _Probe(target, count)
-        sequences: list[int] = []
+        probe = _Probe(target, count, self._new_cookie())
         local_error: tuple[ProbeStatus, str] | None = None
         address = (target, 0)
-        start = trio.current_time()
+        now = self._now
+        start = now()
         try:
             for index in range(count):
                 if index:
@@ -184,7 +204,6 @@ class Pinger:
                 if sequence is None:
                     local_error = (ProbeStatus.ERROR, "too many ICMP requests in flight")
                     break
-                sequences.append(sequence)
                 packet = build_echo_request(
                     ipv6=fs.ipv6,
                     identifier=self.identifier,
@@ -197,9 +216,9 @@ class Pinger:
                     local_error = await self._send_slowly(fs, packet, address, exc)
                     if local_error is not None:
                         break
-                now = trio.current_time()
-                probe.send_times[index] = now
-                probe.deadlines[index] = now + timeout_s
+                sent_at = now()
+                probe.send_times[index] = sent_at
+                probe.deadlines[index] = sent_at + timeout_s
                 probe.outstanding += 1
             probe.sending = False
             if probe.outstanding:
@@ -207,9 +226,18 @@ class Pinger:
             else:
                 await trio.lowlevel.checkpoint()
         finally:
-            for sequence in sequences:
+            for sequence in probe.sequences:
                 fs.release(sequence, probe)
-        return _result(probe, started_at, len(sequences), local_error)
+        return _result(probe, started_at, len(probe.sequences), local_error)
+
+    def _new_cookie(self) -> bytes:
+        """COOKIE_BYTES unpredictable bytes (os.urandom, read in bulk)."""
+        offset = self._cookie_offset
+        if offset >= len(self._cookie_pool):
+            self._cookie_pool = os.urandom(COOKIE_POOL_BYTES)
+            offset = 0
+        self._cookie_offset = offset + COOKIE_BYTES
+        return self._cookie_pool[offset : offset + COOKIE_BYTES]
 
     # --- sending -----------------------------------------------------------------------
     async def _send_slowly(
@@ -236,12 +264,14 @@ class Pinger:
         token = self._tokens
         probe.park_token = token
         probe.task = trio.lowlevel.current_task()
-        heapq.heappush(self._timers, (deadline, token, probe))
+        self._parked[token] = probe
+        heapq.heappush(self._timers, (deadline, token))
         scope = self._timer_scope
         if scope is not None and deadline < scope.deadline:
             scope.deadline = deadline
 
         def abort(_: object) -> trio.lowlevel.Abort:
+            del self._parked[probe.park_token]
             probe.task = None
             probe.park_token = 0
             return trio.lowlevel.Abort.SUCCEEDED
@@ -250,22 +280,25 @@ class Pinger:
         if self._closed:
             raise trio.ClosedResourceError("the pinger was closed during the probe")
 
-    @staticmethod
-    def _wake(probe: _Probe) -> None:
+    def _wake(self, probe: _Probe) -> None:
+        """Reschedule a parked probe (no-op if it is not parked)."""
         task = probe.task
         if task is not None:
+            del self._parked[probe.park_token]
             probe.task = None
             probe.park_token = 0
             trio.lowlevel.reschedule(task)
 
     async def _timer_loop(self) -> None:
         timers = self._timers
+        parked = self._parked
         while True:
-            now = trio.current_time()
+            now = self._now()
             while timers and timers[0][0] <= now:
-                _, token, probe = heapq.heappop(timers)
-                if probe.park_token == token:
+                probe = parked.get(heapq.heappop(timers)[1])
+                if probe is not None:
                     self._wake(probe)
+            probe = None  # hold no probe while asleep
             next_deadline = timers[0][0] if timers else math.inf
             with trio.CancelScope(deadline=next_deadline) as scope:
                 self._timer_scope = scope
@@ -287,46 +320,60 @@ class Pinger:
 
     async def _receive_loop(self, fs: _FamilySocket) -> None:
         sock = fs.sock
+        recvfrom = sock.recvfrom
+        dispatch = self._dispatch
+        now = self._now
         while True:
             await trio.lowlevel.wait_readable(sock)
             for _ in range(RECV_BATCH):
                 try:
-                    data, address = sock.recvfrom(MAX_DATAGRAM)
+                    data, address = recvfrom(MAX_DATAGRAM)
                 except (BlockingIOError, InterruptedError):
                     break
                 except OSError as exc:  # e.g. ENOBUFS: nothing to do but carry on
                     log.warning("icmp: receive failed: %s", exc)
                     break
-                self._dispatch(fs, data, address[0], trio.current_time())
+                dispatch(fs, data, address[0], now())
 
     def _dispatch(self, fs: _FamilySocket, data: bytes, source: str, now: float) -> None:
         """Hand one received datagram to the probe it answers, if any."""
-        message = parse_datagram(data, ipv6=fs.ipv6)
-        if message is None or message.identifier != self.identifier:
+        message = icmp_message(data, ipv6=fs.ipv6)
+        if message is None:
             return
-        entry = fs.waiters.get(message.sequence)
-        if entry is None:
-            return  # stray, duplicate, or late after the probe ended
-        probe, index = entry
-        if now > probe.deadlines[index]:
-            return  # late (or not sent yet)
-        if isinstance(message, Echo):
+        if message[0] == fs.reply_type:  # the hot path: no message object
+            identifier, sequence = ECHO_ID_SEQ.unpack_from(message, 4)
+            if identifier != self.identifier:
+                return
+            entry = fs.waiters.get(sequence)
+            if entry is None:
+                return  # stray, duplicate, or late after the probe ended
+            probe, index = entry
             if (
-                message.type != fs.reply_type  # e.g. our own request, seen on loopback
-                or message.payload != probe.cookie
+                now > probe.deadlines[index]  # late (or not sent yet)
+                or message[ECHO_HEADER_LEN:] != probe.cookie
                 or (source != probe.target and source.partition("%")[0] != probe.target)
             ):
                 return
             probe.rtts[index] = now - probe.send_times[index]
-        elif (
-            message.type == fs.error_type
-            and message.destination == probe.target
-            and probe.cookie.startswith(message.quoted_payload)
-        ):
-            probe.errors.append(f"{message.text} from {source.partition('%')[0]}")
+        elif message[0] == fs.error_type:  # (our own requests on loopback: neither type)
+            error = parse_icmp(message, ipv6=fs.ipv6)
+            if error is None or isinstance(error, Echo) or error.identifier != self.identifier:
+                return
+            sequence = error.sequence
+            entry = fs.waiters.get(sequence)
+            if entry is None:
+                return
+            probe, index = entry
+            if (
+                now > probe.deadlines[index]
+                or error.destination != probe.target
+                or not probe.cookie.startswith(error.quoted_payload)
+            ):
+                return
+            probe.errors.append(f"{error.text} from {source.partition('%')[0]}")
         else:
             return
-        del fs.waiters[message.sequence]
+        del fs.waiters[sequence]
         probe.outstanding -= 1
         if probe.outstanding == 0 and not probe.sending:
             self._wake(probe)
@@ -337,11 +384,12 @@ class Pinger:
             trio.lowlevel.notify_closing(fs.sock)  # a sender waiting for buffer space
             fs.sock.close()
         self._sockets.clear()
-        for _, _, probe in self._timers:  # probes of other tasks, parked: let them go
+        for probe in list(self._parked.values()):  # probes of other tasks: let them go
             self._wake(probe)
         self._timers.clear()
 
 
+@functools.lru_cache(maxsize=ADDRESS_CACHE_SIZE)
 def _canonical_ip(ip: str) -> tuple[int, str]:
     """(family, the address as recvfrom() spells it); ValueError if not an IP address."""
     for family in (socket.AF_INET, socket.AF_INET6):
@@ -355,7 +403,7 @@ def _canonical_ip(ip: str) -> tuple[int, str]:
 def _result(
     probe: _Probe, started_at: float, sent: int, local_error: tuple[ProbeStatus, str] | None
 ) -> ProbeResult:
-    rtts = tuple(rtt for rtt in probe.rtts if rtt is not None)
+    rtts = tuple([rtt for rtt in probe.rtts if rtt is not None])
     if rtts:
         status, detail = ProbeStatus.OK, ""
     elif local_error is not None:

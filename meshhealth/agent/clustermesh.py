@@ -1,0 +1,371 @@
+"""Clustermesh: remote clusters, each with its own etcd, probed alongside the local one.
+
+    specs = remote_specs(config.mesh, read_mesh_dir(config.mesh_dir, config.cluster))
+    mesh = ClusterMesh(etcd, ClusterConfig("lab1", 195), specs)
+    await nursery.start(mesh.run)
+    mesh.targets()              # nodes of every accepted remote cluster
+    mesh.remotes                # per remote: state, error, its Etcd and Discovery
+
+Where remotes come from: `--mesh NAME=URLS` (repeatable) and `--mesh-dir DIR`, one file
+per remote cluster named after it, holding its etcd endpoints either as a plain list
+(one per line or comma-separated) or in Cilium's clustermesh style (`endpoints:` then
+`- http://...` lines). Files whose name is not a cluster name (`ca.crt`, `..data`) and
+the file of the local cluster are skipped, as Cilium does.
+
+`run` writes the local cluster's `meshhealth/cluster-config/<cluster>` when absent, then,
+for each remote, opens its etcd, reads its cluster-config and admits it only when the
+entry's name is the configured name and its id differs from the local id and from every
+admitted remote's id. A refused remote is logged, shown (`state` = `refused`, `error`)
+and checked again every MESH_RECHECK_S; it never stops the agent. An admitted remote's
+ip prefix is followed by a Discovery of its own. A remote etcd that goes down only marks
+that cluster `etcd_down`: its last known nodes are still probed, its etcd is retried.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from meshhealth import codec, defaults, keys
+from meshhealth.agent.discovery import Discovery
+from meshhealth.kvstore import Backoff, Etcd, EtcdError, open_etcd
+from meshhealth.kvstore.endpoints import describe, parse_endpoints
+from meshhealth.model import ClusterConfig, Target
+
+log = logging.getLogger(__name__)
+
+# Largest mesh-dir file read (an endpoint list is a few hundred bytes).
+MAX_MESH_FILE_BYTES = 64 * 1024
+
+
+class MeshConfigError(ValueError):
+    """A bad remote cluster configuration; the message names where it comes from."""
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSpec:
+    name: str
+    endpoints: tuple[str, ...]  # normalised http://host:port
+    source: str  # where it was configured: `--mesh` or the file
+
+
+# --- pure: parsing and checks ---------------------------------------------------------------
+
+
+def default_cluster_id(name: str) -> int:
+    """The id used when `--cluster-id` is not given: from the name, 1..255, stable.
+
+    Different names may share an id (about 1 in 255 per pair): the clash is refused
+    with a message asking for `--cluster-id`.
+    """
+    return zlib.crc32(keys.validate_cluster_name(name).encode()) % 255 + 1
+
+
+_ENDPOINTS_KEY_RE = re.compile(r"^(\s*)endpoints\s*:\s*(.*)$")
+_YAML_ITEM_RE = re.compile(r"^\s*-\s*(.*)$")
+_YAML_KEY_RE = re.compile(r"^\s*[A-Za-z][\w-]*\s*:(\s|$)")  # `key: ...`, not `host:port`
+
+
+def _unquote(text: str) -> str:
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1].strip()
+    return text
+
+
+def parse_endpoints_text(text: str) -> tuple[str, ...]:
+    """Endpoints from a mesh-dir file: a plain list (lines and/or commas, `#` comments)
+    or Cilium's YAML (`endpoints:` followed by `- URL` items, or `endpoints: [a, b]`);
+    other YAML keys (`trusted-ca-file:` ...) are ignored. ValueError when none or bad."""
+    lines = [line.split("#", 1)[0].rstrip() for line in text.splitlines()]
+    items: list[str] = []
+    start = next((i for i, line in enumerate(lines) if _ENDPOINTS_KEY_RE.match(line)), None)
+    if start is not None:
+        match = _ENDPOINTS_KEY_RE.match(lines[start])
+        assert match is not None
+        indent, inline = len(match.group(1)), match.group(2).strip()
+        if inline:
+            items = [_unquote(part) for part in inline.strip("[]").split(",")]
+        else:
+            for line in lines[start + 1 :]:
+                if not line.strip():
+                    continue
+                item = _YAML_ITEM_RE.match(line)
+                if item is None:
+                    if len(line) - len(line.lstrip()) <= indent:
+                        break  # the next key
+                    raise ValueError(f"expected '- URL' under 'endpoints:', got {line.strip()!r}")
+                items.append(_unquote(item.group(1)))
+    elif any(_YAML_KEY_RE.match(line) for line in lines):
+        raise ValueError("YAML without an 'endpoints:' key")
+    else:
+        for line in lines:
+            items.extend(_unquote(part) for part in re.split(r"[,\s]+", line))
+    return tuple(e.url for e in parse_endpoints([item for item in items if item]))
+
+
+def remote_specs(
+    mesh: Iterable[tuple[str, Sequence[str]]],
+    from_dir: Iterable[RemoteSpec] = (),
+    *,
+    local_cluster: str,
+) -> list[RemoteSpec]:
+    """`--mesh` pairs and mesh-dir specs as one list; a cluster named twice is an error."""
+    specs: dict[str, RemoteSpec] = {}
+    for name, urls in mesh:
+        try:
+            endpoints = tuple(e.url for e in parse_endpoints(list(urls)))
+        except ValueError as error:
+            raise MeshConfigError(f"--mesh {name}: {error}") from None
+        specs[name] = RemoteSpec(name, endpoints, "--mesh")
+    for spec in from_dir:
+        if spec.name in specs:
+            raise MeshConfigError(
+                f"{spec.source}: cluster {spec.name} is also given by {specs[spec.name].source}"
+            )
+        specs[spec.name] = spec
+    if local_cluster in specs:
+        raise MeshConfigError(
+            f"{specs[local_cluster].source}: {local_cluster} is this agent's own cluster"
+        )
+    return [specs[name] for name in sorted(specs)]
+
+
+def check_remote(
+    name: str,
+    config: ClusterConfig,
+    *,
+    local: ClusterConfig,
+    admitted: Mapping[str, int],
+) -> str | None:
+    """Why the remote cluster `name` with this cluster-config is refused, None when OK."""
+    if config.name != name:
+        return f"its cluster-config names cluster {config.name!r}, not {name!r}"
+    if config.id == local.id:
+        return (
+            f"cluster id {config.id} is also the id of {local.name} (this cluster): "
+            "give one of them another --cluster-id"
+        )
+    for other, other_id in sorted(admitted.items()):
+        if other != name and other_id == config.id:
+            return (
+                f"cluster id {config.id} is also the id of meshed cluster {other}: "
+                "give one of them another --cluster-id"
+            )
+    return None
+
+
+# --- I/O: the mesh dir ------------------------------------------------------------------------
+
+
+def read_mesh_dir(path: str | None, local_cluster: str) -> list[RemoteSpec]:
+    """Specs from the files of `path` (read once, at start). MeshConfigError when the
+    directory cannot be read or a cluster's file is malformed."""
+    if path is None:
+        return []
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as error:
+        raise MeshConfigError(f"--mesh-dir {path}: {error.strerror or error}") from None
+    specs = []
+    for name in names:
+        file_path = os.path.join(path, name)
+        try:
+            keys.validate_cluster_name(name)
+        except ValueError:
+            log.debug("mesh dir: skipping %s (not a cluster name)", file_path)
+            continue
+        if name == local_cluster or not os.path.isfile(file_path):
+            continue
+        try:
+            with open(file_path, "rb") as handle:
+                data = handle.read(MAX_MESH_FILE_BYTES + 1)
+            if len(data) > MAX_MESH_FILE_BYTES:
+                raise ValueError(f"larger than {MAX_MESH_FILE_BYTES} bytes")
+            endpoints = parse_endpoints_text(data.decode("utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            detail = error.strerror if isinstance(error, OSError) else str(error)
+            raise MeshConfigError(f"--mesh-dir file {file_path}: {detail}") from None
+        specs.append(RemoteSpec(name, endpoints, f"--mesh-dir file {file_path}"))
+    return specs
+
+
+# --- I/O: connecting ----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class RemoteCluster:
+    """One remote cluster as the agent sees it (read by status and metrics)."""
+
+    spec: RemoteSpec
+    config: ClusterConfig | None = None
+    admitted: bool = False
+    refused: bool = False
+    error: str | None = None
+    etcd: Etcd | None = None
+    discovery: Discovery | None = None
+    checks: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def state(self) -> str:
+        """`ok`, `etcd_down` (admitted, its etcd does not answer), `waiting` (not
+        checked yet: etcd down or no cluster-config) or `refused`."""
+        if self.refused:
+            return "refused"
+        if not self.admitted:
+            return "waiting"
+        if self.etcd is None or not self.etcd.health.up:
+            return "etcd_down"
+        return "ok"
+
+    def targets(self) -> list[Target]:
+        return [] if self.discovery is None else self.discovery.targets()
+
+
+class ClusterMesh:
+    """The local cluster's config entry and every remote cluster."""
+
+    def __init__(
+        self,
+        etcd: Etcd,
+        local: ClusterConfig,
+        specs: Sequence[RemoteSpec],
+        *,
+        etcd_options: Mapping[str, Any] | None = None,
+        recheck_s: float = defaults.MESH_RECHECK_S,
+    ) -> None:
+        self.etcd = etcd
+        self.configured = local
+        self.local = local  # becomes the stored entry once read
+        self.remotes = [RemoteCluster(spec) for spec in specs]
+        self.etcd_options = dict(etcd_options or {})
+        self.recheck_s = recheck_s
+        self.config_written = False  # this agent created the local entry
+        self.config_read = trio.Event()
+        self.config_writes = 0
+        self.config_write_bytes = 0
+
+    def targets(self) -> list[Target]:
+        """Nodes of every admitted remote cluster."""
+        return [t for remote in self.remotes for t in remote.targets()]
+
+    def admitted_ids(self) -> dict[str, int]:
+        return {r.name: r.config.id for r in self.remotes if r.admitted and r.config is not None}
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._local_config)
+            for remote in self.remotes:
+                nursery.start_soon(self._follow_remote, remote)
+            task_status.started()
+
+    async def _local_config(self) -> None:
+        """Create `cluster-config/<local>` when absent, then read what is stored."""
+        key = keys.cluster_config_key(self.configured.name)
+        value = codec.encode_cluster_config(self.configured)
+        backoff = Backoff(defaults.ETCD_RECONNECT_MIN_S, defaults.ETCD_RECONNECT_MAX_S)
+        while True:
+            try:
+                if await self.etcd.put_if_absent(key, value):
+                    self.config_written = True
+                    self.config_writes += 1
+                    self.config_write_bytes += len(value)
+                    log.info("wrote %s (id %d)", key, self.configured.id)
+                kv, _ = await self.etcd.get(key)
+                break
+            except EtcdError as error:
+                log.warning("writing %s: %s (retrying)", key, error)
+                with trio.move_on_after(backoff.next_delay_s()):
+                    await self.etcd.health.wait_changed()
+        if kv is not None:
+            try:
+                stored = codec.decode_cluster_config(kv.value)
+            except codec.DecodeError as error:
+                log.warning("%s does not decode (%s); using id %d", key, error, self.local.id)
+            else:
+                if stored.id != self.configured.id:
+                    log.warning(
+                        "%s says cluster id %d, this agent was given %d: using %d",
+                        key,
+                        stored.id,
+                        self.configured.id,
+                        stored.id,
+                    )
+                self.local = stored
+        self.config_read.set()
+
+    async def _follow_remote(self, remote: RemoteCluster) -> None:
+        async with open_etcd(remote.spec.endpoints, **self.etcd_options) as etcd:
+            remote.etcd = etcd
+            try:
+                await self._admit(remote, etcd)
+                remote.discovery = Discovery({remote.name: etcd})
+                await remote.discovery.run()
+            finally:
+                remote.etcd = None
+
+    async def _admit(self, remote: RemoteCluster, etcd: Etcd) -> None:
+        """Return once the remote's cluster-config is read and accepted."""
+        key = keys.cluster_config_key(remote.name)
+        where = f"remote cluster {remote.name} (etcd {describe(etcd.endpoints)})"
+        backoff = Backoff(defaults.ETCD_RECONNECT_MIN_S, self.recheck_s)
+        while True:
+            remote.checks += 1
+            problem: str | None
+            refused = False
+            try:
+                kv, _ = await etcd.get(key)
+            except EtcdError as error:
+                problem = str(error)
+            else:
+                if kv is None:
+                    problem = f"no {key} entry yet (has an agent of {remote.name} started?)"
+                else:
+                    try:
+                        remote.config = codec.decode_cluster_config(kv.value)
+                    except codec.DecodeError as error:
+                        problem, refused = f"{key} does not decode: {error}", True
+                    else:
+                        problem = check_remote(
+                            remote.name,
+                            remote.config,
+                            local=self.local,
+                            admitted=self.admitted_ids(),
+                        )
+                        refused = problem is not None
+            if problem is None:
+                remote.admitted, remote.refused, remote.error = True, False, None
+                assert remote.config is not None
+                log.info("meshed with %s, cluster id %d", where, remote.config.id)
+                return
+            if problem != remote.error or refused != remote.refused:
+                if refused:
+                    log.error(
+                        "%s refused: %s (checking again every %gs)", where, problem, self.recheck_s
+                    )
+                else:
+                    log.warning("%s: %s (retrying)", where, problem)
+            remote.error, remote.refused = problem, refused
+            with trio.move_on_after(self.recheck_s if refused else backoff.next_delay_s()):
+                await etcd.health.wait_changed()
+
+
+# --- the agent's options -------------------------------------------------------------------
+
+
+def load_remote_specs(
+    mesh: Iterable[tuple[str, Sequence[str]]], mesh_dir: str | None, local_cluster: str
+) -> list[RemoteSpec]:
+    """Every remote cluster of the agent's options; MeshConfigError names what is wrong."""
+    return remote_specs(mesh, read_mesh_dir(mesh_dir, local_cluster), local_cluster=local_cluster)

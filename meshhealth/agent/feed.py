@@ -1,0 +1,266 @@
+"""The live feed: a WebSocket (trio-websocket) that streams what the prober finds.
+
+    hub = FeedHub(status=agent.status, window=config.stats_window)
+    hub.publish_path(path_report)      # from run_round(on_result=...), sync, never blocks
+    hub.publish_round(round_report)    # after the round is in the agent's book
+    await nursery.start(serve_feed_unix, "/run/meshhealth/health.feed.sock", hub)
+    await nursery.start(serve_feed_tcp, "127.0.0.1", 4241, hub)
+
+Messages and the coalescing rules are in meshhealth.feed_protocol (docs/watch.md).
+Publishing encodes a message once and puts it in every client's `CoalescingQueue`;
+each client has its own task that sends from its queue, so a slow or stuck client only
+ever delays itself. A client that falls too far behind gets one `lagging` message and
+is disconnected (after `lagging_grace_s` at most, whether it reads or not).
+
+trio-websocket's `serve_websocket` only listens on TCP; both listeners here accept trio
+streams themselves and hand each to `trio_websocket.wrap_server_stream`, so the unix
+socket and TCP share one code path.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+from trio_websocket import (
+    ConnectionClosed,
+    HandshakeError,
+    WebSocketConnection,
+    wrap_server_stream,
+)
+
+from meshhealth import defaults
+from meshhealth.agent.admin_api import AdminSocketError, prepare_socket_path
+from meshhealth.feed_protocol import (
+    FEED_PATH,
+    ROUND_KEY,
+    SNAPSHOT_KEY,
+    CoalescingQueue,
+    FeedTracker,
+    encode,
+    round_message,
+    snapshot_message,
+)
+from meshhealth.model import PathReport, RoundReport
+
+log = logging.getLogger(__name__)
+
+_LISTEN_BACKLOG = 128
+# Close code sent with the `lagging` message: 1013 "try again later".
+CLOSE_LAGGING = 1013
+
+
+@dataclass(frozen=True, slots=True)
+class FeedLimits:
+    max_clients: int = defaults.FEED_MAX_CLIENTS
+    max_pending: int = defaults.FEED_MAX_PENDING
+    max_rounds_behind: int = defaults.FEED_MAX_ROUNDS_BEHIND
+    lagging_grace_s: float = defaults.FEED_LAGGING_GRACE_S
+    handshake_timeout_s: float = defaults.FEED_HANDSHAKE_TIMEOUT_S
+
+
+@dataclass(eq=False, slots=True)
+class FeedClient:
+    name: str
+    queue: CoalescingQueue
+    wake: trio.Event = field(default_factory=trio.Event)
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    sent: int = 0
+
+
+@dataclass(slots=True)
+class FeedStats:
+    connected_total: int = 0
+    lagging_total: int = 0
+    rejected_total: int = 0
+
+
+class FeedHub:
+    """Fans the prober's results out to every connected client (see the module doc)."""
+
+    def __init__(
+        self,
+        status: Callable[[], dict[str, Any]],
+        *,
+        window: int = defaults.STATS_WINDOW,
+        limits: FeedLimits | None = None,
+    ) -> None:
+        self._status = status
+        self.limits = limits or FeedLimits()
+        self.tracker = FeedTracker(window)
+        self.clients: set[FeedClient] = set()
+        self.stats = FeedStats()
+
+    def attach(self, name: str) -> FeedClient:
+        """A new client, its queue holding the snapshot and the running round's paths."""
+        client = FeedClient(
+            name,
+            CoalescingQueue(
+                max_pending=self.limits.max_pending,
+                max_rounds_behind=self.limits.max_rounds_behind,
+            ),
+        )
+        client.queue.put(SNAPSHOT_KEY, encode(snapshot_message(self._status(), self.tracker.seq)))
+        for update in self.tracker.catch_up():
+            client.queue.put(update.key, encode(update.message))
+        self.clients.add(client)
+        self.stats.connected_total += 1
+        client.wake.set()
+        return client
+
+    def detach(self, client: FeedClient) -> None:
+        self.clients.discard(client)
+
+    def _fan_out(self, key: object, message: str, *, is_round: bool = False) -> None:
+        for client in self.clients:
+            was_lagging = client.queue.lagging
+            if not client.queue.put(key, message, is_round=is_round) and not was_lagging:
+                # Told (the `lagging` message is all its queue holds now), then cut off
+                # after the grace period whether it reads it or not.
+                self.stats.lagging_total += 1
+                log.info("feed client %s is lagging: disconnecting it", client.name)
+                client.scope.deadline = trio.current_time() + self.limits.lagging_grace_s
+            client.wake.set()
+
+    def publish_path(self, report: PathReport) -> None:
+        update = self.tracker.on_result(report.path, report.ip, report.result)
+        if self.clients:
+            self._fan_out(update.key, encode(update.message))
+
+    def publish_round(self, report: RoundReport) -> None:
+        self.tracker.on_round(report)
+        if self.clients:
+            message = round_message(self._status(), report.duration_s, self.tracker.next_seq())
+            self._fan_out(ROUND_KEY, encode(message), is_round=True)
+
+
+async def _pump(ws: WebSocketConnection, client: FeedClient) -> None:
+    """Send the client's queue until it is finished (lagging) or the connection ends."""
+    while True:
+        message = client.queue.pop()
+        if message is None:
+            if client.queue.finished:
+                return
+            await client.wake.wait()
+            client.wake = trio.Event()
+            continue
+        await ws.send_message(message)
+        client.sent += 1
+
+
+async def _ignore_incoming(ws: WebSocketConnection, done: trio.CancelScope) -> None:
+    """Read (and drop) what the client sends, so pings and the close frame get through."""
+    try:
+        while True:
+            await ws.get_message()
+    except ConnectionClosed:
+        done.cancel()
+
+
+async def handle_feed_stream(stream: trio.abc.Stream, hub: FeedHub, name: str) -> None:
+    """One connection: the opening handshake, then the client's queue until it ends."""
+    async with trio.open_nursery() as nursery:  # trio-websocket's reader task
+        try:
+            with trio.fail_after(hub.limits.handshake_timeout_s):
+                request = await wrap_server_stream(nursery, stream)
+                if request.path.split("?", 1)[0] != FEED_PATH:
+                    await request.reject(404, body=f"the feed is at {FEED_PATH}\n".encode())
+                    ws = None
+                elif len(hub.clients) >= hub.limits.max_clients:
+                    hub.stats.rejected_total += 1
+                    await request.reject(503, body=b"too many feed clients\n")
+                    ws = None
+                else:
+                    ws = await request.accept()
+        except (trio.TooSlowError, HandshakeError, ConnectionClosed, trio.BrokenResourceError):
+            ws = None
+        if ws is None:
+            nursery.cancel_scope.cancel()
+            await stream.aclose()
+            return
+        client = hub.attach(name)
+        try:
+            with client.scope:
+                async with trio.open_nursery() as inner:
+                    inner.start_soon(_ignore_incoming, ws, inner.cancel_scope)
+                    await _pump(ws, client)
+                    inner.cancel_scope.cancel()
+        except ConnectionClosed:
+            pass
+        finally:
+            hub.detach(client)
+            with trio.move_on_after(hub.limits.lagging_grace_s) as closing:
+                closing.shield = True
+                code = CLOSE_LAGGING if client.queue.lagging else 1000
+                await ws.aclose(code, "lagging" if client.queue.lagging else None)
+            nursery.cancel_scope.cancel()
+
+
+async def serve_feed(listener: trio.abc.Listener[Any], hub: FeedHub, where: str) -> None:
+    """Accept connections on `listener` until cancelled; each in its own task."""
+    async with trio.open_nursery() as nursery:
+        counter = 0
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:  # EMFILE and friends: wait a little, do not spin
+                log.warning("feed %s: accept failed: %s", where, exc)
+                await trio.sleep(0.1)
+                continue
+            counter += 1
+            nursery.start_soon(handle_feed_stream, stream, hub, f"{where}#{counter}")
+
+
+async def serve_feed_unix(
+    socket_path: str,
+    hub: FeedHub,
+    *,
+    mode: int = defaults.ADMIN_SOCKET_MODE,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The feed on a unix socket (created like the admin socket: a stale file is
+    replaced, a live one refused with AdminSocketError; removed on exit)."""
+    await prepare_socket_path(socket_path)
+    sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+    try:
+        await sock.bind(socket_path)
+        os.chmod(socket_path, mode)
+        sock.listen(_LISTEN_BACKLOG)
+        inode = os.stat(socket_path).st_ino
+    except OSError as exc:
+        sock.close()
+        raise AdminSocketError(f"cannot serve on {socket_path}: {exc.strerror or exc}") from exc
+    listener = trio.SocketListener(sock)
+    try:
+        task_status.started(socket_path)
+        await serve_feed(listener, hub, f"unix:{socket_path}")
+    finally:
+        try:
+            if os.stat(socket_path).st_ino == inode:
+                os.unlink(socket_path)
+        except FileNotFoundError:
+            pass
+        sock.close()
+
+
+async def serve_feed_tcp(
+    host: str,
+    port: int,
+    hub: FeedHub,
+    *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The feed on TCP `host:port` (port 0: any free port; `started` gives the port)."""
+    listeners = await trio.open_tcp_listeners(port, host=host, backlog=_LISTEN_BACKLOG)
+    listener = listeners[0]
+    bound_port: int = listener.socket.getsockname()[1]
+    try:
+        task_status.started(bound_port)
+        await serve_feed(listener, hub, f"{host}:{bound_port}")
+    finally:
+        for each in listeners:
+            each.socket.close()

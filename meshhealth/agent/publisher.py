@@ -1,0 +1,293 @@
+"""Publisher: this node's latest results in etcd, for the matrix and meshed clusters.
+
+    publisher = Publisher(etcd, registrar, cluster="lab1", node="node1", interval_s=10,
+                          on_write=metrics.count_write)
+    await nursery.start(publisher.run)
+    publisher.note_round(report, book.summaries())      # after every round
+
+Writes `meshhealth/state/health/v1/<cluster>/<node>` (codec.encode_health_report) under
+the registrar's lease (nothing is written before there is one). When to write is decided
+by `PublishPolicy` (pure), so etcd load follows changes, not N x rounds:
+
+- the first report, and again after every (re-)registration (a new lease: the old
+  entry died with the old lease);
+- a path's *status* changed (a target appeared or left counts too): written
+  `debounce_s` after the change was first seen, so changes arriving together make one
+  write; a change that reverts within that time writes nothing;
+- otherwise a freshness refresh every `refresh_intervals` (2) intervals, right after a
+  round so the entry's probe_time is fresh. Readers call a report stale after
+  MATRIX_STALE_INTERVALS (3) intervals: the entry is at most 2 intervals + one round old
+  when the next refresh lands, so a healthy node is never shown as stale.
+
+RTT and loss changes alone do not trigger a write: the RTT in the entry is the one of
+the newest round at the time of the last write.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import trio
+
+from meshhealth import codec, defaults, keys
+from meshhealth.kvstore import Backoff, Etcd, EtcdError
+from meshhealth.model import (
+    HealthReport,
+    PathHealth,
+    PathKey,
+    PathSummary,
+    ProbeStatus,
+    RoundReport,
+    TargetHealth,
+    TargetType,
+    path_name,
+)
+from meshhealth.model import Protocol as ProbeProtocol
+
+log = logging.getLogger(__name__)
+
+# (target cluster, target node, path name) -> the path's status
+StatusMap = dict[tuple[str, str, str], ProbeStatus]
+
+
+# --- the pure part --------------------------------------------------------------------
+
+
+def health_report(
+    report: RoundReport,
+    summaries: Mapping[PathKey, PathSummary],
+    *,
+    cluster: str,
+    node: str,
+    interval_s: float,
+) -> HealthReport:
+    """What this node sees after `report`: per target of the round, every probed path's
+    newest status and RTT and its loss over the stats window."""
+    targets: list[TargetHealth] = []
+    for target in sorted(report.targets):
+        paths: dict[str, PathHealth] = {}
+        for target_type in TargetType:
+            if target.address(target_type) is None:
+                continue
+            for protocol in ProbeProtocol:
+                summary = summaries.get(PathKey(target.cluster, target.node, target_type, protocol))
+                if summary is None or summary.last is None:
+                    continue
+                paths[path_name(target_type, protocol)] = PathHealth(
+                    status=summary.last.status, rtt_s=summary.rtt_last_s, loss=summary.loss
+                )
+        targets.append(TargetHealth(cluster=target.cluster, node=target.node, paths=paths))
+    return HealthReport(
+        node=node,
+        cluster=cluster,
+        probe_time=report.started_at,
+        interval_s=interval_s,
+        targets=tuple(targets),
+    )
+
+
+def status_map(report: HealthReport) -> StatusMap:
+    """The part of a report whose change triggers a write: every path's status."""
+    return {
+        (target.cluster, target.node, name): path.status
+        for target in report.targets
+        for name, path in target.paths.items()
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    statuses: StatusMap
+    probe_time: float
+    registration: object  # the lease generation the entry was written under
+
+
+class PublishPolicy:
+    """Decides when to write (pure: times are plain numbers passed in).
+
+    `note_report(statuses, probe_time, now)` after each round, `note_registration(gen)`
+    when the lease generation is known or changed; `due_at()` is the time to write at
+    (None: nothing to write, wait for the next round), `reason()` says why; after a
+    successful write call `written(now)`.
+    """
+
+    def __init__(
+        self,
+        interval_s: float,
+        *,
+        refresh_intervals: int = defaults.PUBLISH_REFRESH_INTERVALS,
+        debounce_s: float = defaults.PUBLISH_DEBOUNCE_S,
+    ) -> None:
+        if interval_s <= 0 or refresh_intervals < 1 or debounce_s < 0:
+            raise ValueError("publish policy needs interval_s > 0, refresh >= 1, debounce >= 0")
+        self.interval_s = interval_s
+        self.refresh_intervals = refresh_intervals
+        self.debounce_s = debounce_s
+        self.pending: tuple[StatusMap, float] | None = None
+        self.registration: object | None = None
+        self.last: Written | None = None
+        self.changed_since: float | None = None
+
+    @property
+    def refresh_after_s(self) -> float:
+        """Probe-time distance that calls for a refresh. Half an interval of slack: a
+        round that started a little early still counts as the Kth one."""
+        return (self.refresh_intervals - 0.5) * self.interval_s
+
+    def note_report(self, statuses: StatusMap, probe_time: float, now: float) -> None:
+        self.pending = (statuses, probe_time)
+        if self.last is None or statuses == self.last.statuses:
+            self.changed_since = None
+        elif self.changed_since is None:
+            self.changed_since = now
+
+    def note_registration(self, registration: object | None) -> None:
+        self.registration = registration
+
+    def reason(self) -> str | None:
+        """`first`, `registration`, `change`, `refresh`, or None (nothing due)."""
+        if self.pending is None or self.registration is None:
+            return None
+        if self.last is None:
+            return "first"
+        if self.registration != self.last.registration:
+            return "registration"
+        if self.changed_since is not None:
+            return "change"
+        if self.pending[1] - self.last.probe_time >= self.refresh_after_s:
+            return "refresh"
+        return None
+
+    def due_at(self) -> float | None:
+        """When to write: -inf for now, a time for a debounced change, None for never."""
+        reason = self.reason()
+        if reason is None:
+            return None
+        if reason == "change":
+            assert self.changed_since is not None
+            return self.changed_since + self.debounce_s
+        return -math.inf
+
+    def written(self, statuses: StatusMap, probe_time: float, now: float) -> None:
+        """This report was written under the current registration (a newer one may be
+        pending already: it is then compared with what was written)."""
+        assert self.registration is not None
+        self.last = Written(statuses, probe_time, self.registration)
+        self.changed_since = None
+        if self.pending is not None and self.pending[0] != statuses:
+            self.changed_since = now
+
+
+# --- the I/O part ------------------------------------------------------------------------
+
+
+class LeaseHolder(Protocol):
+    """What the publisher needs of the registrar."""
+
+    @property
+    def lease_id(self) -> int | None: ...
+
+    @property
+    def registrations(self) -> int: ...
+
+
+# How often the publisher looks at the registrar's lease (an attribute, no etcd request).
+LEASE_CHECK_S = 0.25
+
+
+class Publisher:
+    """Writes this node's HealthReport when `PublishPolicy` says so.
+
+    Counters: `writes`, `write_bytes`, `write_errors`, `writes_by_reason`;
+    `last_written` is the newest HealthReport written.
+    """
+
+    def __init__(
+        self,
+        etcd: Etcd,
+        registrar: LeaseHolder,
+        *,
+        cluster: str,
+        node: str,
+        interval_s: float,
+        refresh_intervals: int = defaults.PUBLISH_REFRESH_INTERVALS,
+        debounce_s: float = defaults.PUBLISH_DEBOUNCE_S,
+        on_write: Callable[[int], None] = lambda size: None,
+    ) -> None:
+        self.etcd = etcd
+        self.registrar = registrar
+        self.cluster = cluster
+        self.node = node
+        self.interval_s = interval_s
+        self.key = keys.health_key(cluster, node)
+        self.policy = PublishPolicy(
+            interval_s, refresh_intervals=refresh_intervals, debounce_s=debounce_s
+        )
+        self._on_write = on_write
+        self._report: HealthReport | None = None
+        self._wake = trio.Event()
+        self.writes = 0
+        self.write_bytes = 0
+        self.write_errors = 0
+        self.writes_by_reason: dict[str, int] = {}
+        self.last_written: HealthReport | None = None
+
+    def note_round(self, report: RoundReport, summaries: Mapping[PathKey, PathSummary]) -> None:
+        """After each round (trio thread): remember the results, wake the writer."""
+        health = health_report(
+            report, summaries, cluster=self.cluster, node=self.node, interval_s=self.interval_s
+        )
+        self._report = health
+        self.policy.note_report(status_map(health), health.probe_time, trio.current_time())
+        self._wake.set()
+
+    def _registration(self) -> tuple[int, int] | None:
+        lease_id = self.registrar.lease_id
+        return None if lease_id is None else (lease_id, self.registrar.registrations)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Write when due, until cancelled. etcd errors are retried with back-off."""
+        task_status.started()
+        backoff = Backoff(defaults.ETCD_RECONNECT_MIN_S, defaults.ETCD_RECONNECT_MAX_S)
+        retry_at = -math.inf
+        while True:
+            self.policy.note_registration(self._registration())
+            due = self.policy.due_at()
+            now = trio.current_time()
+            if due is not None and max(due, retry_at) <= now:
+                if await self._write():
+                    backoff.reset()
+                    retry_at = -math.inf
+                else:
+                    retry_at = trio.current_time() + backoff.next_delay_s()
+                continue
+            wake_at = now + LEASE_CHECK_S
+            if due is not None:
+                wake_at = min(wake_at, max(due, retry_at))
+            with trio.move_on_at(wake_at):
+                await self._wake.wait()
+            self._wake = trio.Event()
+
+    async def _write(self) -> bool:
+        report, registration = self._report, self.policy.registration
+        reason = self.policy.reason() or "?"
+        assert report is not None and isinstance(registration, tuple)
+        value = codec.encode_health_report(report)
+        try:
+            await self.etcd.put(self.key, value, lease_id=registration[0])
+        except EtcdError as error:
+            self.write_errors += 1
+            log.warning("publishing %s: %s (retrying)", self.key, error)
+            return False
+        self.policy.written(status_map(report), report.probe_time, trio.current_time())
+        self.writes += 1
+        self.write_bytes += len(value)
+        self.writes_by_reason[reason] = self.writes_by_reason.get(reason, 0) + 1
+        self.last_written = report
+        self._on_write(len(value))
+        log.debug("published %s (%s, %d bytes)", self.key, reason, len(value))
+        return True

@@ -1,0 +1,140 @@
+"""Text (and JSON) of the health matrix (pure): `meshhealth matrix`, `status --matrix`.
+
+    Health matrix at 2026-11-22T10:00:00Z: each row is what its source node sees
+    Cell: host ICMP, host HTTP, endpoint ICMP, endpoint HTTP (✓ OK, ✗ failed, ? not probed,
+    - no such path, ~ stale report), then the host ICMP RTT
+
+                               lab1                        lab2
+    source       report        node1         node2         node1
+    lab1/node1   2s ago        ✓✓✓✓ 412µs    ✓✓✓✓ 520µs    ✓✓✓✓ 1.1ms
+    lab1/node2   3s ago        ✓✓✓✓ 380µs    ✓✓✓✓ 41µs     ✓✓✗✗ 1.3ms
+    Reachable:   5/6 cells   (0 stale, 0 unknown)
+
+Input: the document of meshhealth.matrix.matrix_document (docs/clustermesh.md), so the
+text is a function of the document alone ("ago" is relative to `generated_at`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from meshhealth.cli.durations import format_duration
+from meshhealth.cli.format_status import format_age
+from meshhealth.matrix import PATH_ORDER
+
+OK, FAILED, UNKNOWN, NO_PATH, STALE = "✓", "✗", "?", "-", "~"
+LEGEND = (
+    f"Cell: host ICMP, host HTTP, endpoint ICMP, endpoint HTTP ({OK} OK, {FAILED} failed, "
+    f"{UNKNOWN} not probed,\n      {NO_PATH} no such path, {STALE} stale report), "
+    "then the host ICMP RTT"
+)
+MIN_CELL_WIDTH = 12  # 4 path marks, a space, an RTT like 412.5µs
+GAP = "  "
+
+
+def path_marks(cell: dict[str, Any]) -> str:
+    """Four characters, one per path in PATH_ORDER."""
+    if cell["state"] == "stale":
+        return STALE * len(PATH_ORDER)
+    paths = cell["paths"]
+    if not paths:
+        return UNKNOWN * len(PATH_ORDER)
+    marks = []
+    for name in PATH_ORDER:
+        path = paths.get(name)
+        if path is None:
+            marks.append(NO_PATH)
+        elif path["status"] == "ok":
+            marks.append(OK)
+        elif path["status"] == "unknown":
+            marks.append(UNKNOWN)
+        else:
+            marks.append(FAILED)
+    return "".join(marks)
+
+
+def cell_rtt_s(cell: dict[str, Any]) -> float | None:
+    for name in PATH_ORDER:
+        path = cell["paths"].get(name)
+        if path is not None and path["status"] == "ok" and path["rtt_s"] is not None:
+            return float(path["rtt_s"])
+    return None
+
+
+def cell_text(cell: dict[str, Any]) -> str:
+    marks = path_marks(cell)
+    rtt = cell_rtt_s(cell)
+    if cell["state"] == "stale" or rtt is None:
+        return marks
+    return f"{marks} {format_duration(rtt)}"
+
+
+def _age(seconds: float) -> str:
+    return f"{format_age(seconds)} ago"
+
+
+def report_text(row: dict[str, Any]) -> str:
+    if row["probe_time"] is None:
+        return "no report"
+    age = _age(row["age_s"])
+    return f"{age} STALE" if row["stale"] else age
+
+
+def _pad(text: str, width: int) -> str:
+    return text + " " * max(0, width - len(text))
+
+
+def format_matrix_text(doc: dict[str, Any]) -> str:
+    """The whole text, ending with a newline."""
+    nodes = [(n["cluster"], n["name"]) for n in doc["nodes"]]
+    lines = [
+        f"Health matrix at {doc['generated_at']}: each row is what its source node sees",
+        LEGEND,
+        "",
+    ]
+    rows = doc["rows"]
+    if not nodes:
+        lines.append("No health reports (no agent has published yet).")
+    else:
+        widths = [max(MIN_CELL_WIDTH, len(node), len(cluster)) for cluster, node in nodes]
+        for row in rows:
+            for i, cell in enumerate(row["cells"]):
+                widths[i] = max(widths[i], len(cell_text(cell)))
+        sources = [f"{row['cluster']}/{row['name']}" for row in rows]
+        reports = [report_text(row) for row in rows]
+        source_w = max([len("source"), *map(len, sources)])
+        report_w = max([len("report"), *map(len, reports)])
+        lead = " " * (source_w + len(GAP) + report_w + len(GAP))
+        cluster_heads = []
+        for i, (cluster, _) in enumerate(nodes):
+            first = i == 0 or nodes[i - 1][0] != cluster
+            cluster_heads.append(_pad(cluster if first else "", widths[i]))
+        lines.append((lead + GAP.join(cluster_heads)).rstrip())
+        head = _pad("source", source_w) + GAP + _pad("report", report_w) + GAP
+        lines.append(
+            (head + GAP.join(_pad(n, w) for (_, n), w in zip(nodes, widths, strict=True))).rstrip()
+        )
+        for row, source, report in zip(rows, sources, reports, strict=True):
+            cells = GAP.join(
+                _pad(cell_text(c), w) for c, w in zip(row["cells"], widths, strict=True)
+            )
+            lines.append(
+                (_pad(source, source_w) + GAP + _pad(report, report_w) + GAP + cells).rstrip()
+            )
+    summary = doc["summary"]
+    lines.append(
+        f"Reachable:   {summary['reachable']}/{summary['cells']} cells   "
+        f"({summary['unreachable']} unreachable, {summary['stale']} stale, "
+        f"{summary['unknown']} unknown)"
+    )
+    lines += summary["lines"]
+    for item in doc["unavailable_clusters"]:
+        lines.append(
+            f"Warning:   cluster {item['cluster']}: {item['error']}: its nodes' reports are missing"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def format_matrix_json(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"

@@ -1,0 +1,146 @@
+"""`meshhealth matrix`: the cluster-wide N x N view, straight from etcd (no agent needed).
+
+Exit codes: 0 when the matrix was read (even with unreachable cells), 1 when some cell
+is not reachable and `--fail-on-unreachable` is given, 2 when no etcd could be read
+(one line on stderr naming the endpoints).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from meshhealth import defaults
+
+ENV_ETCD = "MESHHEALTH_ETCD"
+EXIT_UNREACHABLE = 2
+
+DESCRIPTION = f"""\
+Read every node's published health entry (meshhealth/state/health/v1/) and show the
+N x N matrix: one row per source node, one column per target node (grouped by
+cluster), one cell per pair with host ICMP, host HTTP, endpoint ICMP and endpoint HTTP.
+Reports older than {defaults.MATRIX_STALE_INTERVALS} of their probe intervals are shown stale.
+
+examples:
+  meshhealth matrix --etcd http://127.0.0.1:2379
+  meshhealth matrix --etcd http://10.0.0.1:2379 --cluster lab1 -o json
+  meshhealth matrix --etcd http://10.0.0.1:2379 --mesh lab2=http://10.1.0.1:2379
+  meshhealth status --matrix          the same, through this node's agent
+"""
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "matrix",
+        help="show the cluster-wide N x N connectivity matrix, read from etcd",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--etcd",
+        default=None,
+        metavar="URLS",
+        help=f"etcd endpoints (default: ${ENV_ETCD}, else {defaults.DEFAULT_ETCD})",
+    )
+    parser.add_argument(
+        "--cluster",
+        default=None,
+        metavar="NAME",
+        help="only the reports of this cluster's nodes (default: every cluster in that etcd)",
+    )
+    parser.add_argument(
+        "--mesh",
+        action="append",
+        default=[],
+        metavar="NAME=URLS",
+        help="also read the reports of remote cluster NAME from its etcd (repeatable)",
+    )
+    parser.add_argument(
+        "-o", "--output", choices=("text", "json"), default="text", help="output format"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=defaults.ETCD_REQUEST_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"per-etcd deadline (default {defaults.ETCD_REQUEST_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--fail-on-unreachable",
+        action="store_true",
+        help="exit 1 when any cell is unreachable or stale",
+    )
+    parser.set_defaults(func=run)
+
+
+def _error(message: str) -> None:
+    print(f"meshhealth matrix: {message}", file=sys.stderr)
+
+
+def _sources(args: argparse.Namespace) -> list[tuple[str | None, str]]:
+    """(cluster or None, endpoints) to read; ValueError with a one-line message."""
+    from meshhealth.keys import validate_cluster_name
+    from meshhealth.kvstore.endpoints import parse_endpoints
+
+    endpoints = args.etcd or os.environ.get(ENV_ETCD) or defaults.DEFAULT_ETCD
+    cluster = None if args.cluster is None else validate_cluster_name(args.cluster)
+    parse_endpoints(endpoints)
+    sources: list[tuple[str | None, str]] = [(cluster, endpoints)]
+    for item in args.mesh:
+        name, sep, urls = item.partition("=")
+        if not sep:
+            raise ValueError(f"--mesh: expected NAME=URLS, got {item!r}")
+        parse_endpoints(urls)
+        sources.append((validate_cluster_name(name.strip()), urls))
+    return sources
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+    from contextlib import AsyncExitStack
+
+    import trio
+
+    from meshhealth.cli.format_matrix import format_matrix_json, format_matrix_text
+    from meshhealth.kvstore import open_etcd
+    from meshhealth.matrix import Matrix, matrix_document
+    from meshhealth.matrix_source import MatrixSource, read_matrix
+
+    try:
+        wanted = _sources(args)
+    except ValueError as error:
+        _error(str(error))
+        return EXIT_UNREACHABLE
+    timeout_s: float = args.timeout
+    if not timeout_s > 0:
+        _error("--timeout must be > 0")
+        return EXIT_UNREACHABLE
+
+    async def fetch() -> tuple[Matrix, int]:
+        async with AsyncExitStack() as stack:
+            sources = [
+                MatrixSource(
+                    cluster,
+                    await stack.enter_async_context(
+                        open_etcd(urls, request_timeout_s=timeout_s, liveness=False)
+                    ),
+                )
+                for cluster, urls in wanted
+            ]
+            return await read_matrix(sources, now=time.time(), timeout_s=timeout_s)
+
+    matrix, skipped = trio.run(fetch)
+    if skipped:
+        _error(f"skipped {skipped} health entries that do not decode (see the log above)")
+    if len(matrix.unavailable) == len(wanted):
+        _error("; ".join(matrix.unavailable.values()))
+        return EXIT_UNREACHABLE
+    doc = matrix_document(matrix)
+    text = format_matrix_json(doc) if args.output == "json" else format_matrix_text(doc)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    counts = matrix.counts()
+    if args.fail_on_unreachable and (counts["unreachable"] or counts["stale"]):
+        return 1
+    return 0

@@ -1,0 +1,274 @@
+"""What `meshhealth watch` knows: the view state and how messages change it (pure).
+
+    state = WatchState(source="unix:///run/meshhealth/health.feed.sock")
+    changes = apply_feed_message(state, json.loads(text), now=time.time())
+    changes = apply_health_reports(state, reports, now=time.time())   # --etcd
+
+Both return the status changes (`Change`) the plain renderer prints one per line. A
+path's history keeps its last `WATCH_SPARKLINE_POINTS` RTTs (None for a failed probe)
+for the sparkline; it grows on `path` messages and on new etcd reports, never on a
+snapshot (a reconnect must not repeat points).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from meshhealth import defaults
+from meshhealth.agent.status_model import parse_iso_time
+from meshhealth.model import STATUS_TEXT, HealthReport, ProbeStatus, Protocol, TargetType, path_name
+
+NodeRef = tuple[str, str]  # (cluster, node)
+PATH_NAMES: tuple[str, ...] = tuple(
+    path_name(t, p) for t in (TargetType.NODE, TargetType.ENDPOINT) for p in Protocol
+)
+Connection = Literal["connecting", "connected", "disconnected"]
+
+
+@dataclass(slots=True)
+class PathView:
+    status: str  # a ProbeStatus value
+    text: str  # what cilium-health users read: OK, Connection timed out, ...
+    rtt_s: float | None = None
+    loss: float = 0.0
+    last_probed: float | None = None  # unix seconds
+    history: deque[float | None] = field(
+        default_factory=lambda: deque(maxlen=defaults.WATCH_SPARKLINE_POINTS)
+    )
+
+
+@dataclass(slots=True)
+class NodeView:
+    cluster: str
+    name: str
+    is_local: bool = False
+    node_ip: str | None = None
+    health_ip: str | None = None
+    paths: dict[str, PathView] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{self.cluster}/{self.name}"
+
+    @property
+    def state(self) -> str:
+        """reachable / unreachable / unknown: the rule of `Cluster health` (status.md)."""
+        probed = [p.status for p in self.paths.values() if p.status != ProbeStatus.UNKNOWN]
+        if not probed:
+            return "unknown"
+        return "reachable" if all(s == ProbeStatus.OK for s in probed) else "unreachable"
+
+
+@dataclass(slots=True)
+class WatchState:
+    source: str  # where the data comes from, as shown in the header
+    connection: Connection = "connecting"
+    connection_detail: str = ""
+    nodes: dict[NodeRef, NodeView] = field(default_factory=dict)
+    probe_time: float | None = None
+    probe_interval_s: float | None = None
+    etcd_up: bool | None = None
+    etcd_error: str | None = None
+    last_update: float | None = None  # unix seconds of the newest message
+    mode: Literal["list", "matrix"] = "list"
+    matrix: Any = None  # meshhealth.matrix.Matrix with --etcd, else None
+    note: str = ""
+
+    @property
+    def health(self) -> tuple[int, int]:
+        """(reachable nodes, nodes)."""
+        nodes = list(self.nodes.values())
+        return sum(1 for n in nodes if n.state == "reachable"), len(nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One path's status changed (old is None the first time the path is seen)."""
+
+    at: float | None  # unix seconds: the probe that showed it
+    node: str  # cluster/node
+    path: str  # node/icmp ...
+    old: str | None
+    new: str
+
+
+def _time(text: object) -> float | None:
+    return parse_iso_time(text) if isinstance(text, str) else None
+
+
+def _path_from_document(doc: Mapping[str, Any], old: PathView | None) -> PathView:
+    view = PathView(
+        status=str(doc.get("status", ProbeStatus.UNKNOWN.value)),
+        text=str(doc.get("text", STATUS_TEXT[ProbeStatus.UNKNOWN])),
+        rtt_s=doc.get("latency_s"),
+        loss=float(doc.get("loss", 0.0)),
+        last_probed=_time(doc.get("last_probed")),
+    )
+    if old is not None:
+        view.history = old.history
+    return view
+
+
+def _update_path(
+    state: WatchState, node: NodeView, name: str, new: PathView, *, add_point: bool
+) -> list[Change]:
+    old = node.paths.get(name)
+    if old is None and new.status == ProbeStatus.UNKNOWN:
+        node.paths[name] = new
+        return []
+    if (
+        # A snapshot seeds a new path's history with its newest RTT; later points come
+        # from `path` messages (or new reports), so a reconnect never repeats one.
+        (add_point or old is None)
+        and new.last_probed is not None
+        and (old is None or old.last_probed != new.last_probed)
+    ):
+        new.history.append(new.rtt_s if new.status == ProbeStatus.OK else None)
+    node.paths[name] = new
+    if old is not None and old.status == new.status and old.text == new.text:
+        return []
+    return [Change(new.last_probed, node.label, name, None if old is None else old.text, new.text)]
+
+
+def _node(state: WatchState, cluster: str, name: str) -> NodeView:
+    key = (cluster, name)
+    node = state.nodes.get(key)
+    if node is None:
+        node = state.nodes[key] = NodeView(cluster, name)
+    return node
+
+
+def _apply_header(state: WatchState, doc: Mapping[str, Any]) -> None:
+    state.probe_time = _time(doc.get("probe_time"))
+    state.probe_interval_s = doc.get("probe_interval_s")
+    etcd = doc.get("etcd") or {}
+    state.etcd_up = etcd.get("up")
+    state.etcd_error = etcd.get("last_error")
+
+
+def _apply_snapshot(state: WatchState, status: Mapping[str, Any]) -> list[Change]:
+    _apply_header(state, status)
+    changes: list[Change] = []
+    seen: set[NodeRef] = set()
+    for doc in status.get("nodes", []):
+        node = _node(state, doc["cluster"], doc["name"])
+        seen.add((node.cluster, node.name))
+        node.is_local = bool(doc.get("is_local"))
+        node.node_ip = doc["host"]["primary_address"]["ip"]
+        endpoint = doc.get("health_endpoint")
+        node.health_ip = None if endpoint is None else endpoint["primary_address"]["ip"]
+        for target_type, section in (("node", doc["host"]), ("endpoint", endpoint)):
+            if section is None:
+                continue
+            for protocol in ("icmp", "http"):
+                name = f"{target_type}/{protocol}"
+                path = _path_from_document(
+                    section["primary_address"][protocol], node.paths.get(name)
+                )
+                changes += _update_path(state, node, name, path, add_point=False)
+    for key in set(state.nodes) - seen:
+        del state.nodes[key]
+    return changes
+
+
+def _apply_round(state: WatchState, message: Mapping[str, Any]) -> None:
+    _apply_header(state, message)
+    seen: set[NodeRef] = set()
+    for doc in message.get("nodes", []):
+        node = _node(state, doc["cluster"], doc["name"])
+        node.is_local = bool(doc.get("is_local"))
+        node.node_ip = doc.get("node_ip")
+        node.health_ip = doc.get("health_ip")
+        seen.add((node.cluster, node.name))
+    for key in set(state.nodes) - seen:
+        del state.nodes[key]
+
+
+def apply_feed_message(
+    state: WatchState, message: Mapping[str, Any], *, now: float
+) -> list[Change]:
+    """Apply one decoded feed message; ValueError for a message this viewer cannot read."""
+    if message.get("v") != 1:
+        raise ValueError(f"feed version {message.get('v')!r} is not supported (expected 1)")
+    state.last_update = now
+    kind = message.get("type")
+    try:
+        if kind == "snapshot":
+            state.note = ""
+            return _apply_snapshot(state, message["status"])
+        if kind == "path":
+            node = _node(state, message["cluster"], message["node"])
+            name = f"{message['target_type']}/{message['protocol']}"
+            path = _path_from_document(message["path"], node.paths.get(name))
+            return _update_path(state, node, name, path, add_point=True)
+        if kind == "round":
+            _apply_round(state, message)
+            return []
+        if kind == "lagging":
+            state.note = f"the agent dropped this viewer: {message.get('reason', 'lagging')}"
+            return []
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"malformed {kind} message: missing {exc}") from None
+    return []  # unknown types are for newer viewers
+
+
+# --- --etcd: the published health reports of every node -------------------------------
+
+
+def aggregate_paths(reports: Iterable[HealthReport]) -> dict[NodeRef, dict[str, PathView]]:
+    """Per target node and path, what all sources see: OK when every source sees OK;
+    otherwise the most common failure, with how many sources see it; the median RTT of
+    the OK sources; the mean loss; the newest probe time."""
+    seen: dict[NodeRef, dict[str, list[tuple[float, Any]]]] = {}
+    for report in reports:
+        seen.setdefault((report.cluster, report.node), {})
+        for target in report.targets:
+            per_path = seen.setdefault((target.cluster, target.node), {})
+            for name, health in target.paths.items():
+                per_path.setdefault(name, []).append((report.probe_time, health))
+    views: dict[NodeRef, dict[str, PathView]] = {}
+    for ref, per_path in seen.items():
+        views[ref] = {}
+        for name, observations in per_path.items():
+            statuses = [h.status for _, h in observations]
+            failing = [s for s in statuses if s is not ProbeStatus.OK]
+            rtts = [h.rtt_s for _, h in observations if h.status is ProbeStatus.OK and h.rtt_s]
+            if failing:
+                worst = Counter(failing).most_common(1)[0][0]
+                status, text = worst.value, f"{STATUS_TEXT[worst]} ({len(failing)}/{len(statuses)})"
+            else:
+                status, text = ProbeStatus.OK.value, STATUS_TEXT[ProbeStatus.OK]
+            views[ref][name] = PathView(
+                status=status,
+                text=text,
+                rtt_s=statistics.median(rtts) if rtts else None,
+                loss=sum(h.loss for _, h in observations) / len(observations),
+                last_probed=max(t for t, _ in observations),
+            )
+    return views
+
+
+def apply_health_reports(
+    state: WatchState, reports: list[HealthReport], *, now: float, matrix: Any = None
+) -> list[Change]:
+    """The list view from every node's published report (and the matrix, when given)."""
+    state.last_update = now
+    state.matrix = matrix
+    state.probe_time = max((r.probe_time for r in reports), default=None)
+    state.probe_interval_s = max((r.interval_s for r in reports), default=None)
+    changes: list[Change] = []
+    views = aggregate_paths(reports)
+    for (cluster, name), paths in sorted(views.items()):
+        node = _node(state, cluster, name)
+        for path, view in paths.items():
+            old = node.paths.get(path)
+            if old is not None:
+                view.history = old.history
+            changes += _update_path(state, node, path, view, add_point=True)
+    for key in set(state.nodes) - set(views):
+        del state.nodes[key]
+    return changes

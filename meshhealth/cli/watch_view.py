@@ -1,0 +1,235 @@
+"""How `meshhealth watch` draws its state (pure: state + clock in, rich renderables out).
+
+    render_frame(state, now=time.time())      # the full-screen view (rich Group)
+    frame_text(state, now=..., width=120)     # the same frame as plain text (--once)
+    change_line(change)                       # one line per change (no terminal)
+
+rich draws the table and colours (and its Live display refreshes the screen): it is well
+kept, pure Python, and much less code than curses of our own; textual would bring a
+whole application framework for one table.
+
+Cell colours: green OK; red the newest probe failed; yellow OK but lossy over the
+window, or stale (not probed for 3 intervals); grey not probed yet.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+from collections.abc import Sequence
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from meshhealth.cli.durations import format_duration
+from meshhealth.cli.watch_state import PATH_NAMES, Change, NodeView, PathView, WatchState
+from meshhealth.model import ProbeStatus
+
+SPARK_CHARS = "▁▂▃▄▅▆▇█"
+FAILED_POINT = "×"
+STALE_INTERVALS = 3.0
+SHORT_STATUS = {
+    ProbeStatus.OK.value: "OK",
+    ProbeStatus.TIMEOUT.value: "timeout",
+    ProbeStatus.REFUSED.value: "refused",
+    ProbeStatus.RESET.value: "reset",
+    ProbeStatus.UNREACHABLE.value: "no route",
+    ProbeStatus.HTTP_ERROR.value: "HTTP err",
+    ProbeStatus.INVALID.value: "invalid",
+    ProbeStatus.ERROR.value: "error",
+    ProbeStatus.UNKNOWN.value: "-",
+}
+COLUMN_TITLES = {
+    "node/icmp": "host ICMP",
+    "node/http": "host HTTP",
+    "endpoint/icmp": "endpoint ICMP",
+    "endpoint/http": "endpoint HTTP",
+}
+MATRIX_SYMBOL = {"reachable": "●", "unreachable": "✗", "stale": "?", "unknown": "·"}
+MATRIX_COLOUR = {"reachable": "green", "unreachable": "red", "stale": "yellow", "unknown": "grey50"}
+STATE_COLOUR = {"reachable": "green", "unreachable": "red", "unknown": "grey50"}
+
+
+def iso(unix_s: float | None) -> str:
+    if unix_s is None:
+        return "-"
+    return dt.datetime.fromtimestamp(int(unix_s), tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ago(now: float, unix_s: float | None) -> str:
+    """`3s ago` style age, `-` when unknown."""
+    if unix_s is None:
+        return "-"
+    seconds = max(0, int(now - unix_s))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"
+
+
+def sparkline(points: Sequence[float | None]) -> str:
+    """One character per RTT, scaled between the smallest and the largest; × = failed."""
+    values = [p for p in points if p is not None]
+    low, high = (min(values), max(values)) if values else (0.0, 0.0)
+    chars = []
+    for point in points:
+        if point is None:
+            chars.append(FAILED_POINT)
+        elif high <= low:
+            chars.append(SPARK_CHARS[len(SPARK_CHARS) // 2])
+        else:
+            index = round((point - low) / (high - low) * (len(SPARK_CHARS) - 1))
+            chars.append(SPARK_CHARS[index])
+    return "".join(chars)
+
+
+def path_colour(path: PathView | None, *, now: float, interval_s: float | None) -> str:
+    if path is None or path.status == ProbeStatus.UNKNOWN.value:
+        return "grey50"
+    if path.status != ProbeStatus.OK.value:
+        return "red"
+    stale_after_s = STALE_INTERVALS * (interval_s or 0.0)
+    if stale_after_s and path.last_probed is not None and now - path.last_probed > stale_after_s:
+        return "yellow"
+    if path.loss > 0:
+        return "yellow"
+    return "green"
+
+
+def path_cell(path: PathView | None, *, now: float, interval_s: float | None) -> Text:
+    """Two lines in the path's colour: `OK 412µs 0%`, then the RTT sparkline."""
+    colour = path_colour(path, now=now, interval_s=interval_s)
+    if path is None:
+        return Text("-", style=colour)
+    shown = path.rtt_s if path.status == ProbeStatus.OK.value else None  # not others' RTT
+    rtt = format_duration(shown) if shown is not None else "-"
+    loss = f"{path.loss * 100:.0f}%"
+    text = Text(
+        f"{SHORT_STATUS.get(path.status, path.status)} {rtt} {loss}", style=f"bold {colour}"
+    )
+    text.append("\n" + (sparkline(list(path.history)) or " "), style=colour)
+    return text
+
+
+def _node_label(node: NodeView) -> Text:
+    colour = STATE_COLOUR.get(node.state, "grey50")
+    label = Text(
+        "● " if node.state == "reachable" else "✗ " if node.state == "unreachable" else "· "
+    )
+    label.stylize(colour)
+    label.append(node.name + (" (local)" if node.is_local else ""))
+    return label
+
+
+def header(state: WatchState, *, now: float) -> Text:
+    reachable, total = state.health
+    text = Text()
+    text.append("meshhealth watch ", style="bold")
+    text.append(f"{state.source}  ")
+    if state.connection == "connected":
+        text.append("connected", style="green")
+    elif state.connection == "connecting":
+        text.append("connecting…", style="yellow")
+    else:
+        detail = f" ({state.connection_detail})" if state.connection_detail else ""
+        text.append(f"disconnected, retrying…{detail}", style="bold red")
+    text.append("\nCluster health: ")
+    text.append(f"{reachable}/{total} reachable", style="green" if reachable == total else "red")
+    text.append("   etcd: ")
+    if state.etcd_up is None:
+        text.append("?", style="grey50")
+    elif state.etcd_up:
+        text.append("up", style="green")
+    else:
+        text.append(f"down ({state.etcd_error or 'no answer'})", style="red")
+    text.append(f"   probe time: {iso(state.probe_time)} ({ago(now, state.probe_time)} ago)")
+    if state.last_update is not None and state.connection == "connected":
+        text.append(f"   last update {ago(now, state.last_update)} ago")
+    if state.note:
+        text.append(f"\n{state.note}", style="yellow")
+    return text
+
+
+def list_view(state: WatchState, *, now: float) -> list[RenderableType]:
+    tables: list[RenderableType] = []
+    clusters = sorted({cluster for cluster, _ in state.nodes})
+    for cluster in clusters:
+        table = Table(title=f"cluster {cluster}", title_justify="left", expand=False, box=None)
+        table.add_column("node", no_wrap=True)
+        for name in PATH_NAMES:
+            table.add_column(COLUMN_TITLES[name], no_wrap=True)
+        table.add_column("probed", justify="right", no_wrap=True)
+        nodes = sorted(
+            (n for (c, _), n in state.nodes.items() if c == cluster),
+            key=lambda n: (not n.is_local, n.name),
+        )
+        for node in nodes:
+            probed = [p.last_probed for p in node.paths.values() if p.last_probed is not None]
+            table.add_row(
+                _node_label(node),
+                *(
+                    path_cell(node.paths.get(name), now=now, interval_s=state.probe_interval_s)
+                    for name in PATH_NAMES
+                ),
+                ago(now, max(probed)) if probed else "-",
+            )
+        tables.append(table)
+    if not tables:
+        tables.append(Text("no nodes yet", style="grey50"))
+    return tables
+
+
+def matrix_view(state: WatchState) -> list[RenderableType]:
+    """Rows: source nodes (who probes); columns: targets. Needs --etcd (meshhealth.matrix)."""
+    matrix = state.matrix
+    if matrix is None:
+        return [
+            Text(
+                "matrix: needs --etcd URLS (this agent's feed carries only what this node "
+                "sees); press m for the list",
+                style="yellow",
+            )
+        ]
+    title = Text("matrix: each row is what that node sees of each column", style="bold")
+    table = Table(box=None)
+    table.add_column("source", no_wrap=True)
+    for _cluster, name in matrix.columns:
+        table.add_column(name, justify="center", no_wrap=True)
+    for row in matrix.rows:
+        label = f"{row.source[1]}" + (" (stale)" if row.stale else "")
+        cells = [
+            Text(MATRIX_SYMBOL.get(cell.state, "?"), style=MATRIX_COLOUR.get(cell.state, "grey50"))
+            for cell in row.cells
+        ]
+        table.add_row(label, *cells)
+    lines = [Text(line) for line in getattr(matrix, "lines", ())]
+    legend = Text("● reachable  ✗ unreachable  ? stale report  · unknown", style="grey50")
+    return [title, table, legend, *lines]
+
+
+def render_frame(state: WatchState, *, now: float) -> RenderableType:
+    body = matrix_view(state) if state.mode == "matrix" else list_view(state, now=now)
+    keys = Text("q quit   m list/matrix", style="grey50")
+    return Group(header(state, now=now), Text(""), *body, Text(""), keys)
+
+
+def frame_text(state: WatchState, *, now: float, width: int = 120) -> str:
+    """The frame as plain text (no colour codes), as `--once` prints it."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, color_system=None, force_terminal=False)
+    console.print(render_frame(state, now=now))
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
+
+
+def change_line(change: Change) -> str:
+    """`2026-11-23T10:00:01Z lab1/node2 endpoint/http OK -> Connection timed out`."""
+    if change.old is None:
+        return f"{iso(change.at)} {change.node} {change.path} {change.new}"
+    return f"{iso(change.at)} {change.node} {change.path} {change.old} -> {change.new}"
+
+
+def event_line(now: float, text: str) -> str:
+    """A line about the viewer itself (connected, disconnected) in the plain output."""
+    return f"{iso(now)} {text}"

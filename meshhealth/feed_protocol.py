@@ -1,0 +1,257 @@
+"""The live feed's messages and the per-client coalescing queue (pure, no I/O).
+
+The agent serves a WebSocket feed (meshhealth.agent.feed); every WebSocket message is
+one JSON object with `"v": FEED_VERSION`, a `type` and a `seq` (the hub's event counter,
+increasing; a gap means coalesced or skipped events). Types (docs/watch.md):
+
+    snapshot  on connect: the whole status document (docs/status.md) under `status`
+    path      one path's newest result: cluster, node, target_type, protocol, ip,
+              `path` (the PATH object of the status document) and `changed`
+    round     a round finished: probe_time, the summary, etcd and round state, and the
+              probe set (`nodes`, without paths: nodes absent here have left)
+    lagging   the client fell too far behind; the server closes the connection next
+
+"Changed": every probed path changes every round (a new sample, a new `last_probed`),
+so each path result is one `path` message, sent as soon as its probe ends. `changed`
+says what a viewer that only wants news should look at: `status` (OK <-> a failure, or
+one failure to another) and `rtt_bucket` (the RTT moved to another decade-ish bucket,
+see `RTT_BUCKET_BOUNDS_S`); empty when only the numbers moved.
+
+A client that reads slowly gets the newest value per path: `CoalescingQueue` keeps at
+most one pending message per key (a path, the round, the snapshot). It is "too far
+behind" when more than `max_rounds_behind` round messages were queued since it last
+received one, or when more than `max_pending` keys are pending; then everything pending
+is dropped for one `lagging` message, and the server disconnects it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from meshhealth.agent.status_model import path_document
+from meshhealth.model import PathKey, PathSummary, ProbeResult, RoundReport
+from meshhealth.probe.stats import StatsBook
+
+FEED_VERSION = 1
+FEED_PATH = "/v1/feed"  # the WebSocket resource; anything else is answered 404
+
+# Upper bounds of the RTT buckets (a 1-3-10 ladder); the last bucket is open.
+RTT_BUCKET_BOUNDS_S: tuple[float, ...] = (
+    100e-6,
+    300e-6,
+    1e-3,
+    3e-3,
+    10e-3,
+    30e-3,
+    100e-3,
+    300e-3,
+    1.0,
+)
+
+SNAPSHOT_KEY = ("snapshot",)
+ROUND_KEY = ("round",)
+LAGGING_KEY = ("lagging",)
+
+
+def feed_socket_path(admin_socket: str) -> str:
+    """The feed's unix socket, beside the admin socket: `health.sock` -> `health.feed.sock`
+    (any other name gets `.feed` appended). A path that is already a feed socket is kept."""
+    if admin_socket.endswith(".feed.sock") or admin_socket.endswith(".feed"):
+        return admin_socket
+    if admin_socket.endswith(".sock"):
+        return admin_socket.removesuffix(".sock") + ".feed.sock"
+    return admin_socket + ".feed"
+
+
+def rtt_bucket(rtt_s: float | None) -> int | None:
+    """The bucket index of an RTT (0 = under 100 µs), None when there is no RTT."""
+    if rtt_s is None:
+        return None
+    for index, bound in enumerate(RTT_BUCKET_BOUNDS_S):
+        if rtt_s < bound:
+            return index
+    return len(RTT_BUCKET_BOUNDS_S)
+
+
+def path_changes(previous: ProbeResult | None, current: ProbeResult) -> list[str]:
+    """What changed between two results of one path: `status`, `rtt_bucket` (see module)."""
+    changed: list[str] = []
+    if previous is None or previous.status is not current.status:
+        changed.append("status")
+    if previous is None or rtt_bucket(previous.rtt_s) != rtt_bucket(current.rtt_s):
+        changed.append("rtt_bucket")
+    return changed
+
+
+def encode(message: Mapping[str, Any]) -> str:
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+
+
+def snapshot_message(status: Mapping[str, Any], seq: int) -> dict[str, Any]:
+    return {"v": FEED_VERSION, "type": "snapshot", "seq": seq, "status": dict(status)}
+
+
+def path_message(
+    key: PathKey, ip: str, summary: PathSummary, changed: list[str], seq: int
+) -> dict[str, Any]:
+    return {
+        "v": FEED_VERSION,
+        "type": "path",
+        "seq": seq,
+        "cluster": key.cluster,
+        "node": key.node,
+        "target_type": key.target_type.value,
+        "protocol": key.protocol.value,
+        "ip": ip,
+        "changed": changed,
+        "path": path_document(summary),
+    }
+
+
+def round_message(status: Mapping[str, Any], duration_s: float, seq: int) -> dict[str, Any]:
+    """From the status document after the round: everything but the per-path details."""
+    nodes = [
+        {
+            "cluster": node["cluster"],
+            "name": node["name"],
+            "is_local": node["is_local"],
+            "node_ip": node["host"]["primary_address"]["ip"],
+            "health_ip": (
+                None
+                if node["health_endpoint"] is None
+                else node["health_endpoint"]["primary_address"]["ip"]
+            ),
+            "state": node["state"],
+        }
+        for node in status["nodes"]
+    ]
+    return {
+        "v": FEED_VERSION,
+        "type": "round",
+        "seq": seq,
+        "generated_at": status["generated_at"],
+        "probe_time": status["probe_time"],
+        "probe_interval_s": status["probe_interval_s"],
+        "duration_s": duration_s,
+        "local": status["local"],
+        "etcd": status["etcd"],
+        "round": status["round"],
+        "summary": status["summary"],
+        "nodes": nodes,
+    }
+
+
+def lagging_message(reason: str, dropped: int, seq: int | None = None) -> dict[str, Any]:
+    return {"v": FEED_VERSION, "type": "lagging", "seq": seq, "reason": reason, "dropped": dropped}
+
+
+class CoalescingQueue:
+    """Pending messages of one client: the newest per key, in order of their last update.
+
+    `put` never blocks and never grows the queue past `max_pending` keys; it returns
+    False once the client is lagging (see the module docstring). After that, `pop`
+    gives the one `lagging` message, then None for ever (`finished` is True).
+    """
+
+    def __init__(self, *, max_pending: int, max_rounds_behind: int) -> None:
+        if max_pending < 2 or max_rounds_behind < 1:
+            raise ValueError("max_pending must be >= 2 and max_rounds_behind >= 1")
+        self.max_pending = max_pending
+        self.max_rounds_behind = max_rounds_behind
+        self._pending: OrderedDict[Hashable, str] = OrderedDict()
+        self.rounds_behind = 0  # round messages queued since the client got one
+        self.coalesced = 0  # messages replaced by a newer one before they were sent
+        self.lagging = False
+        self.finished = False
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def put(self, key: Hashable, message: str, *, is_round: bool = False) -> bool:
+        if self.lagging:
+            return False
+        if key in self._pending:
+            self.coalesced += 1
+            self._pending.move_to_end(key)
+        self._pending[key] = message
+        if is_round:
+            self.rounds_behind += 1
+        if self.rounds_behind > self.max_rounds_behind:
+            self._lag(f"more than {self.max_rounds_behind} rounds behind")
+        elif len(self._pending) > self.max_pending:
+            self._lag(f"more than {self.max_pending} updates pending")
+        return not self.lagging
+
+    def _lag(self, reason: str) -> None:
+        dropped = len(self._pending) + self.coalesced
+        self._pending.clear()
+        self._pending[LAGGING_KEY] = encode(lagging_message(reason, dropped))
+        self.lagging = True
+
+    def pop(self) -> str | None:
+        """The oldest pending message, or None when nothing is pending."""
+        if not self._pending:
+            if self.lagging:
+                self.finished = True
+            return None
+        key, message = self._pending.popitem(last=False)
+        if key == ROUND_KEY:
+            self.rounds_behind = 0
+        if key == LAGGING_KEY:
+            self.finished = True
+        return message
+
+
+@dataclass(frozen=True, slots=True)
+class PathUpdate:
+    """What the feed sends for one path result."""
+
+    key: PathKey
+    message: dict[str, Any]
+
+
+class FeedTracker:
+    """The feed's own view of each path: a stats window fed result by result.
+
+    The agent's book is updated at the end of a round; the feed streams each result as
+    its probe ends, so it keeps its own window (sharing the result objects) to send the
+    loss and percentiles including the newest result.
+    """
+
+    def __init__(self, window: int) -> None:
+        self.book = StatsBook(window)
+        self.seq = 0
+        # paths with a result in the running round: a client that connects mid-round
+        # gets them after its snapshot (which is built from the last finished round).
+        self.this_round: dict[PathKey, str] = {}
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def on_result(self, key: PathKey, ip: str, result: ProbeResult) -> PathUpdate:
+        previous = self.book.summary(key)
+        self.book.add(key, result)
+        summary = self.book.summary(key)
+        assert summary is not None
+        changed = path_changes(None if previous is None else previous.last, result)
+        message = path_message(key, ip, summary, changed, self.next_seq())
+        self.this_round[key] = ip
+        return PathUpdate(key, message)
+
+    def catch_up(self) -> list[PathUpdate]:
+        """The newest message of every path probed in the running round (for a newcomer)."""
+        updates = []
+        for key, ip in self.this_round.items():
+            summary = self.book.summary(key)
+            if summary is not None and summary.last is not None:
+                updates.append(PathUpdate(key, path_message(key, ip, summary, [], self.seq)))
+        return updates
+
+    def on_round(self, report: RoundReport) -> None:
+        self.book.retain_targets(report.targets)
+        self.this_round = {}

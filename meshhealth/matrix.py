@@ -1,0 +1,292 @@
+"""The cluster-wide N x N matrix from the nodes' health reports (pure, no I/O).
+
+    matrix = build_matrix(reports, now=time.time(), extra_nodes=[("lab1", "node4")])
+    doc = matrix_document(matrix)          # the JSON of `meshhealth matrix -o json`
+
+One row per source node (a HealthReport), one column per target node (every node that
+reports or is reported on, grouped by cluster), one cell per (source, target) with the
+source's four paths to the target. A cell is:
+
+- `reachable`: every probed path is OK;
+- `unreachable`: at least one probed path fails (the rule of `Cluster health`);
+- `stale`: the source's report is older than `stale_intervals` (3) of its intervals:
+  its agent is not publishing (down, or cut off from etcd), so it is not shown healthy;
+- `unknown`: the source has not probed the target (yet), or has no report at all.
+
+Summary lines are the first step of telling whose fault it is (REFERENCE.md): a node
+that fresh reports show unreachable from every other source ("look at node3 or its
+link"), a source that reaches none of the others ("look at node2's own network"), and
+sources whose reports are stale. Each needs at least two other nodes to compare with;
+when most nodes are in the same state, one line says the problem is cluster-wide.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from meshhealth import defaults
+from meshhealth.cli.durations import format_duration
+from meshhealth.model import HealthReport, PathHealth, ProbeStatus, Protocol, TargetType, path_name
+
+SCHEMA_VERSION = 1
+
+CellState = Literal["reachable", "unreachable", "stale", "unknown"]
+CELL_STATES: tuple[CellState, ...] = ("reachable", "unreachable", "stale", "unknown")
+# The order of the paths inside a cell: host ICMP, host HTTP, endpoint ICMP, endpoint HTTP.
+PATH_ORDER: tuple[str, ...] = tuple(
+    path_name(t, p) for t in (TargetType.NODE, TargetType.ENDPOINT) for p in Protocol
+)
+
+NodeRef = tuple[str, str]  # (cluster, node)
+
+
+def label(ref: NodeRef) -> str:
+    return f"{ref[0]}/{ref[1]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    target: NodeRef
+    state: CellState
+    paths: Mapping[str, PathHealth] = field(default_factory=dict)  # as reported
+
+    @property
+    def rtt_s(self) -> float | None:
+        """The RTT shown in the text: host ICMP's, else the first path that has one."""
+        for name in PATH_ORDER:
+            path = self.paths.get(name)
+            if path is not None and path.status is ProbeStatus.OK and path.rtt_s is not None:
+                return path.rtt_s
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    source: NodeRef
+    probe_time: float | None  # None: the node has no report
+    interval_s: float | None
+    age_s: float | None
+    stale: bool
+    cells: tuple[Cell, ...]  # one per column, in column order
+
+
+@dataclass(frozen=True, slots=True)
+class Matrix:
+    generated_at: float
+    columns: tuple[NodeRef, ...]
+    rows: tuple[Row, ...]
+    stale_intervals: float
+    unavailable: Mapping[str, str]  # cluster -> why its reports could not be read
+    lines: tuple[str, ...]  # the summary lines
+
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = dict.fromkeys(CELL_STATES, 0)
+        for row in self.rows:
+            for cell in row.cells:
+                counts[cell.state] += 1
+        return counts
+
+
+def cell_state(paths: Mapping[str, PathHealth]) -> CellState:
+    """reachable / unreachable / unknown from a target's reported paths."""
+    probed = [p.status for p in paths.values() if p.status is not ProbeStatus.UNKNOWN]
+    if not probed:
+        return "unknown"
+    return "reachable" if all(s is ProbeStatus.OK for s in probed) else "unreachable"
+
+
+def is_stale(report: HealthReport, now: float, stale_intervals: float) -> bool:
+    return now - report.probe_time > stale_intervals * report.interval_s
+
+
+def build_matrix(
+    reports: Iterable[HealthReport],
+    *,
+    now: float,
+    stale_intervals: float = defaults.MATRIX_STALE_INTERVALS,
+    extra_nodes: Iterable[NodeRef] = (),
+    source_clusters: Iterable[str] = (),
+    unavailable: Mapping[str, str] | None = None,
+) -> Matrix:
+    """The matrix of `reports` as seen at unix time `now`.
+
+    `extra_nodes`: nodes known otherwise (the probe set) that get a column even without
+    being reported on. Rows: every reporting node, and every other node of a cluster
+    whose reports were read (`source_clusters`, plus the clusters of `reports`): such a
+    node has no report, its row is all unknown. `unavailable`: clusters whose reports
+    could not be read (cluster -> error).
+    """
+    by_source: dict[NodeRef, HealthReport] = {}
+    for report in reports:
+        ref = (report.cluster, report.node)
+        if ref not in by_source or report.probe_time > by_source[ref].probe_time:
+            by_source[ref] = report
+    nodes: set[NodeRef] = set(by_source) | set(extra_nodes)
+    for report in by_source.values():
+        nodes.update((t.cluster, t.node) for t in report.targets)
+    columns = tuple(sorted(nodes))
+    read = set(source_clusters) | {cluster for cluster, _ in by_source}
+    rows = tuple(
+        _row(ref, by_source.get(ref), columns, now, stale_intervals)
+        for ref in columns
+        if ref[0] in read
+    )
+    lines = summary_lines(rows, columns, stale_intervals)
+    return Matrix(
+        generated_at=now,
+        columns=columns,
+        rows=rows,
+        stale_intervals=stale_intervals,
+        unavailable=dict(unavailable or {}),
+        lines=tuple(lines),
+    )
+
+
+def _row(
+    source: NodeRef,
+    report: HealthReport | None,
+    columns: Sequence[NodeRef],
+    now: float,
+    stale_intervals: float,
+) -> Row:
+    if report is None:
+        unknown = tuple(Cell(target, "unknown") for target in columns)
+        return Row(source, None, None, None, False, unknown)
+    stale = is_stale(report, now, stale_intervals)
+    seen = {(t.cluster, t.node): t.paths for t in report.targets}
+    cells = []
+    for target in columns:
+        paths = seen.get(target, {})
+        state: CellState = "stale" if stale else cell_state(paths)
+        cells.append(Cell(target, state, dict(paths)))
+    age = max(0.0, now - report.probe_time)
+    return Row(source, report.probe_time, report.interval_s, age, stale, tuple(cells))
+
+
+def summary_lines(
+    rows: Sequence[Row], columns: Sequence[NodeRef], stale_intervals: float
+) -> list[str]:
+    """Whose fault it is, as far as fresh reports tell."""
+    fresh = [row for row in rows if row.probe_time is not None and not row.stale]
+    reaches_none: list[NodeRef] = []
+    for row in fresh:
+        others = [c for c in row.cells if c.target != row.source and c.state != "unknown"]
+        if len(others) >= 2 and all(c.state == "unreachable" for c in others):
+            reaches_none.append(row.source)
+    if len(reaches_none) * 2 > len(fresh):
+        # Most nodes reach nobody: blaming each of them would point the wrong way.
+        lines = [
+            f"{len(reaches_none)} of {len(fresh)} nodes reach no other node: a cluster-wide "
+            "problem (fabric, routes, firewall policy), not one node's"
+        ]
+    else:
+        unreachable_by_all = _unreachable_by_all(fresh, columns, reaches_none)
+        if len(unreachable_by_all) * 2 > len(columns):
+            lines = [
+                f"{len(unreachable_by_all)} of {len(columns)} nodes are unreachable from every "
+                "other node: a cluster-wide problem (fabric, routes, firewall policy)"
+            ]
+        else:
+            lines = [
+                f"{label(ref)} is unreachable from every other node: look at {label(ref)} "
+                "or its link"
+                for ref in unreachable_by_all
+            ]
+        lines += [
+            f"{label(ref)} reaches no one: look at {label(ref)}'s own network"
+            for ref in reaches_none
+        ]
+    for row in rows:
+        if row.stale and row.age_s is not None and row.interval_s is not None:
+            lines.append(
+                f"{label(row.source)}'s report is stale ({_age(row.age_s)} old, older than "
+                f"{stale_intervals:g} intervals of {_age(row.interval_s)}): its agent is "
+                "down or cannot write to etcd"
+            )
+    return lines
+
+
+def _unreachable_by_all(
+    fresh: Sequence[Row], columns: Sequence[NodeRef], reaches_none: Sequence[NodeRef]
+) -> list[NodeRef]:
+    """Targets every fresh source (but themselves and those who reach no one) fails to
+    reach; at least two such witnesses are needed."""
+    index = {ref: i for i, ref in enumerate(columns)}
+    found = []
+    for target in columns:
+        seen = [
+            row.cells[index[target]]
+            for row in fresh
+            if row.source != target and row.source not in reaches_none
+        ]
+        seen = [c for c in seen if c.state != "unknown"]
+        if len(seen) >= 2 and all(c.state == "unreachable" for c in seen):
+            found.append(target)
+    return found
+
+
+def _age(seconds: float) -> str:
+    return format_duration(round(seconds) if seconds >= 1 else seconds)
+
+
+def iso_time(unix_s: float | None) -> str | None:
+    """`2026-11-22T10:00:00Z` (UTC, whole seconds), None for None."""
+    if unix_s is None:
+        return None
+    stamp = dt.datetime.fromtimestamp(int(unix_s), tz=dt.UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --- JSON ------------------------------------------------------------------------------
+
+
+def _path_json(path: PathHealth) -> dict[str, Any]:
+    return {"status": path.status.value, "rtt_s": path.rtt_s, "loss": path.loss}
+
+
+def matrix_document(matrix: Matrix) -> dict[str, Any]:
+    """The JSON document (docs/clustermesh.md, "Matrix JSON"); plain types only."""
+    counts = matrix.counts()
+    return {
+        "v": SCHEMA_VERSION,
+        "generated_at": iso_time(matrix.generated_at),
+        "stale_after_intervals": matrix.stale_intervals,
+        "nodes": [{"cluster": c, "name": n} for c, n in matrix.columns],
+        "unavailable_clusters": [
+            {"cluster": name, "error": error} for name, error in sorted(matrix.unavailable.items())
+        ],
+        "rows": [
+            {
+                "cluster": row.source[0],
+                "name": row.source[1],
+                "probe_time": iso_time(row.probe_time),
+                "interval_s": row.interval_s,
+                "age_s": None if row.age_s is None else round(row.age_s, 3),
+                "stale": row.stale,
+                "cells": [
+                    {
+                        "cluster": cell.target[0],
+                        "name": cell.target[1],
+                        "state": cell.state,
+                        "paths": {
+                            name: _path_json(cell.paths[name])
+                            for name in PATH_ORDER
+                            if name in cell.paths
+                        },
+                    }
+                    for cell in row.cells
+                ],
+            }
+            for row in matrix.rows
+        ],
+        "summary": {
+            "sources": sum(1 for row in matrix.rows if row.probe_time is not None),
+            "stale_sources": sum(1 for row in matrix.rows if row.stale),
+            "cells": sum(counts.values()),
+            **counts,
+            "lines": list(matrix.lines),
+        },
+    }

@@ -1,0 +1,87 @@
+"""Health reports for the matrix tests: small clusters in known states (pure data)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from meshhealth.model import HealthReport, PathHealth, ProbeStatus, TargetHealth
+
+NOW = 1_795_000_000.0  # 2026-11-18T11:06:40Z; every story is seen at this time
+INTERVAL_S = 10.0
+OK = ProbeStatus.OK
+TIMEOUT = ProbeStatus.TIMEOUT
+REFUSED = ProbeStatus.REFUSED
+ALL_PATHS = ("node/icmp", "node/http", "endpoint/icmp", "endpoint/http")
+
+
+def paths(
+    statuses: Iterable[ProbeStatus] = (OK, OK, OK, OK), rtt_s: float = 0.0004
+) -> dict[str, PathHealth]:
+    return {
+        name: PathHealth(status, rtt_s if status is OK else None, 0.0 if status is OK else 1.0)
+        for name, status in zip(ALL_PATHS, statuses, strict=False)
+    }
+
+
+def report(
+    source: str,
+    targets: Mapping[str, Mapping[str, PathHealth]],
+    *,
+    age_s: float = 2.0,
+    interval_s: float = INTERVAL_S,
+) -> HealthReport:
+    cluster, node = source.split("/")
+    return HealthReport(
+        node=node,
+        cluster=cluster,
+        probe_time=NOW - age_s,
+        interval_s=interval_s,
+        targets=tuple(
+            TargetHealth(cluster=t.split("/")[0], node=t.split("/")[1], paths=dict(p))
+            for t, p in sorted(targets.items())
+        ),
+    )
+
+
+NODES3 = ("lab1/node1", "lab1/node2", "lab1/node3")
+
+
+def healthy(nodes: Iterable[str] = NODES3) -> list[HealthReport]:
+    nodes = list(nodes)
+    return [
+        report(s, {t: paths(rtt_s=0.0004 + 0.0001 * i) for i, t in enumerate(nodes)}) for s in nodes
+    ]
+
+
+def node_unreachable_by_all() -> list[HealthReport]:
+    """node3's link is down: node1 and node2 cannot reach it; node3 sees nobody."""
+    down = paths((TIMEOUT,) * 4)
+    return [
+        report("lab1/node1", {"lab1/node1": paths(), "lab1/node2": paths(), "lab1/node3": down}),
+        report("lab1/node2", {"lab1/node1": paths(), "lab1/node2": paths(), "lab1/node3": down}),
+        report("lab1/node3", {"lab1/node1": down, "lab1/node2": down, "lab1/node3": paths()}),
+    ]
+
+
+def endpoint_forward_drop() -> list[HealthReport]:
+    """node2 drops forwarding to its endpoint: hosts fine, node2's endpoint fails."""
+    bad = paths((OK, OK, TIMEOUT, TIMEOUT))
+    return [
+        report(s, {"lab1/node1": paths(), "lab1/node2": bad if s != "lab1/node2" else paths(),
+                   "lab1/node3": paths()})
+        for s in NODES3
+    ]  # fmt: skip
+
+
+def stale_and_missing() -> list[HealthReport]:
+    """node2's report is 45 s old (3 intervals = 30 s); node3 is probed but never reported;
+    a remote cluster's node has no endpoint and one path not probed yet."""
+    remote = {
+        "node/icmp": PathHealth(OK, 0.0011, 0.0),
+        "node/http": PathHealth(ProbeStatus.UNKNOWN, None, 0.0),
+    }
+    return [
+        report("lab1/node1", {"lab1/node1": paths(), "lab1/node2": paths(),
+                              "lab1/node3": paths(), "lab2/node1": remote}),
+        report("lab1/node2", {"lab1/node1": paths(), "lab1/node2": paths()}, age_s=45.0),
+    ]  # fmt: skip

@@ -1,0 +1,291 @@
+"""The live feed over real WebSockets: many clients, stuck and slow clients, real agents."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_client_stream
+
+from meshhealth.agent.feed import FeedHub, FeedLimits, serve_feed_tcp, serve_feed_unix
+from meshhealth.agent.status_model import (
+    EtcdState,
+    LocalNode,
+    RoundState,
+    StatusInputs,
+    build_status_document,
+)
+from meshhealth.feed_protocol import FEED_PATH
+from meshhealth.kvstore.local_server import free_loopback_port
+from meshhealth.model import (
+    PathKey,
+    PathReport,
+    ProbeResult,
+    ProbeStatus,
+    Protocol,
+    RoundReport,
+    Target,
+    TargetType,
+)
+from tests.agent_cluster import AgentCluster
+from tests.plugins.etcd_server import EtcdServer
+
+
+class FakeProber:
+    """Drives a hub the way the agent does: path results, then the round."""
+
+    def __init__(self, nodes: int) -> None:
+        self.targets = tuple(
+            Target("c1", f"n{i:04d}", f"127.0.0.{i % 250 + 1}") for i in range(nodes)
+        )
+        self.completed = 0
+
+    def status(self) -> dict[str, Any]:
+        return build_status_document(
+            StatusInputs(
+                local=LocalNode("c1", "n0000", "127.0.0.1", None),
+                targets=self.targets,
+                summaries={},
+                probe_time=None,
+                probe_interval_s=1.0,
+                etcd=EtcdState(up=True),
+                round=RoundState(running=False, completed=self.completed),
+                now=time.time(),
+            )
+        )
+
+    def round(self, hub: FeedHub, rtt_s: float) -> None:
+        now = time.time()
+        result = ProbeResult(ProbeStatus.OK, now, rtts_s=(rtt_s,), received=1)
+        for target in self.targets:
+            for protocol in Protocol:
+                key = PathKey("c1", target.node, TargetType.NODE, protocol)
+                hub.publish_path(PathReport(key, target.node_ip, result))
+        self.completed += 1
+        hub.publish_round(RoundReport(now, 0.1, self.targets))
+
+
+@asynccontextmanager
+async def ws_client(
+    *, unix_path: str | None = None, port: int | None = None, resource: str = FEED_PATH
+) -> AsyncIterator[WebSocketConnection]:
+    async with trio.open_nursery() as nursery:
+        if unix_path is not None:
+            stream = await trio.open_unix_socket(unix_path)
+        else:
+            assert port is not None
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+        try:
+            ws = await wrap_client_stream(nursery, stream, "localhost", resource)
+        except BaseException:
+            await stream.aclose()
+            raise
+        try:
+            yield ws
+        finally:
+            with trio.move_on_after(2) as scope:
+                scope.shield = True
+                await ws.aclose()
+                await stream.aclose()  # aclose() leaves it open when the peer cut first
+            nursery.cancel_scope.cancel()
+
+
+async def next_json(ws: WebSocketConnection) -> dict[str, Any]:
+    message: dict[str, Any] = json.loads(await ws.get_message())
+    assert message["v"] == 1
+    return message
+
+
+async def poll(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll-with-deadline for a condition of the hub (it has no event to wait on)."""
+    deadline = trio.current_time() + timeout_s
+    while trio.current_time() < deadline:
+        if check():
+            return
+        await trio.sleep(0.01)
+    raise AssertionError(f"{what}: not within {timeout_s}s")
+
+
+@asynccontextmanager
+async def served_hub(tmp_path: Path, hub: FeedHub) -> AsyncIterator[tuple[str, int]]:
+    async with trio.open_nursery() as nursery:
+        path = await nursery.start(serve_feed_unix, str(tmp_path / "n.feed.sock"), hub)
+        port = await nursery.start(serve_feed_tcp, "127.0.0.1", 0, hub)
+        yield path, port
+        nursery.cancel_scope.cancel()
+    assert not (tmp_path / "n.feed.sock").exists()  # removed on exit
+
+
+async def test_fifty_clients_get_snapshot_paths_and_rounds(tmp_path: Path) -> None:
+    prober = FakeProber(nodes=10)
+    hub = FeedHub(prober.status, window=5)
+    rounds = 3
+    seen: list[dict[tuple[str, str], float]] = []
+    async with served_hub(tmp_path, hub) as (path, port), trio.open_nursery() as clients:
+
+        async def client(index: int) -> None:
+            where = {"unix_path": path} if index % 2 else {"port": port}
+            async with ws_client(**where) as ws:  # type: ignore[arg-type]
+                snapshot = await next_json(ws)
+                assert snapshot["type"] == "snapshot"
+                assert len(snapshot["status"]["nodes"]) == 10
+                latest: dict[tuple[str, str], float] = {}
+                while True:
+                    message = await next_json(ws)
+                    if message["type"] == "path":
+                        latest[(message["node"], message["protocol"])] = message["path"][
+                            "latency_s"
+                        ]
+                    elif message["type"] == "round" and message["round"]["completed"] == rounds:
+                        break
+                seen.append(latest)
+
+        for index in range(50):
+            clients.start_soon(client, index)
+        await poll(lambda: len(hub.clients) == 50, 10, "50 clients connected")
+        for number in range(1, rounds + 1):
+            prober.round(hub, rtt_s=number * 1e-3)
+            await trio.sleep(0.05)
+    assert len(seen) == 50
+    for latest in seen:  # every client ends with the newest value of every path
+        assert len(latest) == 20
+        assert set(latest.values()) == {rounds * 1e-3}
+    assert hub.stats.lagging_total == 0
+    assert hub.stats.connected_total == 50
+
+
+async def test_stuck_client_is_cut_off_while_others_keep_receiving(tmp_path: Path) -> None:
+    prober = FakeProber(nodes=600)  # 2400 paths: a round is ~1 MB, more than socket buffers
+    limits = FeedLimits(max_rounds_behind=2, lagging_grace_s=1.0)
+    hub = FeedHub(prober.status, window=5, limits=limits)
+    async with served_hub(tmp_path, hub) as (path, _port):
+        async with ws_client(unix_path=path) as stuck:
+            await poll(lambda: len(hub.clients) == 1, 5, "the stuck client connected")
+            (stuck_client,) = hub.clients
+            async with ws_client(unix_path=path) as reader:
+                await poll(lambda: len(hub.clients) == 2, 5, "the reader connected")
+                rounds_read = 0
+                publish_s: list[float] = []
+                for number in range(1, 6):
+                    started = time.perf_counter()
+                    prober.round(hub, rtt_s=number * 1e-3)
+                    publish_s.append(time.perf_counter() - started)
+                    while True:  # the reader gets every round, stuck client or not
+                        message = await next_json(reader)
+                        if message["type"] == "round" and message["round"]["completed"] == number:
+                            rounds_read += 1
+                            break
+                assert rounds_read == 5
+                await poll(lambda: len(hub.clients) == 1, 5, "the stuck client cut off")
+                assert hub.stats.lagging_total == 1
+                assert stuck_client not in hub.clients
+                # The stuck client's socket is closed by the server: reading ends.
+                with trio.fail_after(10):
+                    with pytest.raises(ConnectionClosed):
+                        while True:
+                            await stuck.get_message()
+        # Publishing never waited for anyone: generous bound for 2400 paths + a round.
+        assert max(publish_s) < 2.0
+
+
+async def test_slow_client_is_told_it_lags_then_closed(tmp_path: Path) -> None:
+    prober = FakeProber(nodes=600)
+    limits = FeedLimits(max_rounds_behind=1, lagging_grace_s=10.0)
+    hub = FeedHub(prober.status, window=5, limits=limits)
+    async with served_hub(tmp_path, hub) as (path, _port), ws_client(unix_path=path) as slow:
+        await poll(lambda: len(hub.clients) == 1, 5, "connected")
+        for _ in range(3):
+            prober.round(hub, rtt_s=1e-3)
+            await trio.sleep(0.05)
+            if hub.stats.lagging_total:
+                break
+        assert hub.stats.lagging_total == 1
+        kinds = []
+        with trio.fail_after(10), pytest.raises(ConnectionClosed) as closed:
+            while True:
+                kinds.append((await next_json(slow))["type"])
+        assert kinds[0] == "snapshot"
+        assert kinds[-1] == "lagging"
+        assert closed.value.reason is not None and closed.value.reason.code == 1013
+
+
+async def test_wrong_resource_is_404(tmp_path: Path) -> None:
+    from trio_websocket import ConnectionRejected
+
+    hub = FeedHub(FakeProber(1).status)
+    async with served_hub(tmp_path, hub) as (_path, port):
+        with pytest.RaisesGroup(ConnectionRejected, flatten_subgroups=True) as rejected:
+            async with ws_client(port=port, resource="/nope"):
+                pass
+        assert rejected.value.exceptions[0].status_code == 404  # type: ignore[union-attr]
+
+
+# --- a real agent ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_agent_feed_snapshot_then_deltas_and_a_stopped_peer(
+    tmp_path: Path, etcd_server: EtcdServer
+) -> None:
+    with AgentCluster(tmp_path, etcd_server.endpoint, interval_s=1.0, timeout_s=0.5) as cluster:
+        feed_port = free_loopback_port()
+        n1 = cluster.make("n1", "--feed-listen", f"127.0.0.1:{feed_port}")
+        cluster.spawn(n1)
+        n2 = cluster.start("n2")
+        await trio.to_thread.run_sync(cluster.wait_admin, n1)
+        feed_path = n1.socket.removesuffix(".sock") + ".feed.sock"
+        async with ws_client(port=feed_port) as tcp:
+            assert (await next_json(tcp))["type"] == "snapshot"
+        async with ws_client(unix_path=feed_path) as ws:
+            snapshot = await next_json(ws)
+            assert snapshot["type"] == "snapshot"
+            assert snapshot["status"]["local"]["name"] == "n1"
+            ok_paths: set[tuple[str, str]] = set()
+            with trio.fail_after(15):
+                while len(ok_paths) < 4:  # n2's four paths, each as a delta
+                    message = await next_json(ws)
+                    if (message["type"], message.get("node")) == ("path", "n2") and message["path"][
+                        "status"
+                    ] == "ok":
+                        ok_paths.add((message["target_type"], message["protocol"]))
+            rounds = 0
+            with trio.fail_after(5):
+                while rounds == 0:
+                    message = await next_json(ws)
+                    if message["type"] == "round":
+                        rounds += 1
+                        assert {n["name"] for n in message["nodes"]} == {"n1", "n2"}
+            n2.signal(signal.SIGSTOP)
+            stopped = time.monotonic()
+            # interval + timeout, plus slack for a loaded test host.
+            with trio.fail_after(1.0 + 0.5 + 3.0):
+                while True:
+                    message = await next_json(ws)
+                    if (
+                        message["type"] == "path"
+                        and (message["node"], message["target_type"], message["protocol"])
+                        == ("n2", "node", "http")
+                        and message["path"]["status"] == "timeout"
+                    ):
+                        assert "status" in message["changed"]
+                        break
+            failed_after_s = time.monotonic() - stopped
+            n2.signal(signal.SIGCONT)
+            with trio.fail_after(10):
+                while True:
+                    message = await next_json(ws)
+                    if (
+                        message["type"] == "path"
+                        and (message["node"], message["target_type"], message["protocol"])
+                        == ("n2", "node", "http")
+                        and message["path"]["status"] == "ok"
+                    ):
+                        break
+        print(f"n2 node/http failing on the feed {failed_after_s:.2f}s after SIGSTOP")

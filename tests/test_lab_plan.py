@@ -1,0 +1,282 @@
+"""The lab's pure parts: address plan, agent/etcd argv, state file, nft scripts, status line."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import pytest
+
+from meshhealth.lab import faults
+from meshhealth.lab import plan as P
+from meshhealth.lab import state as S
+from meshhealth.lab.control import exec_env, health_line, resolve_target
+
+IFNAMSIZ = 15
+
+
+@pytest.mark.parametrize(
+    ("cluster", "node", "node_ip", "cidr", "health_ip"),
+    [
+        (1, 1, "10.77.0.1", "10.78.1.0/24", "10.78.1.2"),
+        (1, 4, "10.77.0.4", "10.78.4.0/24", "10.78.4.2"),
+        (1, 250, "10.77.0.250", "10.78.250.0/24", "10.78.250.2"),
+        (2, 1, "10.77.1.1", "10.79.1.0/24", "10.79.1.2"),
+        (16, 200, "10.77.15.200", "10.93.200.0/24", "10.93.200.2"),
+    ],
+)
+def test_addresses(cluster: int, node: int, node_ip: str, cidr: str, health_ip: str) -> None:
+    assert P.node_ip(cluster, node) == node_ip
+    assert P.node_cidr(cluster, node) == cidr
+    assert P.health_ip(cluster, node) == health_ip
+    assert ipaddress.ip_address(health_ip) in ipaddress.ip_network(cidr)
+
+
+def test_plan_default_names_and_paths() -> None:
+    plan = P.make_plan()
+    assert plan.fabric_netns == "mh-fabric"
+    assert [n.netns for n in plan.nodes] == [f"mh-lab1-node{i}" for i in range(1, 5)]
+    assert [n.qualified for n in plan.nodes] == [f"lab1/node{i}" for i in range(1, 5)]
+    assert plan.dir == Path("/run/meshhealth/lab/mh")
+    assert plan.state_file == Path("/run/meshhealth/lab/mh/state.json")
+    (cluster,) = plan.clusters
+    assert cluster.name == "lab1"
+    assert cluster.etcd_url == "http://10.77.255.1:2379"
+    assert plan.nodes[0].socket == Path("/run/meshhealth/lab/mh/lab1/node1.sock")
+    assert plan.nodes[0].metrics_listen == "10.77.0.1:9962"
+    assert plan.netns_names[0] == "mh-fabric"
+
+
+@pytest.mark.parametrize(("nodes", "clusters"), [(1, 1), (200, 1), (250, 2), (250, 16)])
+def test_plan_is_unique_and_fits(nodes: int, clusters: int) -> None:
+    plan = P.make_plan("mhx", nodes, clusters)
+    assert len(plan.nodes) == nodes * clusters
+    fabric = ipaddress.ip_network(P.FABRIC_SUBNET)
+    ips = [n.node_ip for n in plan.nodes] + [c.etcd_ip for c in plan.clusters]
+    assert len(set(ips)) == len(ips)
+    assert all(ipaddress.ip_address(ip) in fabric for ip in ips)
+    cidrs = [ipaddress.ip_network(n.cidr) for n in plan.nodes]
+    assert len(set(cidrs)) == len(cidrs)
+    assert not any(c.overlaps(fabric) for c in cidrs)
+    for names in (
+        [n.netns for n in plan.nodes],
+        [n.veth_fabric for n in plan.nodes],
+        [str(n.socket) for n in plan.nodes],
+    ):
+        assert len(set(names)) == len(names)
+    assert all(len(n.veth_fabric) <= IFNAMSIZ for n in plan.nodes)
+    assert len(P.BRIDGE) <= IFNAMSIZ and len(P.NODE_IFACE) <= IFNAMSIZ
+    # Unix socket paths are limited to 108 bytes.
+    assert all(len(str(n.socket)) < 108 for n in plan.nodes)
+    pattern = P.netns_pattern("mhx")
+    assert all(pattern.match(n) for n in plan.netns_names)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "nodes", "clusters", "message"),
+    [
+        ("MH", 4, 1, "bad lab prefix"),
+        ("mh-x", 4, 1, "bad lab prefix"),
+        ("1mh", 4, 1, "bad lab prefix"),
+        ("mh" * 7, 4, 1, "bad lab prefix"),
+        ("mh", 0, 1, "--nodes must be 1..250"),
+        ("mh", 251, 1, "--nodes must be 1..250"),
+        ("mh", 4, 0, "--clusters must be 1..16"),
+        ("mh", 4, 17, "--clusters must be 1..16"),
+    ],
+)
+def test_plan_rejects(prefix: str, nodes: int, clusters: int, message: str) -> None:
+    with pytest.raises(P.PlanError, match=message):
+        P.make_plan(prefix, nodes, clusters)
+
+
+@pytest.mark.parametrize(
+    ("name", "matches"),
+    [
+        ("mh-fabric", True),
+        ("mh-lab1-node1", True),
+        ("mh-lab12-node200", True),
+        ("mh2-fabric", False),
+        ("mh-health-node1", False),
+        ("mhx-lab1-node1", False),
+        ("mh-lab1-node1x", False),
+    ],
+)
+def test_netns_pattern_is_this_prefix_only(name: str, matches: bool) -> None:
+    assert bool(P.netns_pattern("mh").match(name)) is matches
+
+
+@pytest.mark.parametrize(
+    ("spec", "qualified"),
+    [("node2", "lab1/node2"), ("lab1/node3", "lab1/node3"), ("lab2/node1", "lab2/node1")],
+)
+def test_node_lookup(spec: str, qualified: str) -> None:
+    assert P.make_plan("mh", 3, 2).node(spec).qualified == qualified
+
+
+@pytest.mark.parametrize("spec", ["node4", "lab3/node1", "lab1/", "x"])
+def test_node_lookup_unknown(spec: str) -> None:
+    with pytest.raises(P.PlanError, match="no node"):
+        P.make_plan("mh", 3, 2).node(spec)
+
+
+def test_agent_argv_one_cluster() -> None:
+    plan = P.make_plan("mh", 4, 1)
+    argv = P.agent_argv(plan, plan.nodes[0], "/venv/bin/python", 2.0)
+    assert argv == [
+        *("/venv/bin/python", "-m", "meshhealth", "agent"),
+        *("--etcd", "http://10.77.255.1:2379", "--cluster", "lab1", "--node", "node1"),
+        *("--node-ip", "10.77.0.1", "--health-ip", "10.78.1.2", "--cidr", "10.78.1.0/24"),
+        *("--socket", "/run/meshhealth/lab/mh/lab1/node1.sock", "--health-mode", "netns"),
+        *("--route-cidrs", "--metrics-listen", "10.77.0.1:9962", "--interval", "2"),
+    ]
+
+
+def test_agent_argv_meshes_the_other_clusters() -> None:
+    plan = P.make_plan("mh", 2, 3)
+    argv = P.agent_argv(plan, plan.node("lab2/node2"), "py", None)
+    assert "--interval" not in argv
+    assert argv[argv.index("--etcd") + 1] == "http://10.77.255.2:2379"
+    assert argv[argv.index("--node-ip") + 1] == "10.77.1.2"
+    mesh = [argv[i + 1] for i, a in enumerate(argv) if a == "--mesh"]
+    assert mesh == ["lab1=http://10.77.255.1:2379", "lab3=http://10.77.255.3:2379"]
+
+
+def test_etcd_argv_listens_on_the_fabric_only() -> None:
+    cluster = P.make_plan("mh", 1, 2).cluster("lab2")
+    argv = P.etcd_argv(cluster, "/usr/bin/etcd")
+    assert argv[0] == "/usr/bin/etcd"
+    assert argv[argv.index("--listen-client-urls") + 1] == "http://10.77.255.2:2379"
+    assert argv[argv.index("--data-dir") + 1] == "/run/meshhealth/lab/mh/lab2/etcd.data"
+    assert not any("127.0.0.1" in a or "0.0.0.0" in a for a in argv)
+
+
+def test_state_round_trip() -> None:
+    st = S.LabState(
+        prefix="mh", dir="/run/meshhealth/lab/mh", nodes=3, clusters=1, interval_s=2.0, agents=False
+    )
+    st.add_namespace("mh-fabric")
+    st.add_namespace("mh-fabric")
+    st.processes["etcd/lab1"] = S.ProcessRecord(12, 345, "mh-fabric", ["etcd"], "/x/etcd.log")
+    st.faults.append(S.FaultRecord("icmp-drop", "lab1/node2", 1.5))
+    back = S.state_from_json(st.to_json())
+    assert back == st
+    assert back.namespaces == ["mh-fabric"]
+    assert back.fault("icmp-drop", "lab1/node2") is not None
+    assert back.fault("icmp-drop", "lab1/node1") is None
+    assert back.path == Path("/run/meshhealth/lab/mh/state.json")
+
+
+@pytest.mark.parametrize("text", ["{", "[]", '{"version": 99}', '{"version": 1, "bogus": 1}'])
+def test_state_rejects(text: str) -> None:
+    with pytest.raises(S.StateError):
+        S.state_from_json(text)
+
+
+@pytest.mark.parametrize(
+    ("kind", "must_contain"),
+    [
+        (faults.ENDPOINT_FORWARD_DROP, ["hook forward", "ip daddr 10.78.2.2 drop"]),
+        (faults.ICMP_DROP, ['iifname "eth0" icmp type', "hook input", "hook forward"]),
+        (faults.PARTITION, ['iifname "eth0" drop', "hook input", "hook forward"]),
+    ],
+)
+def test_nft_scripts(kind: str, must_contain: list[str]) -> None:
+    script = faults.nft_script(kind, P.make_plan("mh", 3).node("node2"))
+    assert script.startswith("table inet meshhealth_lab {")
+    assert "policy accept;" in script
+    for text in must_contain:
+        assert text in script
+    # Nothing dropped on output: the node's own sends must not fail with EPERM.
+    assert "hook output" not in script
+
+
+def test_nft_script_rejects_process_faults() -> None:
+    with pytest.raises(ValueError, match="not an nftables fault"):
+        faults.nft_script(faults.KILL_AGENT, P.make_plan().nodes[0])
+
+
+@pytest.mark.parametrize(
+    ("kind", "target", "resolved"),
+    [
+        ("icmp-drop", "node2", "lab1/node2"),
+        ("partition", "lab2/node1", "lab2/node1"),
+        ("stop-etcd", None, "lab1"),
+        ("stop-etcd", "lab2", "lab2"),
+        ("start-etcd", "lab2/node3", "lab2"),
+    ],
+)
+def test_resolve_target(kind: str, target: str | None, resolved: str) -> None:
+    assert resolve_target(P.make_plan("mh", 3, 2), kind, target) == resolved
+
+
+def test_node_fault_needs_a_node() -> None:
+    from meshhealth.lab.build import LabError
+
+    with pytest.raises(LabError, match="needs a NODE"):
+        resolve_target(P.make_plan(), "kill-agent", None)
+
+
+def test_exec_env() -> None:
+    plan = P.make_plan("mh", 2, 2)
+    env = exec_env(plan, plan.node("lab2/node1"), {"PATH": "/usr/bin", "HOME": "/root"})
+    assert env["MESHHEALTH_SOCKET"] == "/run/meshhealth/lab/mh/lab2/node1.sock"
+    assert env["MESHHEALTH_ETCD"] == env["ETCDCTL_ENDPOINTS"] == "http://10.77.255.2:2379"
+    assert env["ETCDCTL_API"] == "3"
+    assert env["PATH"].endswith(":/usr/bin")
+    assert env["HOME"] == "/root"
+
+
+def _path(status: str) -> dict[str, object]:
+    return {"status": status}
+
+
+def _node(name: str, host: tuple[str, str], endpoint: tuple[str, str] | None) -> dict[str, object]:
+    def addr(pair: tuple[str, str]) -> dict[str, object]:
+        return {"primary_address": {"icmp": _path(pair[0]), "http": _path(pair[1])}}
+
+    return {
+        "cluster": "lab1",
+        "name": name,
+        "host": addr(host),
+        "health_endpoint": addr(endpoint) if endpoint else None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("nodes", "summary", "etcd_up", "line"),
+    [
+        ([_node("node1", ("ok", "ok"), ("ok", "ok"))], (1, 1, 0), True, "1/1 reachable"),
+        (
+            [
+                _node("node1", ("ok", "ok"), ("ok", "ok")),
+                _node("node2", ("ok", "ok"), ("timeout", "timeout")),
+            ],
+            (1, 2, 0),
+            True,
+            "1/2 reachable; failing: lab1/node2 (endpoint icmp, endpoint http)",
+        ),
+        (
+            [_node("node2", ("timeout", "ok"), ("unknown", "ok"))],
+            (0, 1, 0),
+            False,
+            "0/1 reachable; failing: lab1/node2 (host icmp); etcd unreachable",
+        ),
+        (
+            [_node("node1", ("unknown", "unknown"), None)],
+            (0, 1, 1),
+            True,
+            "0/1 reachable, 1 not probed yet",
+        ),
+    ],
+)
+def test_health_line(
+    nodes: list[dict[str, object]], summary: tuple[int, int, int], etcd_up: bool, line: str
+) -> None:
+    reachable, total, unknown = summary
+    doc = {
+        "summary": {"reachable": reachable, "total": total, "unknown": unknown},
+        "nodes": nodes,
+        "etcd": {"up": etcd_up},
+    }
+    assert health_line(doc) == line

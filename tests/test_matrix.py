@@ -1,0 +1,177 @@
+"""meshhealth.matrix: cells, staleness and the whose-fault-is-it summary lines (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshhealth.matrix import build_matrix, cell_state, is_stale, matrix_document
+from meshhealth.model import ProbeStatus
+from tests import matrix_stories as S
+
+
+def _states(reports: list, **kwargs: object) -> dict[tuple[str, str], str]:
+    matrix = build_matrix(reports, now=S.NOW, **kwargs)  # type: ignore[arg-type]
+    return {
+        (f"{row.source[0]}/{row.source[1]}", f"{cell.target[0]}/{cell.target[1]}"): cell.state
+        for row in matrix.rows
+        for cell in row.cells
+    }
+
+
+@pytest.mark.parametrize(
+    ("statuses", "expected"),
+    [
+        ((S.OK,) * 4, "reachable"),
+        ((S.OK, S.OK, S.TIMEOUT, S.OK), "unreachable"),
+        ((S.TIMEOUT,) * 4, "unreachable"),
+        ((S.OK, S.OK), "reachable"),  # no endpoint
+        ((ProbeStatus.UNKNOWN,) * 2, "unknown"),
+        ((S.OK, ProbeStatus.UNKNOWN), "reachable"),  # not probed yet does not count
+        ((), "unknown"),
+    ],
+)
+def test_cell_state(statuses: tuple[ProbeStatus, ...], expected: str) -> None:
+    assert cell_state(S.paths(statuses)) == expected
+
+
+@pytest.mark.parametrize(
+    ("age_s", "interval_s", "stale"),
+    [(2.0, 10.0, False), (29.9, 10.0, False), (30.0, 10.0, False), (30.1, 10.0, True),
+     (4.0, 1.0, True)],
+)  # fmt: skip
+def test_stale_after_three_intervals(age_s: float, interval_s: float, stale: bool) -> None:
+    report = S.report("c/a", {}, age_s=age_s, interval_s=interval_s)
+    assert is_stale(report, S.NOW, 3) is stale
+
+
+def test_healthy_cluster() -> None:
+    matrix = build_matrix(S.healthy(), now=S.NOW)
+    assert [f"{c}/{n}" for c, n in matrix.columns] == list(S.NODES3)
+    assert matrix.counts() == {"reachable": 9, "unreachable": 0, "stale": 0, "unknown": 0}
+    assert matrix.lines == ()
+    assert matrix.rows[0].cells[1].rtt_s == 0.0005
+
+
+def test_a_node_nobody_reaches() -> None:
+    matrix = build_matrix(S.node_unreachable_by_all(), now=S.NOW)
+    assert matrix.lines == (
+        "lab1/node3 is unreachable from every other node: look at lab1/node3 or its link",
+        "lab1/node3 reaches no one: look at lab1/node3's own network",
+    )
+
+
+def test_a_node_that_reaches_no_one() -> None:
+    down = S.paths((S.TIMEOUT,) * 4)
+    reports = [
+        S.report("lab1/node1", {t: S.paths() for t in S.NODES3}),
+        S.report("lab1/node2", {"lab1/node1": down, "lab1/node2": S.paths(), "lab1/node3": down}),
+        S.report("lab1/node3", {t: S.paths() for t in S.NODES3}),
+    ]
+    # node2 alone cannot reach the others, who reach everyone: node2's own network.
+    assert build_matrix(reports, now=S.NOW).lines == (
+        "lab1/node2 reaches no one: look at lab1/node2's own network",
+    )
+
+
+def test_an_endpoint_nobody_reaches_points_at_its_node() -> None:
+    assert build_matrix(S.endpoint_forward_drop(), now=S.NOW).lines == (
+        "lab1/node2 is unreachable from every other node: look at lab1/node2 or its link",
+    )
+
+
+def test_everyone_failing_is_a_cluster_wide_problem() -> None:
+    """Every endpoint unreachable from every other node (no routes to the pod CIDRs, the
+    lab without --route-cidrs): not node after node's fault."""
+    nodes = ("c/a", "c/b", "c/c", "c/d")
+    bad = S.paths((S.OK, S.OK, S.TIMEOUT, S.TIMEOUT))
+    reports = [S.report(s, {t: S.paths() if t == s else bad for t in nodes}) for s in nodes]
+    assert build_matrix(reports, now=S.NOW).lines == (
+        "4 of 4 nodes reach no other node: a cluster-wide problem (fabric, routes, firewall "
+        "policy), not one node's",
+    )
+    # two of four targets unreachable from all others (and themselves fine): still per node
+    down = S.paths((S.TIMEOUT,) * 4)
+    reports = [
+        S.report(s, {t: down if t in ("c/c", "c/d") and t != s else S.paths() for t in nodes})
+        for s in nodes
+    ]
+    assert build_matrix(reports, now=S.NOW).lines == (
+        "c/c is unreachable from every other node: look at c/c or its link",
+        "c/d is unreachable from every other node: look at c/d or its link",
+    )
+
+
+def test_two_nodes_are_too_few_to_blame_one() -> None:
+    down = S.paths((S.TIMEOUT,) * 4)
+    reports = [
+        S.report("c/a", {"c/a": S.paths(), "c/b": down}),
+        S.report("c/b", {"c/a": down, "c/b": S.paths()}),
+    ]
+    assert build_matrix(reports, now=S.NOW).lines == ()
+
+
+def test_stale_rows_and_nodes_without_reports() -> None:
+    states = _states(S.stale_and_missing())
+    assert states[("lab1/node1", "lab2/node1")] == "reachable"  # unknown path ignored
+    assert states[("lab1/node2", "lab1/node1")] == "stale"  # not shown healthy
+    assert states[("lab1/node2", "lab1/node3")] == "stale"
+    assert states[("lab1/node3", "lab1/node1")] == "unknown"  # probed, never reported
+    assert not any(source == "lab2/node1" for source, _ in states)  # lab2 was not read
+    matrix = build_matrix(S.stale_and_missing(), now=S.NOW)
+    assert matrix.lines == (
+        "lab1/node2's report is stale (45s old, older than 3 intervals of 10s): its agent is "
+        "down or cannot write to etcd",
+    )
+    # a stale source does not count as a witness against anyone
+    stale_witness = S.node_unreachable_by_all()
+    stale_witness[1] = S.report("lab1/node2", {"lab1/node3": S.paths((S.TIMEOUT,) * 4)},
+                                age_s=100)  # fmt: skip
+    lines = build_matrix(stale_witness, now=S.NOW).lines
+    assert not any("unreachable from every other node" in line for line in lines)
+
+
+def test_rows_for_clusters_read_and_extra_columns() -> None:
+    matrix = build_matrix(
+        S.healthy(("c/a", "c/b")),
+        now=S.NOW,
+        extra_nodes=[("c", "z"), ("d", "y")],
+        source_clusters=["c"],
+        unavailable={"d": "etcd down"},
+    )
+    assert [f"{c}/{n}" for c, n in matrix.columns] == ["c/a", "c/b", "c/z", "d/y"]
+    assert [f"{c}/{n}" for c, n in (row.source for row in matrix.rows)] == ["c/a", "c/b", "c/z"]
+    assert matrix.rows[2].probe_time is None
+    assert matrix.unavailable == {"d": "etcd down"}
+
+
+def test_the_newest_report_of_a_source_wins() -> None:
+    old = S.report("c/a", {"c/a": S.paths((S.TIMEOUT,))}, age_s=5)
+    new = S.report("c/a", {"c/a": S.paths()}, age_s=1)
+    assert _states([new, old]) == {("c/a", "c/a"): "reachable"}
+
+
+def test_json_document() -> None:
+    doc = matrix_document(build_matrix(S.stale_and_missing(), now=S.NOW))
+    assert doc["v"] == 1
+    assert doc["generated_at"] == "2026-11-18T11:06:40Z"
+    assert doc["nodes"][0] == {"cluster": "lab1", "name": "node1"}
+    row = doc["rows"][1]
+    assert (row["name"], row["stale"], row["age_s"], row["interval_s"]) == (
+        "node2",
+        True,
+        45.0,
+        10.0,
+    )
+    cell = doc["rows"][0]["cells"][3]
+    assert cell == {
+        "cluster": "lab2",
+        "name": "node1",
+        "state": "reachable",
+        "paths": {
+            "node/icmp": {"status": "ok", "rtt_s": 0.0011, "loss": 0.0},
+            "node/http": {"status": "unknown", "rtt_s": None, "loss": 0.0},
+        },
+    }
+    assert doc["summary"]["sources"] == 2 and doc["summary"]["stale_sources"] == 1
+    assert doc["summary"]["cells"] == 12
+    assert doc["rows"][2]["probe_time"] is None

@@ -1,0 +1,276 @@
+"""The publisher: when to write (pure policy), what is written, and writes to a real etcd."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import trio
+
+from meshhealth import codec, defaults, keys
+from meshhealth.agent.publisher import Publisher, PublishPolicy, health_report, status_map
+from meshhealth.cli.inspect_cmd import decode_rows
+from meshhealth.kvstore import open_etcd
+from meshhealth.model import (
+    PathKey,
+    PathReport,
+    ProbeResult,
+    ProbeStatus,
+    Protocol,
+    RoundReport,
+    Target,
+    TargetType,
+)
+from meshhealth.probe.stats import StatsBook
+from tests.etcd_helpers import FAST_ETCD, poll_until
+from tests.plugins.etcd_server import EtcdServer
+
+ROOT = Path(__file__).resolve().parent.parent
+OK = ProbeStatus.OK
+TIMEOUT = ProbeStatus.TIMEOUT
+A = {("c1", "a", "node/icmp"): OK, ("c1", "b", "node/icmp"): OK}
+B = {("c1", "a", "node/icmp"): OK, ("c1", "b", "node/icmp"): TIMEOUT}
+
+
+# --- the policy (pure) ---------------------------------------------------------------------
+
+
+def _policy(interval_s: float = 10.0) -> PublishPolicy:
+    policy = PublishPolicy(interval_s, refresh_intervals=2, debounce_s=0.5)
+    policy.note_registration((1, 1))
+    return policy
+
+
+def test_nothing_to_write_before_a_round_or_a_lease() -> None:
+    policy = PublishPolicy(10.0)
+    assert policy.due_at() is None
+    policy.note_report(A, 100.0, now=0.0)
+    assert policy.due_at() is None  # no lease yet: wait
+    policy.note_registration((7, 1))
+    assert policy.reason() == "first" and policy.due_at() == -math.inf
+
+
+@pytest.mark.parametrize(
+    ("rounds", "expected"),
+    [
+        # (statuses, probe_time, now) per round after a first write of A at t=100
+        ([(A, 110.0, 111.0)], None),  # unchanged, 1 interval: nothing
+        ([(A, 110.0, 111.0), (A, 120.0, 121.0)], "refresh"),  # 2 intervals: refresh
+        ([(A, 114.9, 115.9)], None),  # 1.5 intervals minus a bit: not yet
+        ([(A, 115.0, 116.0)], "refresh"),  # a round that started a bit early still counts
+        ([(B, 110.0, 111.0)], "change"),
+        ([(B, 110.0, 111.0), (A, 110.2, 111.2)], None),  # flapped back within the debounce
+        ([(B, 110.0, 111.0), (B, 111.0, 112.0)], "change"),
+    ],
+)
+def test_when_to_write(rounds: list[tuple[dict, float, float]], expected: str | None) -> None:
+    policy = _policy()
+    policy.note_report(A, 100.0, now=101.0)
+    policy.written(A, 100.0, now=101.0)
+    for statuses, probe_time, now in rounds:
+        policy.note_report(statuses, probe_time, now)
+    assert policy.reason() == expected
+
+
+def test_changes_are_debounced_from_the_first_one() -> None:
+    policy = _policy()
+    policy.note_report(A, 100.0, now=101.0)
+    policy.written(A, 100.0, now=101.0)
+    policy.note_report(B, 110.0, now=111.0)
+    assert policy.due_at() == 111.5
+    policy.note_report(B, 110.3, now=111.3)  # a probe-now round in between: same deadline
+    assert policy.due_at() == 111.5
+    policy.written(B, 110.3, now=111.5)
+    assert policy.reason() is None
+
+
+def test_a_new_lease_writes_again_at_once() -> None:
+    policy = _policy()
+    policy.note_report(A, 100.0, now=101.0)
+    policy.written(A, 100.0, now=101.0)
+    policy.note_registration((8, 2))  # re-registered: the old entry died with the old lease
+    assert policy.reason() == "registration" and policy.due_at() == -math.inf
+
+
+def test_a_round_during_a_write_is_compared_with_what_was_written() -> None:
+    policy = _policy()
+    policy.note_report(A, 100.0, now=101.0)
+    policy.note_report(B, 101.0, now=101.1)  # arrives while A is being written
+    policy.written(A, 100.0, now=101.2)
+    assert policy.reason() == "change"
+
+
+def test_steady_state_write_rate() -> None:
+    """100 rounds without a change: 1 first write + one refresh per 2 intervals."""
+    policy = _policy(interval_s=10.0)
+    writes = 0
+    for i in range(100):
+        probe_time = 100.0 + 10 * i + (0.3 if i % 3 else -0.3)  # jittered starts
+        policy.note_report(A, probe_time, now=probe_time + 1.5)
+        if policy.due_at() is not None:
+            policy.written(A, probe_time, now=probe_time + 1.5)
+            writes += 1
+    assert writes == 50
+
+
+def test_refresh_keeps_readers_below_the_stale_threshold() -> None:
+    """The math of the docs: the oldest a reader sees is 2 intervals + one round."""
+    interval_s, round_s = 10.0, 3.0
+    policy = _policy(interval_s)
+    last_written = None
+    oldest = 0.0
+    for i in range(50):
+        probe_time = 10.0 * i
+        if last_written is not None:
+            # just before this round's write lands, a reader sees the last written one
+            oldest = max(oldest, probe_time + round_s - last_written)
+        policy.note_report(A, probe_time, now=probe_time + round_s)
+        if policy.due_at() is not None:
+            policy.written(A, probe_time, now=probe_time + round_s)
+            last_written = probe_time
+    assert oldest == 2 * interval_s + round_s
+    assert oldest < defaults.MATRIX_STALE_INTERVALS * interval_s
+
+
+# --- what is written (pure) ----------------------------------------------------------------
+
+
+def _result(status: ProbeStatus, rtt_s: float | None = None) -> ProbeResult:
+    rtts = (rtt_s,) if rtt_s is not None else ()
+    return ProbeResult(status, 100.0, rtts, sent=1, received=len(rtts))
+
+
+def _round(started_at: float, status_b: ProbeStatus = OK) -> RoundReport:
+    a = Target("c1", "a", "127.0.0.1", "127.0.0.2")
+    b = Target("c2", "b", "127.0.1.1", None)
+    paths = [
+        PathReport(PathKey("c1", "a", t, p), "127.0.0.1", _result(OK, 0.001))
+        for t in TargetType
+        for p in Protocol
+    ]
+    paths += [
+        PathReport(
+            PathKey("c2", "b", TargetType.NODE, p),
+            "127.0.1.1",
+            _result(status_b, 0.002 if status_b is OK else None),
+        )
+        for p in Protocol
+    ]
+    return RoundReport(started_at, 0.5, (a, b), tuple(paths))
+
+
+def test_health_report_has_every_probed_path() -> None:
+    book = StatsBook(10)
+    book.record(_round(100.0))
+    book.record(_round(110.0, TIMEOUT))
+    report = health_report(
+        _round(110.0, TIMEOUT), book.summaries(), cluster="c1", node="a", interval_s=10.0
+    )
+    assert (report.cluster, report.node, report.probe_time, report.interval_s) == (
+        "c1", "a", 110.0, 10.0,
+    )  # fmt: skip
+    by_node = {t.node: t for t in report.targets}
+    assert sorted(by_node["a"].paths) == sorted(codec.PATH_NAMES)
+    assert sorted(by_node["b"].paths) == ["node/http", "node/icmp"]  # no endpoint
+    icmp = by_node["b"].paths["node/icmp"]
+    assert (icmp.status, icmp.rtt_s, icmp.loss) == (TIMEOUT, None, 0.5)
+    assert by_node["a"].paths["node/icmp"].rtt_s == 0.001
+    assert status_map(report)[("c2", "b", "node/http")] is TIMEOUT
+    # it encodes, and `meshhealth inspect` decodes it
+    key = keys.health_key("c1", "a")
+    (row,) = decode_rows([(key, codec.encode_health_report(report))])
+    assert row.error is None and row.value is not None
+    assert row.value["targets"][1]["paths"]["node/icmp"]["status"] == "timeout"
+
+
+# --- against a real etcd -------------------------------------------------------------------
+
+
+@dataclass
+class FakeRegistrar:
+    """What the publisher reads of the registrar (its lease is a real etcd lease)."""
+
+    lease_id: int | None = None
+    registrations: int = 0
+
+
+async def test_publishes_under_the_lease_and_again_after_a_new_one(
+    etcd_server: EtcdServer,
+) -> None:
+    key = keys.health_key("c1", "a")
+    async with open_etcd(etcd_server.endpoint, **FAST_ETCD) as etcd:
+        registrar = FakeRegistrar()
+        sizes: list[int] = []
+        publisher = Publisher(
+            etcd, registrar, cluster="c1", node="a", interval_s=1.0, debounce_s=0.05,
+            on_write=sizes.append,
+        )  # fmt: skip
+        book = StatsBook(10)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(publisher.run)
+            book.record(_round(100.0))
+            publisher.note_round(_round(100.0), book.summaries())
+            await trio.sleep(0.3)
+            assert publisher.writes == 0  # no lease yet
+            registrar.lease_id = await etcd.lease_grant(10)
+            registrar.registrations = 1
+            await poll_until(lambda: publisher.writes == 1, 5, what="first write")
+            kv, _ = await etcd.get(key)
+            assert kv is not None and kv.lease_id == registrar.lease_id
+            assert codec.decode_value(key, kv.value) == publisher.last_written
+            assert sizes == [len(kv.value)]
+
+            # the same statuses again: no write
+            book.record(_round(100.5))
+            publisher.note_round(_round(100.5), book.summaries())
+            await trio.sleep(0.3)
+            assert publisher.writes == 1
+
+            # a status change: one write, after the debounce
+            book.record(_round(101.0, TIMEOUT))
+            publisher.note_round(_round(101.0, TIMEOUT), book.summaries())
+            await poll_until(lambda: publisher.writes == 2, 5, what="change written")
+            assert publisher.writes_by_reason == {"first": 1, "change": 1}
+
+            # the lease is lost (its entries go with it); a new one: written again
+            await etcd.lease_revoke(registrar.lease_id)
+            assert (await etcd.get(key))[0] is None
+            registrar.lease_id = await etcd.lease_grant(10)
+            registrar.registrations = 2
+            await poll_until(lambda: publisher.writes == 3, 5, what="re-published")
+            kv, _ = await etcd.get(key)
+            assert kv is not None and kv.lease_id == registrar.lease_id
+            nursery.cancel_scope.cancel()
+    # `meshhealth inspect` decodes the health entry from etcd
+    done = await trio.run_process(
+        [sys.executable, "-m", "meshhealth", "inspect", key, "--etcd", etcd_server.endpoint],
+        capture_stdout=True, capture_stderr=True, check=True, cwd=ROOT,
+    )  # fmt: skip
+    shown = json.loads(done.stdout)
+    assert shown["key"] == key
+    assert shown["value"]["probe_time"] == 101.0
+    assert shown["value"]["targets"][1]["paths"]["node/http"]["status"] == "timeout"
+
+
+async def test_etcd_down_is_retried(etcd_server: EtcdServer) -> None:
+    async with open_etcd(etcd_server.endpoint, **FAST_ETCD) as etcd:
+        registrar = FakeRegistrar(await etcd.lease_grant(30), 1)
+        publisher = Publisher(etcd, registrar, cluster="c1", node="a", interval_s=1.0)
+        book = StatsBook(10)
+        book.record(_round(100.0))
+        await trio.to_thread.run_sync(etcd_server.stop_process)  # SIGSTOP: no answers
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(publisher.run)
+                publisher.note_round(_round(100.0), book.summaries())
+                await poll_until(lambda: publisher.write_errors >= 1, 10, what="a failed write")
+                assert publisher.writes == 0
+                await trio.to_thread.run_sync(etcd_server.cont)
+                await poll_until(lambda: publisher.writes == 1, 15, what="written after etcd")
+                nursery.cancel_scope.cancel()
+        finally:
+            await trio.to_thread.run_sync(etcd_server.cont)

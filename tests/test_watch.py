@@ -1,0 +1,377 @@
+"""`meshhealth watch`: state and rendering (pure), then the command against real agents:
+plain mode with an agent restart, --once, --etcd, and the full-screen view under tmux."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from meshhealth import codec, keys
+from meshhealth.agent.status_model import (
+    EtcdState,
+    LocalNode,
+    RoundState,
+    StatusInputs,
+    build_status_document,
+)
+from meshhealth.cli.watch_cmd import feed_target
+from meshhealth.cli.watch_state import (
+    PathView,
+    WatchState,
+    aggregate_paths,
+    apply_feed_message,
+    apply_health_reports,
+)
+from meshhealth.cli.watch_view import change_line, frame_text, path_colour, sparkline
+from meshhealth.feed_protocol import FeedTracker
+from meshhealth.kvstore import open_etcd
+from meshhealth.model import (
+    HealthReport,
+    PathHealth,
+    PathKey,
+    ProbeResult,
+    ProbeStatus,
+    Protocol,
+    Target,
+    TargetHealth,
+    TargetType,
+)
+from tests.agent_cluster import ROOT, AgentCluster, wait_for
+from tests.plugins.etcd_server import EtcdServer
+
+T0 = 1_795_000_000.0  # 2026-11-18T11:06:40Z
+
+
+def snapshot(nodes: list[str]) -> dict[str, Any]:
+    status = build_status_document(
+        StatusInputs(
+            local=LocalNode("lab1", "node1", "10.0.0.1", "10.1.0.1"),
+            targets=[
+                Target("lab1", n, f"10.0.0.{i + 1}", f"10.1.0.{i + 1}") for i, n in enumerate(nodes)
+            ],
+            summaries={},
+            probe_time=T0,
+            probe_interval_s=10.0,
+            etcd=EtcdState(up=True),
+            round=RoundState(running=False),
+            now=T0,
+        )
+    )
+    return {"v": 1, "type": "snapshot", "seq": 0, "status": status}
+
+
+def path_msg(tracker: FeedTracker, node: str, status: ProbeStatus, at: float) -> dict[str, Any]:
+    key = PathKey("lab1", node, TargetType.ENDPOINT, Protocol.HTTP)
+    rtts = (0.001,) if status is ProbeStatus.OK else ()
+    result = ProbeResult(status, at, rtts_s=rtts, received=len(rtts))
+    return tracker.on_result(key, "10.1.0.2", result).message
+
+
+def test_feed_messages_make_changes_history_and_lines() -> None:
+    state = WatchState(source="test")
+    assert apply_feed_message(state, snapshot(["node1", "node2"]), now=T0) == []  # unknown
+    assert set(state.nodes) == {("lab1", "node1"), ("lab1", "node2")}
+    tracker = FeedTracker(window=10)
+    first = apply_feed_message(state, path_msg(tracker, "node2", ProbeStatus.OK, T0), now=T0)
+    assert [change_line(c) for c in first] == [
+        "2026-11-18T11:06:40Z lab1/node2 endpoint/http Not probed yet -> OK"
+    ]
+    assert (
+        apply_feed_message(state, path_msg(tracker, "node2", ProbeStatus.OK, T0 + 10), now=T0) == []
+    )
+    down = apply_feed_message(
+        state, path_msg(tracker, "node2", ProbeStatus.TIMEOUT, T0 + 20), now=T0
+    )
+    assert [change_line(c) for c in down] == [
+        "2026-11-18T11:07:00Z lab1/node2 endpoint/http OK -> Connection timed out"
+    ]
+    path = state.nodes[("lab1", "node2")].paths["endpoint/http"]
+    assert list(path.history) == [0.001, 0.001, None]
+    assert state.health == (0, 2)
+    # A reconnect's snapshot does not repeat points; a round drops nodes that left.
+    apply_feed_message(state, snapshot(["node1", "node2"]), now=T0)
+    assert len(state.nodes[("lab1", "node2")].paths["endpoint/http"].history) == 3
+    round_message = {"v": 1, "type": "round", "seq": 9, "probe_time": None, "nodes": []}
+    round_message["nodes"] = [{"cluster": "lab1", "name": "node1", "is_local": True}]
+    apply_feed_message(state, round_message, now=T0)
+    assert set(state.nodes) == {("lab1", "node1")}
+    apply_feed_message(state, {"v": 1, "type": "lagging", "reason": "x"}, now=T0)
+    assert "dropped" in state.note
+
+
+@pytest.mark.parametrize(
+    "message", [{"v": 2, "type": "snapshot"}, {"v": 1, "type": "path", "cluster": "c"}]
+)
+def test_unreadable_messages_are_value_errors(message: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        apply_feed_message(WatchState(source="t"), message, now=T0)
+
+
+@pytest.mark.parametrize(
+    ("points", "line"),
+    [
+        ([], ""),
+        ([1.0, 1.0], "▅▅"),
+        ([1.0, 2.0, None, 1.5], "▁█×▅"),
+    ],
+)
+def test_sparkline(points: list[float | None], line: str) -> None:
+    assert sparkline(points) == line
+
+
+@pytest.mark.parametrize(
+    ("status", "loss", "age_s", "colour"),
+    [
+        ("ok", 0.0, 1.0, "green"),
+        ("ok", 0.1, 1.0, "yellow"),
+        ("ok", 0.0, 100.0, "yellow"),  # stale: not probed for 3 intervals
+        ("timeout", 1.0, 1.0, "red"),
+        ("unknown", 0.0, 1.0, "grey50"),
+    ],
+)
+def test_path_colour(status: str, loss: float, age_s: float, colour: str) -> None:
+    path = PathView(status=status, text="", loss=loss, last_probed=T0 - age_s)
+    assert path_colour(path, now=T0, interval_s=10.0) == colour
+
+
+@pytest.mark.parametrize(
+    ("host", "url", "env", "expected"),
+    [
+        (None, None, {}, ("unix:///run/meshhealth/health.feed.sock", None)),
+        ("unix:///tmp/n1.sock", None, {}, ("unix:///tmp/n1.feed.sock", None)),
+        (None, None, {"MESHHEALTH_SOCKET": "/tmp/x.sock"}, ("unix:///tmp/x.feed.sock", None)),
+        (None, "ws://127.0.0.1:4241", {}, ("ws://127.0.0.1:4241", 4241)),
+    ],
+)
+def test_feed_target(
+    host: str | None, url: str | None, env: dict[str, str], expected: tuple[str, int | None]
+) -> None:
+    target = feed_target(host, url, env)
+    assert (target.label, target.port) == expected
+    assert target.resource == "/v1/feed"
+
+
+@pytest.mark.parametrize("url", ["http://h:1", "ws://h", "h:1"])
+def test_feed_target_rejects(url: str) -> None:
+    with pytest.raises(ValueError):
+        feed_target(None, url, {})
+
+
+def report(node: str, endpoint_http: ProbeStatus, at: float) -> HealthReport:
+    paths = {
+        name: PathHealth(ProbeStatus.OK, 0.001, 0.0)
+        for name in ("node/icmp", "node/http", "endpoint/icmp")
+    }
+    paths["endpoint/http"] = PathHealth(endpoint_http, None, 0.5)
+    others = [t for t in ("node1", "node2", "node3") if t != node]
+    return HealthReport(
+        node, "lab1", at, 10.0, tuple(TargetHealth("lab1", t, paths) for t in others)
+    )
+
+
+def test_health_reports_aggregate_per_target_path() -> None:
+    reports = [report("node1", ProbeStatus.OK, T0), report("node2", ProbeStatus.TIMEOUT, T0 + 1)]
+    views = aggregate_paths(reports)
+    node3 = views[("lab1", "node3")]
+    assert node3["endpoint/http"].text == "Connection timed out (1/2)"
+    assert node3["node/icmp"].text == "OK"
+    state = WatchState(source="etcd")
+    changes = apply_health_reports(state, reports, now=T0 + 2)
+    assert "lab1/node3 endpoint/http Connection timed out (1/2)" in [
+        change_line(c).split(" ", 1)[1] for c in changes
+    ]
+    assert state.health == (1, 3)  # node1 is only reported by node2, which sees it fine
+
+
+def test_frame_text_shows_header_rows_and_disconnection() -> None:
+    state = WatchState(source="unix:///tmp/n1.feed.sock")
+    apply_feed_message(state, snapshot(["node1", "node2"]), now=T0)
+    tracker = FeedTracker(window=10)
+    apply_feed_message(state, path_msg(tracker, "node2", ProbeStatus.TIMEOUT, T0), now=T0)
+    state.connection = "disconnected"
+    text = frame_text(state, now=T0 + 5, width=120)
+    assert "disconnected, retrying…" in text
+    assert "Cluster health: 0/2 reachable" in text
+    assert re.search(r"node2 .*timeout", text)
+    state.mode = "matrix"
+    assert "needs --etcd" in frame_text(state, now=T0, width=120)
+
+
+# --- the command, against real agents -------------------------------------------------
+
+
+def watch_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "meshhealth", "watch", *args]
+
+
+def run_watch(*args: str, timeout_s: float = 20.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        watch_argv(*args), capture_output=True, text=True, timeout=timeout_s, cwd=ROOT, check=False
+    )
+
+
+def wait_healthy(agent: Any, names: list[str]) -> None:
+    def fetch() -> str:
+        return run_watch("-H", f"unix://{agent.socket}", "--once").stdout
+
+    wait_for(fetch, lambda text: f"{len(names)}/{len(names)} reachable" in text, 20, what="healthy")
+
+
+@pytest.mark.slow
+def test_plain_once_and_reconnect_after_agent_restart(
+    tmp_path: Path, etcd_server: EtcdServer
+) -> None:
+    with AgentCluster(tmp_path, etcd_server.endpoint, interval_s=1.0, timeout_s=0.5) as cluster:
+        n1 = cluster.start("n1")
+        cluster.start("n2")
+        wait_healthy(n1, ["n1", "n2"])
+        once = run_watch("-H", f"unix://{n1.socket}", "--once")
+        assert once.returncode == 0, once.stderr
+        assert "Cluster health: 2/2 reachable" in once.stdout
+        assert re.search(r"● n2 +OK", once.stdout)
+        out_path = tmp_path / "plain.txt"
+        with open(out_path, "w") as out:
+            proc = subprocess.Popen(watch_argv("-H", f"unix://{n1.socket}"), stdout=out, cwd=ROOT)
+        try:
+            wait_for(out_path.read_text, lambda t: "c1/n2 node/http OK" in t, 10, what="plain")
+            cluster.stop(n1)
+            wait_for(out_path.read_text, lambda t: "disconnected from" in t, 10, what="lost")
+            cluster.spawn(n1)
+            wait_for(
+                out_path.read_text, lambda t: t.count("connected to unix://") == 2, 15, what="back"
+            )
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(10) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        lines = out_path.read_text().splitlines()
+        assert all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ", line) for line in lines)
+
+
+def test_once_without_agent_is_one_line_exit_2(tmp_path: Path) -> None:
+    done = run_watch("-H", f"unix://{tmp_path}/none.sock", "--once")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1
+    assert "none.feed.sock" in done.stderr and "no such file" in done.stderr
+
+
+async def test_etcd_once_list_and_matrix(etcd_server: EtcdServer) -> None:
+    now = time.time()
+    async with open_etcd(etcd_server.endpoint) as etcd:
+        for node, status in (("node1", ProbeStatus.OK), ("node2", ProbeStatus.TIMEOUT)):
+            value = codec.encode_health_report(report(node, status, now))
+            await etcd.put(keys.health_key("lab1", node), value)
+    listing = await trio.run_process(
+        watch_argv("--etcd", etcd_server.endpoint, "--once"), capture_stdout=True, cwd=ROOT
+    )
+    text = listing.stdout.decode()
+    assert "Cluster health: 1/3 reachable" in text
+    assert "node3" in text
+    matrix = await trio.run_process(
+        watch_argv("--etcd", etcd_server.endpoint, "--once", "--view", "matrix"),
+        capture_stdout=True,
+        cwd=ROOT,
+    )
+    text = matrix.stdout.decode()
+    assert "matrix" in text
+    assert "✗" in text and "●" in text  # node2 -> node3 fails, node1 -> node3 is fine
+
+
+# --- the full-screen view under tmux ------------------------------------------------------
+
+
+class Tmux:
+    """A private tmux server (`-L mhtest<pid>`), killed by its socket name at the end."""
+
+    def __init__(self) -> None:
+        self.name = f"mhtest{os.getpid()}"
+
+    def __call__(self, *args: str) -> str:
+        done = subprocess.run(
+            ["tmux", "-L", self.name, *args], capture_output=True, text=True, timeout=10, check=True
+        )
+        return done.stdout
+
+    def screen(self) -> str:
+        return self("capture-pane", "-p", "-t", "w")
+
+    def wait_screen(self, accept: Any, what: str, timeout_s: float = 15.0) -> tuple[str, float]:
+        return wait_for(self.screen, accept, timeout_s, what=what, interval_s=0.1)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.name, "kill-server"], capture_output=True, check=False)
+
+
+def _row(screen: str, node: str) -> str:
+    for line in screen.splitlines():
+        if re.search(rf"[●✗·] {node}\b", line):
+            return line
+    return ""
+
+
+@pytest.mark.slow
+def test_live_view_under_tmux(tmp_path: Path, etcd_server: EtcdServer) -> None:
+    tmux = Tmux()
+    with AgentCluster(tmp_path, etcd_server.endpoint, interval_s=1.0, timeout_s=0.5) as cluster:
+        try:
+            n1 = cluster.start("n1")
+            n2 = cluster.start("n2")
+            cluster.start("n3")
+            env = f"PATH={os.environ.get('PATH', '')} TERM=xterm-256color"
+            tmux(
+                "new-session",
+                "-d",
+                "-s",
+                "w",
+                "-x",
+                "160",
+                "-y",
+                "40",
+                "-c",
+                str(ROOT),
+                f"env -i {env} bash --norc --noprofile",
+            )
+            command = " ".join(watch_argv("-H", f"unix://{n1.socket}"))
+            tmux("send-keys", "-t", "w", f"{command}; echo WATCH-EXIT=$?", "Enter")
+            tmux.wait_screen(
+                lambda s: "3/3 reachable" in s and all(_row(s, n) for n in ("n1", "n2", "n3")),
+                "all nodes shown",
+                timeout_s=20,
+            )
+            n2.signal(signal.SIGSTOP)
+            fault, failed_s = tmux.wait_screen(
+                lambda s: "timeout" in _row(s, "n2"), "n2 failing", timeout_s=1.0 + 0.5 + 3.0
+            )
+            (tmp_path / "fault-screen.txt").write_text(fault)
+            assert "2/3 reachable" in fault
+            n2.signal(signal.SIGCONT)
+            tmux.wait_screen(lambda s: "3/3 reachable" in s, "n2 recovered", timeout_s=10)
+            tmux("send-keys", "-t", "w", "m")
+            tmux.wait_screen(lambda s: "needs --etcd" in s, "matrix note", timeout_s=5)
+            tmux("send-keys", "-t", "w", "q")
+            tmux.wait_screen(lambda s: "WATCH-EXIT=0" in s, "q quits", timeout_s=5)
+            tmux(
+                "send-keys",
+                "-t",
+                "w",
+                "stty -a | grep -o -- '-*icanon\\|-*echo ' ; echo STTY",
+                "Enter",
+            )
+            screen, _ = tmux.wait_screen(lambda s: "\nSTTY" in s, "stty", timeout_s=5)
+            modes = screen.split("STTY", 1)[1]
+            assert "-icanon" not in modes and "icanon" in modes  # the terminal is restored
+            print(f"\nn2 shown failing {failed_s:.2f}s after SIGSTOP\n{fault}")
+        finally:
+            tmux.close()
