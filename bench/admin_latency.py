@@ -21,6 +21,7 @@ failure. Prints the figures; docs/performance.md "Agent admin API" has a run's f
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -155,6 +156,10 @@ def _line(what: str, samples: list[float]) -> str:
 
 def _measure(agent: AgentProcess, seconds: float) -> None:
     """GET /v1/status, split by whether a round was running; then GET /v1/healthz."""
+    # Parsing 400 KiB of JSON makes ~25k objects: the client's cyclic GC then walks every
+    # object this process imported (grpc, etcd3, test helpers) now and then, ~15-25 ms
+    # counted as the agent's latency in ~1 % of the samples. Not the agent's time.
+    gc.freeze()
     busy: list[float] = []
     idle: list[float] = []
     size = 0

@@ -10,7 +10,8 @@ Encoding validates too and emits canonical forms, so what we write we can read b
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 import msgpack
 
@@ -48,6 +49,7 @@ MAX_PORT = 65535
 PATH_NAMES: tuple[str, ...] = tuple(path_name(t, p) for t in TargetType for p in Protocol)
 
 Entry = Node | IPEntry | ClusterConfig | HealthReport
+E = TypeVar("E", Node, IPEntry, ClusterConfig, HealthReport)
 
 
 # --- encoding ------------------------------------------------------------------------
@@ -198,6 +200,22 @@ def decode_value(key: str | bytes, data: bytes) -> Entry:
         value = decode_cluster_config(data)
         _agree("name", parsed.cluster, value.name)
     return value
+
+
+def decode_entries(items: Iterable[tuple[str, bytes]], kind: type[E]) -> tuple[list[E], list[str]]:
+    """(key, value) pairs -> the values that decode to a `kind`, and one line
+    (`key: why`) per value that does not decode. Values of other kinds are left out."""
+    found: list[E] = []
+    errors: list[str] = []
+    for key, value in items:
+        try:
+            entry = decode_value(key, value)
+        except DecodeError as error:
+            errors.append(f"{key}: {error}")
+            continue
+        if isinstance(entry, kind):
+            found.append(entry)
+    return found, errors
 
 
 def _agree(field: str, in_key: str | None, in_value: str) -> None:

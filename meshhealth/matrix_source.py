@@ -39,17 +39,7 @@ async def read_reports(
     per value skipped because it did not decode. EtcdError when etcd fails."""
     with trio.fail_after(timeout_s):  # TooSlowError; the etcd request's own deadline may be later
         kvs, _ = await etcd.get_prefix(keys.health_prefix(cluster))
-    reports: list[HealthReport] = []
-    skipped: list[str] = []
-    for kv in kvs:
-        try:
-            value = codec.decode_value(kv.key, kv.value)
-        except codec.DecodeError as error:
-            skipped.append(f"{kv.key}: {error}")
-            continue
-        if isinstance(value, HealthReport):
-            reports.append(value)
-    return reports, skipped
+    return codec.decode_entries(((kv.key, kv.value) for kv in kvs), HealthReport)
 
 
 async def read_matrix(

@@ -129,6 +129,15 @@ class ProbeResult:
         return STATUS_TEXT[self.status]
 
 
+def status_text(result: ProbeResult) -> str:
+    """`OK`, `Connection timed out`, `HTTP 503`, `Error: ICMP disabled`, ...: the text
+    with the detail after a colon when it adds something (failures only)."""
+    text = result.text
+    if result.detail and result.detail != text and not result.ok:
+        return f"{text}: {result.detail}"
+    return text
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class Target:
     """A node to probe: its NodeIP and, when it has one, its health endpoint's HealthIP."""

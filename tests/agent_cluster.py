@@ -31,7 +31,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,7 +45,7 @@ from meshhealth.model import (
     LABEL_REMOTE_NODE,
     IPEntry,
 )
-from tests.plugins.etcd_server import EtcdServer
+from tests.plugins.etcd_server import EtcdServer, running_etcd
 
 ROOT = Path(__file__).resolve().parent.parent
 STOP_GRACE_S = 5.0
@@ -492,26 +492,10 @@ class NetnsEtcd(EtcdServer):
                 raise RuntimeError(f"etcd in {self.netns} not healthy: {self._log_tail()}")
             time.sleep(0.05)
 
-    def etcdctl(
-        self, *args: str, input_bytes: bytes | None = None, check: bool = True
-    ) -> subprocess.CompletedProcess[bytes]:
-        env = dict(os.environ, ETCDCTL_API="3")
-        argv = ["ip", "netns", "exec", self.netns, "etcdctl", "--endpoints", self.endpoint]
-        return subprocess.run(
-            [*argv, "--dial-timeout", "2s", *args],
-            input=input_bytes,
-            capture_output=True,
-            env=env,
-            timeout=10,
-            check=check,
-        )
+    def etcdctl_argv(self) -> list[str]:
+        return ["ip", "netns", "exec", self.netns, *super().etcdctl_argv()]
 
 
-@contextlib.contextmanager
-def netns_etcd(netns: str) -> Iterator[NetnsEtcd]:
-    server = NetnsEtcd(netns)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.close()
+def netns_etcd(netns: str) -> contextlib.AbstractContextManager[NetnsEtcd]:
+    """A started NetnsEtcd for the `with` block, closed on the way out."""
+    return running_etcd(NetnsEtcd(netns))

@@ -3,7 +3,6 @@ against real etcd servers (the local cluster's and a remote one's)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -144,16 +143,6 @@ def test_check_remote(
 # --- against real etcd servers ----------------------------------------------------------------
 
 
-@pytest.fixture
-def remote_etcd() -> Iterator[EtcdServer]:
-    server = EtcdServer()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.close()
-
-
 async def _put_config(endpoint: str, config: ClusterConfig) -> None:
     async with open_etcd(endpoint, liveness=False) as etcd:
         await etcd.put(keys.cluster_config_key(config.name), codec.encode_cluster_config(config))
@@ -177,16 +166,16 @@ async def test_local_config_is_written_once_and_read_back(etcd_server: EtcdServe
 
 
 async def test_remote_admitted_refused_and_degraded(
-    etcd_server: EtcdServer, remote_etcd: EtcdServer
+    etcd_server: EtcdServer, second_etcd_server: EtcdServer
 ) -> None:
     """lab2 has no cluster-config yet (waiting), then one with our id (refused, the agent
     goes on), then a good one (admitted: its nodes are found); its etcd dies: etcd_down,
     its nodes stay in the probe set."""
     node = make_node("n1", "127.0.0.5", "127.0.0.6", cluster="lab2")
-    async with open_etcd(remote_etcd.endpoint, liveness=False) as remote:
+    async with open_etcd(second_etcd_server.endpoint, liveness=False) as remote:
         for key, value in registration_entries(node):
             await remote.put(key, value)
-    spec = RemoteSpec("lab2", (remote_etcd.endpoint,), "--mesh")
+    spec = RemoteSpec("lab2", (second_etcd_server.endpoint,), "--mesh")
     async with open_etcd(etcd_server.endpoint, **FAST_ETCD) as etcd:
         mesh = ClusterMesh(etcd, ClusterConfig("lab1", 1), [spec], recheck_s=0.2,
                            etcd_options=FAST_ETCD)  # fmt: skip
@@ -197,14 +186,14 @@ async def test_remote_admitted_refused_and_degraded(
             assert lab2.state == "waiting"
             assert "no meshhealth/cluster-config/lab2 entry yet" in (lab2.error or "")
 
-            await _put_config(remote_etcd.endpoint, ClusterConfig("lab2", 1))
+            await _put_config(second_etcd_server.endpoint, ClusterConfig("lab2", 1))
             await poll_until(lambda: lab2.state == "refused", 10, what="lab2 refused")
             assert "cluster id 1 is also the id of lab1" in (lab2.error or "")
             assert mesh.targets() == []
             states = {s.name: s for s in cluster_states(mesh)}
             assert states["lab2"].state == "refused" and states["lab2"].id == 1
 
-            await _put_config(remote_etcd.endpoint, ClusterConfig("lab2", 2))
+            await _put_config(second_etcd_server.endpoint, ClusterConfig("lab2", 2))
             await poll_until(lambda: lab2.state == "ok", 10, what="lab2 admitted")
             await poll_until(lambda: len(mesh.targets()) == 1, 10, what="lab2's node found")
             (target,) = mesh.targets()
@@ -212,7 +201,7 @@ async def test_remote_admitted_refused_and_degraded(
                 "lab2", "n1", "127.0.0.5", "127.0.0.6",
             )  # fmt: skip
 
-            await trio.to_thread.run_sync(remote_etcd.kill)
+            await trio.to_thread.run_sync(second_etcd_server.kill)
             await poll_until(lambda: lab2.state == "etcd_down", 10, what="lab2 etcd_down")
             assert [t.node for t in mesh.targets()] == ["n1"]  # still probed
             states = {s.name: s for s in cluster_states(mesh)}

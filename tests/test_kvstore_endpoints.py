@@ -6,9 +6,9 @@ import re
 
 import pytest
 
+from meshhealth.backoff import Backoff
 from meshhealth.kvstore.endpoints import EtcdEndpoint, describe, parse_endpoints
 from meshhealth.kvstore.errors import prefix_range_end
-from meshhealth.kvstore.health import Backoff
 
 
 @pytest.mark.parametrize(

@@ -100,6 +100,8 @@ def test_plan_rejects(prefix: str, nodes: int, clusters: int, message: str) -> N
         ("mh-health-node1", False),
         ("mhx-lab1-node1", False),
         ("mh-lab1-node1x", False),
+        ("mh-lab1-node1-ep", True),
+        ("mh2-lab1-node1-ep", False),
     ],
 )
 def test_netns_pattern_is_this_prefix_only(name: str, matches: bool) -> None:
@@ -128,6 +130,7 @@ def test_agent_argv_one_cluster() -> None:
         *("--etcd", "http://10.77.255.1:2379", "--cluster", "lab1", "--node", "node1"),
         *("--node-ip", "10.77.0.1", "--health-ip", "10.78.1.2", "--cidr", "10.78.1.0/24"),
         *("--socket", "/run/meshhealth/lab/mh/lab1/node1.sock", "--health-mode", "netns"),
+        *("--health-netns", "mh-lab1-node1-ep"),
         *("--route-cidrs", "--metrics-listen", "10.77.0.1:9962", "--interval", "2"),
     ]
 

@@ -15,11 +15,8 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from meshhealth.kvstore.local_server import LocalEtcd
 from tests.agent_cluster import AgentCluster, AgentProcess, all_paths_ok, wait_for
@@ -28,16 +25,6 @@ from tests.plugins.etcd_server import EtcdServer
 ROOT = Path(__file__).resolve().parent.parent
 INTERVAL_S = 1.0
 NAMES = ("n1", "n2")
-
-
-@pytest.fixture
-def second_etcd() -> Iterator[EtcdServer]:
-    server = EtcdServer()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.close()
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -93,10 +80,10 @@ def _cluster_state(doc: dict[str, Any], name: str) -> str | None:
 
 
 def test_two_meshed_clusters(
-    tmp_path: Path, etcd_server: EtcdServer, second_etcd: LocalEtcd
+    tmp_path: Path, etcd_server: EtcdServer, second_etcd_server: LocalEtcd
 ) -> None:
     started = time.monotonic()
-    url_a, url_b = etcd_server.endpoint, second_etcd.endpoint
+    url_a, url_b = etcd_server.endpoint, second_etcd_server.endpoint
     mesh_dir = tmp_path / "mesh"
     mesh_dir.mkdir()
     (mesh_dir / "lab1").write_text(f"endpoints:\n- {url_a}\n")  # Cilium's clustermesh shape
@@ -162,7 +149,7 @@ def test_two_meshed_clusters(
             assert 1 <= value <= rounds / 2 + 1
 
         # lab2's etcd stops: lab1 keeps probing its own nodes, shows lab2 degraded.
-        second_etcd.kill()
+        second_etcd_server.kill()
         wait_for(
             a1.status_json,
             lambda doc: _cluster_state(doc, "lab2") == "etcd_down",
@@ -195,7 +182,7 @@ def test_two_meshed_clusters(
         assert _all_reachable(_matrix(url_a), ALL[:2])
 
         # lab2's etcd back: lab1 sees it up again (retried, no restart).
-        second_etcd.restart()
+        second_etcd_server.restart()
         wait_for(
             a1.status_json,
             lambda doc: _cluster_state(doc, "lab2") == "ok",

@@ -16,10 +16,10 @@ import pytest
 import trio
 
 from meshhealth import __version__, defaults, model
+from meshhealth.addresses import format_address, parse_listen
 from meshhealth.agent import responder
 from meshhealth.agent.responder import ResponderStats, serve_responder
 from meshhealth.cli import responder_cmd
-from meshhealth.cli.responder_cmd import format_address, parse_listen
 from meshhealth.probe.http import http_probe
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -13,25 +13,34 @@ The socket exists from the moment `serve_admin_api` has started (before etcd or 
 first round): the lesson of cilium-health's `dial unix ...: no such file or directory`.
 It is created with mode `defaults.ADMIN_SOCKET_MODE` in a directory made if missing; a
 stale socket file (nobody answers on it) is replaced, a live one is refused; the file
-is removed on exit.
+is removed on exit (meshhealth.agent.unix_socket).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import stat
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import trio
 
 from meshhealth import defaults
 from meshhealth.agent.http_server import HttpRequest, HttpResponse, ServerLimits, serve_http
+from meshhealth.agent.unix_socket import AdminSocketError, unix_listener
+
+__all__ = [  # AdminSocketError lives in unix_socket (shared with the feed), re-exported
+    "ROUTES",
+    "AdminHandler",
+    "AdminSocketError",
+    "EncodedJson",
+    "answer",
+    "json_error",
+    "json_response",
+    "route",
+    "serve_admin_api",
+]
 
 JSON = "application/json"
-# How long a stale-socket check waits for an answer on an existing socket file.
-_LIVE_CHECK_TIMEOUT_S = 1.0
-_LISTEN_BACKLOG = 128
 
 # path -> {method: action}
 ROUTES: dict[str, dict[str, str]] = {
@@ -40,6 +49,14 @@ ROUTES: dict[str, dict[str, str]] = {
     "/v1/status/probe": {"PUT": "probe"},
     "/v1/matrix": {"GET": "matrix"},
 }
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedJson:
+    """A JSON document the handler has encoded already (UTF-8), sent as it is: the
+    status document splices cached JSON instead of encoding 400 KiB per request."""
+
+    data: bytes
 
 
 class AdminHandler(Protocol):
@@ -53,9 +70,9 @@ class AdminHandler(Protocol):
 
     def healthz(self) -> dict[str, Any]: ...
 
-    def status(self) -> dict[str, Any]: ...
+    def status(self) -> dict[str, Any] | EncodedJson: ...
 
-    async def probe_now(self) -> dict[str, Any]: ...
+    async def probe_now(self) -> dict[str, Any] | EncodedJson: ...
 
     async def matrix(self) -> dict[str, Any]:
         """The cluster-wide matrix document (meshhealth.matrix.matrix_document), read
@@ -63,14 +80,15 @@ class AdminHandler(Protocol):
         ...
 
 
-class AdminSocketError(Exception):
-    """The socket path cannot be used; str() is one line for the user."""
-
-
 def json_response(
-    status_code: int, doc: dict[str, Any], headers: tuple[tuple[str, str], ...] = ()
+    status_code: int,
+    doc: dict[str, Any] | EncodedJson,
+    headers: tuple[tuple[str, str], ...] = (),
 ) -> HttpResponse:
-    body = json.dumps(doc, ensure_ascii=False).encode() + b"\n"
+    if isinstance(doc, EncodedJson):
+        body = doc.data + b"\n"
+    else:
+        body = json.dumps(doc, ensure_ascii=False).encode() + b"\n"
     return HttpResponse(status_code, body, JSON, headers)
 
 
@@ -115,59 +133,6 @@ async def answer(
     )
 
 
-async def _someone_answers(socket_path: str) -> bool:
-    """True when a server accepts connections on this unix socket."""
-    try:
-        with trio.fail_after(_LIVE_CHECK_TIMEOUT_S):
-            stream = await trio.open_unix_socket(socket_path)
-    except (ConnectionRefusedError, FileNotFoundError):
-        return False
-    except trio.TooSlowError:
-        return True  # something holds it and does not answer quickly: not ours to remove
-    await stream.aclose()
-    return True
-
-
-async def prepare_socket_path(socket_path: str) -> None:
-    """Create the parent directory; remove a stale socket file; refuse a live one."""
-    parent = os.path.dirname(socket_path) or "."
-    try:
-        await trio.Path(parent).mkdir(mode=0o755, parents=True, exist_ok=True)
-    except OSError as exc:
-        raise AdminSocketError(f"cannot create {parent}: {exc.strerror or exc}") from exc
-    try:
-        info = os.lstat(socket_path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(info.st_mode):
-        raise AdminSocketError(f"{socket_path} exists and is not a socket: refusing to start")
-    if await _someone_answers(socket_path):
-        raise AdminSocketError(f"another agent is serving {socket_path}: refusing to start")
-    os.unlink(socket_path)
-
-
-async def _bind_unix_listener(socket_path: str, mode: int) -> tuple[trio.SocketListener, int]:
-    sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
-    try:
-        await sock.bind(socket_path)
-        os.chmod(socket_path, mode)
-        sock.listen(_LISTEN_BACKLOG)
-        inode = os.stat(socket_path).st_ino
-    except OSError as exc:
-        sock.close()
-        raise AdminSocketError(f"cannot serve on {socket_path}: {exc.strerror or exc}") from exc
-    return trio.SocketListener(sock), inode
-
-
-def _remove_if_ours(socket_path: str, inode: int) -> None:
-    """Remove the socket file unless someone else has replaced it since."""
-    try:
-        if os.stat(socket_path).st_ino == inode:
-            os.unlink(socket_path)
-    except FileNotFoundError:
-        pass
-
-
 async def serve_admin_api(
     socket_path: str,
     handler: AdminHandler,
@@ -181,13 +146,11 @@ async def serve_admin_api(
     """Serve the admin API until cancelled. `task_status.started(socket_path)` once the
     socket accepts connections. AdminSocketError (before `started`) when the path is in
     use or cannot be bound."""
-    await prepare_socket_path(socket_path)
-    listener, inode = await _bind_unix_listener(socket_path, mode)
-    try:
 
-        async def handle(request: HttpRequest) -> HttpResponse:
-            return await answer(request, handler, probe_timeout_s=probe_timeout_s)
+    async def handle(request: HttpRequest) -> HttpResponse:
+        return await answer(request, handler, probe_timeout_s=probe_timeout_s)
 
+    async with unix_listener(socket_path, mode) as listener:
         task_status.started(socket_path)
         await serve_http(
             listener,
@@ -196,7 +159,3 @@ async def serve_admin_api(
             ServerLimits(max_connections=max_connections, read_timeout_s=read_timeout_s),
             name=f"admin API {socket_path}",
         )
-    finally:
-        # Unlink first: any await here would re-raise the cancel before it ran.
-        _remove_if_ours(socket_path, inode)
-        listener.socket.close()

@@ -18,7 +18,7 @@ from typing import Any
 import trio
 
 from meshhealth import __version__
-from meshhealth.agent.admin_api import AdminSocketError, serve_admin_api
+from meshhealth.agent.admin_api import AdminSocketError, EncodedJson, serve_admin_api
 from meshhealth.agent.agent_metrics import AgentMetrics, agent_metrics
 from meshhealth.agent.clustermesh import (
     ClusterMesh,
@@ -42,10 +42,12 @@ from meshhealth.agent.routes import RouteProgrammer
 from meshhealth.agent.status_model import (
     EtcdState,
     LocalNode,
+    NodesCache,
     RoundState,
     StatusInputs,
     build_healthz_document,
     build_status_document,
+    encode_status_document,
 )
 from meshhealth.feed_protocol import feed_socket_path
 from meshhealth.kvstore import Etcd, open_etcd
@@ -109,6 +111,9 @@ class Agent:
         # book.summaries() after each round: the book only changes then, and computing it
         # costs ~40 ms at 300 nodes, too much for every GET /v1/status (bench/admin_latency).
         self.summaries: dict[PathKey, PathSummary] = {}
+        # `nodes` of the status document (and its JSON), built once per round from the
+        # summaries: GET /v1/status only adds the fresh head (bench/admin_latency).
+        self.status_nodes = NodesCache(self.local)
         self.registry = Registry()
         self.metrics: AgentMetrics = agent_metrics(
             self.registry, source_cluster=config.cluster, source_node=config.node
@@ -126,7 +131,9 @@ class Agent:
             interval_s=config.interval_s,
             on_write=self._count_health_write,
         )
-        self.endpoint: HealthEndpoint | None = endpoint_from_config(config)
+        self.endpoint: HealthEndpoint | None = endpoint_from_config(
+            config, netns=config.health_netns
+        )
         # --route-cidrs: `CIDR via NodeIP` to every peer, from the node entries in etcd.
         self.routes: RouteProgrammer | None = None
         self.peer_nodes: PeerNodes | None = None
@@ -136,7 +143,8 @@ class Agent:
             )
             self.peer_nodes = PeerNodes(self._node_sources, self.discovery, self.routes.set_peers)
         self.responder_stats = ResponderStats()
-        self.feed = FeedHub(self.status, window=config.stats_window)  # `meshhealth watch`
+        # `meshhealth watch`
+        self.feed = FeedHub(self.status_document, window=config.stats_window)
         self.loop = ProberLoop(
             probe_set=self.targets,
             run_round=self._run_round,
@@ -191,6 +199,7 @@ class Agent:
             log.info("forgot %d paths of nodes that left", len(gone))
         self.metrics.observe_round(report)
         summaries = self.summaries = self.book.summaries()
+        self.status_nodes.get(report.targets, summaries)  # before anyone reads status
         self.metrics.sync_connectivity(report.targets, summaries)
         self.publisher.note_round(report, summaries)
         failing = sum(1 for p in report.paths if not p.result.ok)
@@ -219,9 +228,9 @@ class Agent:
         doc["registered"] = self.registrar.registered
         return doc
 
-    def status(self) -> dict[str, Any]:
+    def _status_inputs(self) -> StatusInputs:
         report = self.loop.last_report
-        inputs = StatusInputs(
+        return StatusInputs(
             local=self.local,
             targets=report.targets if report is not None else self.targets(),
             summaries=self.summaries,
@@ -237,7 +246,19 @@ class Agent:
             now=time.time(),
             clusters=cluster_states(self.mesh),
         )
-        return build_status_document(inputs)
+
+    def status_document(self) -> dict[str, Any]:
+        """The status document (docs/status.md); its `nodes` are shared: read-only."""
+        inputs = self._status_inputs()
+        return build_status_document(
+            inputs, self.status_nodes.get(inputs.targets, inputs.summaries)
+        )
+
+    def status(self) -> EncodedJson:
+        """GET /v1/status: the document as JSON, the cached `nodes` spliced in."""
+        inputs = self._status_inputs()
+        nodes = self.status_nodes.get(inputs.targets, inputs.summaries)
+        return EncodedJson(encode_status_document(inputs, nodes))
 
     async def matrix(self) -> dict[str, Any]:
         """GET /v1/matrix: read on request (no background watch: zero etcd load when
@@ -259,7 +280,7 @@ class Agent:
         self.metrics.kvstore_writes.labels(key_kind="health").inc()
         self.metrics.kvstore_write_bytes.labels(key_kind="health").inc(size)
 
-    async def probe_now(self) -> dict[str, Any]:
+    async def probe_now(self) -> EncodedJson:
         await self.loop.probe_now()
         return self.status()
 

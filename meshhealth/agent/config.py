@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import re
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ class AgentConfig:
     icmp_count: int = defaults.ICMP_COUNT
     stats_window: int = defaults.STATS_WINDOW
     feed_listen: tuple[str, int] | None = None
+    health_netns: str | None = None  # None: mh-health-<cluster>-<node>
     extra: Mapping[str, object] = field(default_factory=dict)
 
     @property
@@ -152,7 +154,8 @@ def _endpoints(value: object) -> tuple[str, ...]:
 
 
 def _listen(value: object) -> tuple[str, int]:
-    """`IP:PORT` or `[IPv6]:PORT`."""
+    """`IP:PORT` or `[IPv6]:PORT`; the port is required, so the last colon splits
+    (unlike `responder --listen`, meshhealth.addresses.parse_listen)."""
     text = _as_str(value)
     if text.startswith("["):
         host, sep, port = text[1:].partition("]:")
@@ -161,6 +164,14 @@ def _listen(value: object) -> tuple[str, int]:
     if not sep or not host:
         raise ValueError(f"expected IP:PORT, got {value!r}")
     return _ip(host), _port(port)
+
+
+def _netns_name(value: object) -> str:
+    """A network namespace name: a file name under /run/netns."""
+    name = _as_str(value)
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", name):
+        raise ValueError(f"not a namespace name (letters, digits, . _ -; <= 64): {value!r}")
+    return name
 
 
 def _cluster_id(value: object) -> int:
@@ -339,6 +350,13 @@ OPTIONS: tuple[Option, ...] = (
         metavar="ID",
     ),
     Option(
+        "health_netns",
+        _netns_name,
+        None,
+        "namespace of the health endpoint in netns mode (default: mh-health-<cluster>-<node>)",
+        metavar="NAME",
+    ),
+    Option(
         "spread_fraction",
         _fraction,
         defaults.ROUND_SPREAD_FRACTION,
@@ -394,7 +412,11 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _show_default(option: Option) -> str:
     if option.default is None or option.default == ():
-        return {"node": "host name", "cluster_id": "from the cluster name"}.get(option.name, "none")
+        return {
+            "node": "host name",
+            "cluster_id": "from the cluster name",
+            "health_netns": "mh-health-<cluster>-<node>",
+        }.get(option.name, "none")
     if isinstance(option.default, tuple):
         return ",".join(str(item) for item in option.default)
     if isinstance(option.default, bool):

@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 
 from meshhealth import defaults
+from meshhealth.addresses import format_address
 from meshhealth.agent import endpoint_netns
-from meshhealth.cli.responder_cmd import format_address
+from meshhealth.backoff import Backoff
 
 if TYPE_CHECKING:
     from meshhealth.agent.config import AgentConfig
@@ -56,9 +57,9 @@ REASON_NETNS_MISSING = "netns_missing"  # the endpoint namespace was deleted
 REASON_VETH_MISSING = "veth_missing"  # the veth pair was deleted
 
 
-class RestartBackoff:
-    """Delay before the next restart: min_s, doubling to max_s; min_s again after a child
-    that stayed up for stable_s. Pure (the caller measures uptime)."""
+class RestartBackoff(Backoff):
+    """Delay before the next restart: min_s, doubling to max_s, no jitter; min_s again
+    after a child that stayed up for stable_s. Pure (the caller measures uptime)."""
 
     def __init__(
         self,
@@ -66,19 +67,13 @@ class RestartBackoff:
         max_s: float = defaults.ENDPOINT_RESTART_MAX_S,
         stable_s: float = defaults.ENDPOINT_STABLE_S,
     ) -> None:
-        if not 0 < min_s <= max_s:
-            raise ValueError(f"need 0 < min_s <= max_s, got {min_s}, {max_s}")
-        self.min_s = min_s
-        self.max_s = max_s
+        super().__init__(min_s, max_s, jitter=0.0)
         self.stable_s = stable_s
-        self._next_s = min_s
 
     def next_delay(self, uptime_s: float) -> float:
         if uptime_s >= self.stable_s:
-            self._next_s = self.min_s
-        delay = self._next_s
-        self._next_s = min(delay * 2, self.max_s)
-        return delay
+            self.reset()
+        return self.next_delay_s()
 
 
 @dataclass(slots=True)

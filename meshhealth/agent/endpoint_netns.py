@@ -192,8 +192,9 @@ def _exists(pid: int) -> bool:
 # --- netlink ----------------------------------------------------------------------------
 
 
-def _with_iproute(netns: str | None, fn: Callable[[Any], T]) -> T:
-    """`fn(ipr)` with an IPRoute opened inside `netns` (None: the calling thread's)."""
+def with_iproute(netns: str | None, fn: Callable[[Any], T]) -> T:
+    """`fn(ipr)` with an IPRoute opened inside `netns` (None: the calling thread's).
+    Blocking (run it in a worker thread); netlink errors raise PlumbingError."""
 
     def run() -> T:
         from pyroute2 import IPRoute, NetlinkError
@@ -282,7 +283,7 @@ def build_endpoint(spec: EndpointNetns) -> BuiltEndpoint:
         if stale is not None:
             ipr.link("del", index=stale)
 
-    _with_iproute(spec.netns, endpoint_clear)
+    with_iproute(spec.netns, endpoint_clear)
 
     def node_side(ipr: Any) -> int:
         _delete_host_iface(ipr, spec)
@@ -307,7 +308,7 @@ def build_endpoint(spec: EndpointNetns) -> BuiltEndpoint:
         ipr.route("replace", dst=f"{spec.health_ip}/32", oif=index, scope=_SCOPE_LINK)
         return index
 
-    host_index = _with_iproute(spec.node_netns, node_side)
+    host_index = with_iproute(spec.node_netns, node_side)
 
     def endpoint_side(ipr: Any) -> None:
         lo = _link_index(ipr, "lo")
@@ -320,7 +321,7 @@ def build_endpoint(spec: EndpointNetns) -> BuiltEndpoint:
         ipr.link("set", index=eth0, state="up")
         ipr.route("replace", dst="0.0.0.0/0", oif=eth0, scope=_SCOPE_LINK, table=_MAIN_TABLE)
 
-    _with_iproute(spec.netns, endpoint_side)
+    with_iproute(spec.netns, endpoint_side)
     return BuiltEndpoint(netns_inode=inode, host_ifindex=host_index)
 
 
@@ -337,7 +338,7 @@ def check_endpoint(spec: EndpointNetns, built: BuiltEndpoint) -> str | None:
     def host_side(ipr: Any) -> int | None:
         return _link_index(ipr, spec.host_iface)
 
-    if _with_iproute(spec.node_netns, host_side) != built.host_ifindex:
+    if with_iproute(spec.node_netns, host_side) != built.host_ifindex:
         return "veth_missing"
     return None
 
@@ -350,7 +351,7 @@ def destroy_endpoint(spec: EndpointNetns) -> None:
     _refuse_node_netns(spec)
     problems: list[str] = []
     try:
-        _with_iproute(spec.node_netns, lambda ipr: _delete_host_iface(ipr, spec))
+        with_iproute(spec.node_netns, lambda ipr: _delete_host_iface(ipr, spec))
     except (PlumbingError, OSError) as exc:  # e.g. not ours: left alone
         problems.append(str(exc))
     try:

@@ -20,7 +20,6 @@ socket and TCP share one code path.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +33,7 @@ from trio_websocket import (
 )
 
 from meshhealth import defaults
-from meshhealth.agent.admin_api import AdminSocketError, prepare_socket_path
+from meshhealth.agent.unix_socket import unix_listener
 from meshhealth.feed_protocol import (
     FEED_PATH,
     ROUND_KEY,
@@ -224,27 +223,9 @@ async def serve_feed_unix(
 ) -> None:
     """The feed on a unix socket (created like the admin socket: a stale file is
     replaced, a live one refused with AdminSocketError; removed on exit)."""
-    await prepare_socket_path(socket_path)
-    sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
-    try:
-        await sock.bind(socket_path)
-        os.chmod(socket_path, mode)
-        sock.listen(_LISTEN_BACKLOG)
-        inode = os.stat(socket_path).st_ino
-    except OSError as exc:
-        sock.close()
-        raise AdminSocketError(f"cannot serve on {socket_path}: {exc.strerror or exc}") from exc
-    listener = trio.SocketListener(sock)
-    try:
+    async with unix_listener(socket_path, mode) as listener:
         task_status.started(socket_path)
         await serve_feed(listener, hub, f"unix:{socket_path}")
-    finally:
-        try:
-            if os.stat(socket_path).st_ino == inode:
-                os.unlink(socket_path)
-        except FileNotFoundError:
-            pass
-        sock.close()
 
 
 async def serve_feed_tcp(

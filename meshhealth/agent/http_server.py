@@ -13,13 +13,18 @@ protocol, keep-alive and the protections:
 
 Errors are rendered by the caller's `error_response(status_code, message)` (JSON for
 the admin API, text for /metrics).
+
+The pieces every HTTP server of the agent shares (the /hello responder too) are public:
+`open_tcp_listener` (bind one IP literal), `accept_connections` (the accept loop with its
+connection cap), `read_request` (one h11 request, body capped) and `send_response`.
 """
 
 from __future__ import annotations
 
 import errno
+import ipaddress
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -34,6 +39,7 @@ log = logging.getLogger(__name__)
 MAX_REQUEST_HEAD_BYTES = 16 * 1024
 RECEIVE_CHUNK_BYTES = 16 * 1024
 SERVER_HEADER = f"meshhealth/{__version__}"
+# accept() errors that mean "out of resources": wait a little instead of spinning.
 _ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 _ACCEPT_BACKOFF_S = 0.1
 
@@ -66,14 +72,49 @@ class ServerLimits:
     max_body_bytes: int = 64 * 1024
 
 
-class _RequestRejectedError(Exception):
+@dataclass(slots=True)
+class ConnectionStats:
+    """Counters of `accept_connections`. Mutated only by the server's tasks."""
+
+    connections_accepted: int = 0  # served (not counting rejected ones)
+    connections_rejected: int = 0  # closed at once because max_connections were busy
+    active_connections: int = 0  # gauge
+    accept_errors: int = 0  # accept() failed for lack of resources (EMFILE, ...)
+
+
+class RequestRejectedError(Exception):
+    """A request we do not serve: answer `status_code` and close the connection."""
+
     def __init__(self, status_code: int, message: str) -> None:
         super().__init__(message)
         self.status_code = status_code
 
 
-class _ClientGoneError(Exception):
-    pass
+class MalformedRequestError(RequestRejectedError):
+    """A request h11 rejects (400, 431 for an oversized head)."""
+
+
+class ClientGoneError(Exception):
+    """The client closed the connection before a whole request arrived."""
+
+
+async def open_tcp_listener(host: str, port: int) -> trio.SocketListener:
+    """Bind one listener on host:port (port 0: any free one). `host` must be an IP
+    address literal (ValueError otherwise: we bind one address, not many); bind errors
+    (address in use, not assignable) are raised as OSError."""
+    ipaddress.ip_address(host)
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    if len(listeners) != 1:  # pragma: no cover - an IP literal resolves to one address
+        for extra in listeners:
+            await trio.aclose_forcefully(extra)
+        raise OSError(f"{host} resolved to {len(listeners)} addresses, expected one")
+    return listeners[0]
+
+
+def bound_port(listener: trio.SocketListener) -> int:
+    """The port `listener` is bound to (what port 0 became)."""
+    port: int = listener.socket.getsockname()[1]
+    return port
 
 
 async def serve_http(
@@ -85,32 +126,56 @@ async def serve_http(
     name: str,
 ) -> None:
     """Serve connections from `listener` until cancelled; closes it on the way out."""
-    if limits.max_connections < 1:
-        raise ValueError(f"max_connections must be >= 1, got {limits.max_connections}")
-    active = 0
 
     async def serve_one(stream: trio.abc.Stream) -> None:
-        nonlocal active
+        await _serve_connection(stream, handle, error_response, limits, name)
+
+    async with listener:
+        await accept_connections(
+            listener, serve_one, max_connections=limits.max_connections, name=name
+        )
+
+
+async def accept_connections(
+    listener: trio.abc.Listener[Any],
+    serve_connection: Callable[[Any], Awaitable[None]],
+    *,
+    max_connections: int,
+    name: str,
+    stats: ConnectionStats | None = None,
+) -> None:
+    """Accept until cancelled; run `serve_connection(stream)` for each connection as a
+    task of this function's nursery, and close the stream after it. At most
+    `max_connections` at once: when full, a new connection is accepted and closed at
+    once. Counts into `stats`. Does not close `listener`."""
+    if max_connections < 1:
+        raise ValueError(f"max_connections must be >= 1, got {max_connections}")
+    counters = stats if stats is not None else ConnectionStats()
+
+    async def serve_one(stream: Any) -> None:
         try:
-            await _serve_connection(stream, handle, error_response, limits, name)
+            await serve_connection(stream)
         finally:
-            active -= 1
+            counters.active_connections -= 1
             await trio.aclose_forcefully(stream)
 
-    async with listener, trio.open_nursery() as nursery:
+    async with trio.open_nursery() as nursery:
         while True:
             try:
                 stream = await listener.accept()
             except OSError as exc:
                 if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:
                     raise
-                log.warning("%s: accept failed (%s); pausing", name, exc)
+                counters.accept_errors += 1
+                log.warning("%s: accept failed (%s); pausing %.1fs", name, exc, _ACCEPT_BACKOFF_S)
                 await trio.sleep(_ACCEPT_BACKOFF_S)
                 continue
-            if active >= limits.max_connections:
+            if counters.active_connections >= max_connections:
+                counters.connections_rejected += 1
                 await trio.aclose_forcefully(stream)
                 continue
-            active += 1
+            counters.connections_accepted += 1
+            counters.active_connections += 1
             nursery.start_soon(serve_one, stream)
 
 
@@ -126,10 +191,10 @@ async def _serve_connection(
         while True:
             try:
                 with trio.fail_after(limits.read_timeout_s):
-                    request = await _read_request(stream, conn, limits.max_body_bytes)
+                    request = await read_request(stream, conn, limits.max_body_bytes)
             except trio.TooSlowError:
                 return  # a whole request did not arrive in time (slow or idle client)
-            except _RequestRejectedError as exc:
+            except RequestRejectedError as exc:
                 with trio.move_on_after(limits.read_timeout_s):
                     response = error_response(exc.status_code, str(exc))
                     await _send_response(stream, conn, response, close=True)
@@ -143,7 +208,7 @@ async def _serve_connection(
             if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                 return
             conn.start_next_cycle()
-    except (trio.BrokenResourceError, trio.ClosedResourceError, _ClientGoneError):
+    except (trio.BrokenResourceError, trio.ClosedResourceError, ClientGoneError):
         return
 
 
@@ -168,13 +233,16 @@ async def _next_event(stream: trio.abc.Stream, conn: h11.Connection) -> Any:
         return event
 
 
-async def _read_request(
+async def read_request(
     stream: trio.abc.Stream, conn: h11.Connection, max_body_bytes: int
 ) -> HttpRequest:
+    """Read one whole request from `conn` (in state IDLE). MalformedRequestError for
+    what h11 rejects, RequestRejectedError(413) for a body over `max_body_bytes`,
+    ClientGoneError when the client closes first. The caller sets the deadline."""
     try:
         event = await _next_event(stream, conn)
         if isinstance(event, h11.ConnectionClosed):
-            raise _ClientGoneError
+            raise ClientGoneError
         assert isinstance(event, h11.Request), event
         body = bytearray()
         while True:
@@ -182,37 +250,59 @@ async def _read_request(
             if isinstance(part, h11.EndOfMessage):
                 break
             if isinstance(part, h11.ConnectionClosed):
-                raise _ClientGoneError
+                raise ClientGoneError
             if isinstance(part, h11.Data):
                 body += part.data
                 if len(body) > max_body_bytes:
-                    raise _RequestRejectedError(413, f"request body over {max_body_bytes} bytes")
+                    raise RequestRejectedError(413, f"request body over {max_body_bytes} bytes")
     except h11.RemoteProtocolError as exc:
-        raise _RequestRejectedError(exc.error_status_hint, f"malformed request: {exc}") from exc
+        raise MalformedRequestError(exc.error_status_hint, f"malformed request: {exc}") from exc
     target = event.target.decode("ascii", "replace")
     path, _, query = target.partition("?")
     headers = tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers)
     return HttpRequest(event.method.decode("ascii", "replace"), path, query, headers, bytes(body))
 
 
+def can_respond(conn: h11.Connection) -> bool:
+    """Whether h11 can still send a response on `conn` (else: just close)."""
+    return conn.our_state in (h11.IDLE, h11.SEND_RESPONSE)
+
+
 async def _send_response(
     stream: trio.abc.Stream, conn: h11.Connection, response: HttpResponse, *, close: bool
 ) -> None:
-    if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
-        return  # h11 cannot answer in this state: just close
     headers = [
         ("Content-Type", response.content_type),
         ("Content-Length", str(len(response.body))),
         ("Server", SERVER_HEADER),
         *response.headers,
     ]
-    if close:
-        headers.append(("Connection", "close"))
+    await send_response(stream, conn, response.status_code, headers, response.body, close=close)
+
+
+async def send_response(
+    stream: trio.abc.Stream,
+    conn: h11.Connection,
+    status_code: int,
+    headers: Sequence[tuple[str, str]],
+    body: bytes,
+    *,
+    close: bool,
+    head_only: bool = False,
+) -> None:
+    """Send one whole response (`headers` as given, plus `Connection: close` when
+    `close`); `head_only` leaves the body out (a HEAD answer). Nothing when h11 cannot
+    answer in its state."""
+    if not can_respond(conn):
+        return
+    all_headers = [*headers, ("Connection", "close")] if close else list(headers)
     try:
-        reason = HTTPStatus(response.status_code).phrase.encode()
+        reason = HTTPStatus(status_code).phrase.encode()
     except ValueError:
         reason = b""
-    data = conn.send(h11.Response(status_code=response.status_code, headers=headers, reason=reason))
-    data = (data or b"") + (conn.send(h11.Data(data=response.body)) or b"")
+    data = conn.send(h11.Response(status_code=status_code, headers=all_headers, reason=reason))
+    data = data or b""
+    if not head_only:
+        data += conn.send(h11.Data(data=body)) or b""
     data += conn.send(h11.EndOfMessage()) or b""
     await stream.send_all(data)

@@ -8,12 +8,17 @@ Prometheus and answered 405 like other methods; other paths -> 404.
 
 from __future__ import annotations
 
-import ipaddress
-
 import trio
 
 from meshhealth import defaults
-from meshhealth.agent.http_server import HttpRequest, HttpResponse, ServerLimits, serve_http
+from meshhealth.agent.http_server import (
+    HttpRequest,
+    HttpResponse,
+    ServerLimits,
+    bound_port,
+    open_tcp_listener,
+    serve_http,
+)
 from meshhealth.metrics import CONTENT_TYPE, Registry
 
 TEXT = "text/plain; charset=utf-8"
@@ -43,23 +48,17 @@ async def serve_metrics(
 ) -> None:
     """Serve until cancelled; `task_status.started(port)` gives the bound port (port 0:
     any free one). Bind errors are raised as OSError before `started`."""
-    ipaddress.ip_address(host)  # ValueError for a name: we bind one address, not many
-    listeners = await trio.open_tcp_listeners(port, host=host)
-    if len(listeners) != 1:  # pragma: no cover - an IP literal resolves to one address
-        for listener in listeners:
-            await trio.aclose_forcefully(listener)
-        raise OSError(f"{host} resolved to {len(listeners)} addresses, expected one")
-    listener = listeners[0]
-    bound_port: int = listener.socket.getsockname()[1]
+    listener = await open_tcp_listener(host, port)  # ValueError for a name, OSError
+    port_bound = bound_port(listener)
 
     async def handle(request: HttpRequest) -> HttpResponse:
         return metrics_response(request, registry)
 
-    task_status.started(bound_port)
+    task_status.started(port_bound)
     await serve_http(
         listener,
         handle,
         text_error,
         ServerLimits(max_connections=max_connections, read_timeout_s=read_timeout_s),
-        name=f"metrics {host}:{bound_port}",
+        name=f"metrics {host}:{port_bound}",
     )

@@ -27,17 +27,7 @@ POLL_S = 5.0
 
 def decode_nodes(items: Iterable[tuple[str, bytes]]) -> tuple[list[Node], list[str]]:
     """(key, value) pairs -> the valid Node entries, and one error line per bad value."""
-    nodes: list[Node] = []
-    errors: list[str] = []
-    for key, value in items:
-        try:
-            entry = codec.decode_value(key, value)
-        except codec.DecodeError as error:
-            errors.append(f"{key}: {error}")
-            continue
-        if isinstance(entry, Node):
-            nodes.append(entry)
-    return nodes, errors
+    return codec.decode_entries(items, Node)
 
 
 class PeerNodes:

@@ -16,26 +16,35 @@ Protection against slow or hostile clients:
 - Request heads are capped by h11 (`max_incomplete_event_size`), bodies by a counter.
 
 Every connection handler runs in the server's nursery: cancelling `serve_responder`
-closes the listener and every connection.
+closes the listener and every connection. Binding, the accept loop, reading a request
+and writing a response are meshhealth.agent.http_server's; this module routes, keeps
+the per-cycle deadline and the counters, and lingers before closing after an error.
 """
 
 from __future__ import annotations
 
 import enum
-import errno
-import ipaddress
 import json
-import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from http import HTTPStatus
 
 import h11
 import trio
 
 from meshhealth import __version__, defaults
-
-log = logging.getLogger(__name__)
+from meshhealth.agent.http_server import (
+    SERVER_HEADER,
+    ClientGoneError,
+    ConnectionStats,
+    MalformedRequestError,
+    RequestRejectedError,
+    accept_connections,
+    bound_port,
+    can_respond,
+    open_tcp_listener,
+    read_request,
+    send_response,
+)
 
 # Largest request line + headers; a probe sends ~100 bytes.
 MAX_REQUEST_HEAD_BYTES = 8 * 1024
@@ -45,23 +54,18 @@ RECEIVE_CHUNK_BYTES = 4 * 1024
 # After an error reply: how long and how much we read and discard before closing.
 LINGER_S = 0.5
 LINGER_MAX_BYTES = 256 * 1024
-SERVER_HEADER = f"meshhealth/{__version__}"
-# accept() errors that mean "out of resources": wait a little instead of spinning.
-_ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
-_ACCEPT_BACKOFF_S = 0.1
 
 
 @dataclass(slots=True)
-class ResponderStats:
-    """Counters the agent's metrics read. Mutated only by the responder's tasks."""
+class ResponderStats(ConnectionStats):
+    """Counters the agent's metrics read. Mutated only by the responder's tasks.
+
+    The connection counters (accepted, rejected, active, accept errors) are
+    ConnectionStats'."""
 
     responses_by_status: Counter[int] = field(default_factory=Counter)
-    connections_accepted: int = 0  # served (not counting rejected ones)
-    connections_rejected: int = 0  # closed at once because max_connections were busy
-    active_connections: int = 0  # gauge
     read_timeouts: int = 0  # dropped because a request cycle ran out of time
     protocol_errors: int = 0  # requests h11 rejected (answered 400/431)
-    accept_errors: int = 0  # accept() failed for lack of resources (EMFILE, ...)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,14 +118,6 @@ def _headers(content_type: str, length: int) -> tuple[tuple[str, str], ...]:
     )
 
 
-class _ClientGoneError(Exception):
-    """The client closed the connection between requests."""
-
-
-class _BodyTooLargeError(Exception):
-    pass
-
-
 async def serve_responder(
     host: str,
     port: int = defaults.HTTP_PORT,
@@ -140,59 +136,23 @@ async def serve_responder(
     """
     if max_connections < 1:
         raise ValueError(f"max_connections must be >= 1, got {max_connections}")
-    ipaddress.ip_address(host)
     counters = stats if stats is not None else ResponderStats()
-    listeners = await trio.open_tcp_listeners(port, host=host)
-    if len(listeners) != 1:  # pragma: no cover - an IP literal resolves to one address
-        for extra in listeners:
-            await trio.aclose_forcefully(extra)
-        raise OSError(f"{host} resolved to {len(listeners)} addresses, expected one")
-    listener = listeners[0]
+    listener = await open_tcp_listener(host, port)
     try:
-        bound_port: int = listener.socket.getsockname()[1]
-        async with trio.open_nursery() as nursery:
-            task_status.started(bound_port)
-            await _accept_loop(
-                listener,
-                nursery,
-                counters,
-                max_connections=max_connections,
-                read_timeout_s=read_timeout_s,
-                node_name=node_name,
-            )
+
+        async def serve_one(stream: trio.SocketStream) -> None:
+            await _serve_connection(stream, counters, read_timeout_s, node_name)
+
+        task_status.started(bound_port(listener))
+        await accept_connections(
+            listener,
+            serve_one,
+            max_connections=max_connections,
+            name="responder",
+            stats=counters,
+        )
     finally:
         await trio.aclose_forcefully(listener)
-
-
-async def _accept_loop(
-    listener: trio.SocketListener,
-    nursery: trio.Nursery,
-    stats: ResponderStats,
-    *,
-    max_connections: int,
-    read_timeout_s: float,
-    node_name: str,
-) -> None:
-    slots = trio.CapacityLimiter(max_connections)
-    while True:
-        try:
-            stream = await listener.accept()
-        except OSError as exc:
-            if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:
-                raise
-            stats.accept_errors += 1
-            log.warning("responder: accept failed (%s); pausing %.1fs", exc, _ACCEPT_BACKOFF_S)
-            await trio.sleep(_ACCEPT_BACKOFF_S)
-            continue
-        try:
-            slots.acquire_on_behalf_of_nowait(stream)
-        except trio.WouldBlock:
-            stats.connections_rejected += 1
-            await trio.aclose_forcefully(stream)
-            continue
-        stats.connections_accepted += 1
-        stats.active_connections += 1
-        nursery.start_soon(_serve_connection, stream, slots, stats, read_timeout_s, node_name)
 
 
 class _After(enum.Enum):
@@ -204,12 +164,10 @@ class _After(enum.Enum):
 
 
 async def _serve_connection(
-    stream: trio.SocketStream,
-    slots: trio.CapacityLimiter,
-    stats: ResponderStats,
-    read_timeout_s: float,
-    node_name: str,
+    stream: trio.SocketStream, stats: ResponderStats, read_timeout_s: float, node_name: str
 ) -> None:
+    """Serve requests until the client closes or a cycle runs out of time. The caller
+    (accept_connections) counts the connection and closes the stream."""
     conn = h11.Connection(our_role=h11.SERVER, max_incomplete_event_size=MAX_REQUEST_HEAD_BYTES)
     try:
         while True:
@@ -223,12 +181,8 @@ async def _serve_connection(
             if after is not _After.NEXT_REQUEST:
                 return
             conn.start_next_cycle()
-    except (trio.BrokenResourceError, trio.ClosedResourceError, _ClientGoneError):
+    except (trio.BrokenResourceError, trio.ClosedResourceError, ClientGoneError):
         return
-    finally:
-        stats.active_connections -= 1
-        slots.release_on_behalf_of(stream)
-        await trio.aclose_forcefully(stream)
 
 
 async def _serve_one_request(
@@ -236,21 +190,16 @@ async def _serve_one_request(
 ) -> _After:
     """Read one request and answer it."""
     try:
-        request = await _next_event(stream, conn)
-        if isinstance(request, h11.ConnectionClosed):
-            raise _ClientGoneError
-        assert isinstance(request, h11.Request), request  # h11 yields nothing else here
-        reply = route(request.method, request.target, node_name)
-        await _drain_body(stream, conn)
-    except h11.RemoteProtocolError as exc:
-        stats.protocol_errors += 1
-        if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):  # pragma: no cover
+        request = await read_request(stream, conn, MAX_REQUEST_BODY_BYTES)
+    except RequestRejectedError as exc:
+        if isinstance(exc, MalformedRequestError):
+            stats.protocol_errors += 1
+        if not can_respond(conn):  # pragma: no cover
             return _After.CLOSE
-        await _send_reply(stream, conn, error_reply(exc.error_status_hint), stats, close=True)
+        await _send_reply(stream, conn, error_reply(exc.status_code), stats, close=True)
         return _After.LINGER_CLOSE
-    except _BodyTooLargeError:
-        await _send_reply(stream, conn, error_reply(413), stats, close=True)
-        return _After.LINGER_CLOSE
+    method = request.method.encode("ascii", "replace")
+    reply = route(method, request.path.encode("ascii", "replace"), node_name)
     await _send_reply(stream, conn, reply, stats)
     if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
         return _After.NEXT_REQUEST
@@ -274,30 +223,6 @@ async def _lingering_close(stream: trio.SocketStream) -> None:
             drained += len(chunk)
 
 
-async def _next_event(stream: trio.SocketStream, conn: h11.Connection) -> h11.Event:
-    while True:
-        event = conn.next_event()
-        if isinstance(event, h11.Event):
-            return event
-        if event is h11.PAUSED:  # pragma: no cover - we never read past a request's end
-            raise RuntimeError("h11 paused: read past the end of a request")
-        conn.receive_data(await stream.receive_some(RECEIVE_CHUNK_BYTES))
-
-
-async def _drain_body(stream: trio.SocketStream, conn: h11.Connection) -> None:
-    body_bytes = 0
-    while True:
-        event = await _next_event(stream, conn)
-        if isinstance(event, h11.EndOfMessage):
-            return
-        if isinstance(event, h11.Data):
-            body_bytes += len(event.data)
-            if body_bytes > MAX_REQUEST_BODY_BYTES:
-                raise _BodyTooLargeError
-        elif isinstance(event, h11.ConnectionClosed):
-            raise _ClientGoneError
-
-
 async def _send_reply(
     stream: trio.SocketStream,
     conn: h11.Connection,
@@ -306,15 +231,14 @@ async def _send_reply(
     *,
     close: bool = False,
 ) -> None:
-    headers = list(reply.headers)
-    if close:
-        headers.append(("Connection", "close"))
-    reason = HTTPStatus(reply.status_code).phrase.encode()
-    response = h11.Response(status_code=reply.status_code, headers=headers, reason=reason)
-    data = conn.send(response) or b""
-    if not reply.head_only:
-        data += conn.send(h11.Data(data=reply.body)) or b""
-    data += conn.send(h11.EndOfMessage()) or b""
     # Counted before the write, so a client that has the answer can see the count.
     stats.responses_by_status[reply.status_code] += 1
-    await stream.send_all(data)
+    await send_response(
+        stream,
+        conn,
+        reply.status_code,
+        reply.headers,
+        reply.body,
+        close=close,
+        head_only=reply.head_only,
+    )

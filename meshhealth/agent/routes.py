@@ -24,9 +24,8 @@ from typing import Any, TypeVar
 import trio
 
 from meshhealth import defaults
-from meshhealth.agent.endpoint_netns import PlumbingError
+from meshhealth.agent.endpoint_netns import PlumbingError, with_iproute
 from meshhealth.model import Node
-from meshhealth.netns import call_in_netns
 
 log = logging.getLogger(__name__)
 
@@ -120,19 +119,6 @@ def diff_routes(desired: Mapping[str, str], present: Mapping[str, str | None]) -
 # --- netlink (sync, run in a worker thread) -----------------------------------------------
 
 
-def _run_iproute(netns: str | None, fn: Callable[[Any], T]) -> T:
-    def run() -> T:
-        from pyroute2 import IPRoute, NetlinkError
-
-        try:
-            with IPRoute() as ipr:
-                return fn(ipr)
-        except NetlinkError as exc:
-            raise PlumbingError(f"netlink: {exc.args[-1]} (errno {exc.code})") from exc
-
-    return call_in_netns(netns, run)
-
-
 def read_routes(netns: str | None, proto: int = ROUTE_PROTO) -> dict[str, str | None]:
     """Our routes in the main table: cidr -> via (None for a route without a gateway)."""
 
@@ -149,7 +135,7 @@ def read_routes(netns: str | None, proto: int = ROUTE_PROTO) -> dict[str, str | 
                 )
         return found
 
-    return _run_iproute(netns, dump)
+    return with_iproute(netns, dump)
 
 
 def apply_routes(
@@ -178,7 +164,7 @@ def apply_routes(
                     failed.append((dst, f"{dst} via {via}: {reason}"))
         return failed
 
-    return _run_iproute(netns, apply)
+    return with_iproute(netns, apply)
 
 
 # --- the service --------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import tomllib
 
 from meshhealth import defaults
 from meshhealth.agent.config import AgentConfig, ConfigError, add_agent_arguments, resolve_config
+from meshhealth.cli.common import print_error
 
 DESCRIPTION = f"""\
 Run the meshhealth agent of this node: register it in etcd, discover peers, probe every
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args, dict(os.environ))
     except ConfigError as exc:
-        print(f"meshhealth agent: {exc}", file=sys.stderr)
+        print_error("agent", str(exc))
         return 2
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -91,6 +92,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         trio.run(run_agent_until_signal, config)
     except AgentStartError as exc:
-        print(f"meshhealth agent: {exc}", file=sys.stderr)
+        print_error("agent", str(exc))
         return 2
     return 0

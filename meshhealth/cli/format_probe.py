@@ -36,14 +36,16 @@ from typing import Any
 
 from meshhealth import model
 from meshhealth.cli.durations import format_duration
+from meshhealth.model import status_text
 
-
-def status_text(result: model.ProbeResult) -> str:
-    """`OK`, `Connection timed out`, `HTTP 503`, `Error: ICMP disabled`, ..."""
-    text = result.text
-    if result.detail and result.detail != text and not result.ok:
-        return f"{text}: {result.detail}"
-    return text
+__all__ = [  # status_text lives in meshhealth.model, re-exported for its callers
+    "format_loss",
+    "format_probe_json",
+    "format_probe_text",
+    "probe_line",
+    "probe_record",
+    "status_text",
+]
 
 
 def format_loss(loss: float) -> str:

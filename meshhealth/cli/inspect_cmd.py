@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from meshhealth import defaults, keys
+from meshhealth.cli.common import ENV_ETCD, add_etcd_option, etcd_endpoints, print_error
 
-ENV_ETCD = "MESHHEALTH_ETCD"
 EXIT_UNREACHABLE = 2
 
 DESCRIPTION = f"""\
@@ -104,12 +103,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "prefix", nargs="?", default=keys.PREFIX, metavar="PREFIX", help="key prefix to read"
     )
-    parser.add_argument(
-        "--etcd",
-        default=None,
-        metavar="URL[,URL...]",
-        help=f"etcd endpoints (default: ${ENV_ETCD}, else {defaults.DEFAULT_ETCD})",
-    )
+    add_etcd_option(parser, metavar="URL[,URL...]")
     parser.add_argument(
         "-o", "--output", choices=("json", "text"), default="json", help="output format"
     )
@@ -129,11 +123,11 @@ def run(args: argparse.Namespace) -> int:
 
     from meshhealth.kvstore import EtcdError, EtcdUnavailable, open_etcd
 
-    endpoints = args.etcd or os.environ.get(ENV_ETCD) or defaults.DEFAULT_ETCD
+    endpoints = etcd_endpoints(args)
     prefix: str = args.prefix
     timeout_s: float = args.timeout
     if not timeout_s > 0:
-        print("meshhealth inspect: --timeout must be > 0", file=sys.stderr)
+        print_error("inspect", "--timeout must be > 0")
         return EXIT_UNREACHABLE
 
     async def fetch() -> list[tuple[str, bytes]]:
@@ -143,14 +137,11 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         items = trio.run(fetch)
-    except ValueError as error:  # malformed endpoint list
-        print(f"meshhealth inspect: {error}", file=sys.stderr)
-        return EXIT_UNREACHABLE
-    except EtcdUnavailable as error:
-        print(f"meshhealth inspect: {error}", file=sys.stderr)
+    except (ValueError, EtcdUnavailable) as error:  # malformed endpoint list, no etcd
+        print_error("inspect", str(error))
         return EXIT_UNREACHABLE
     except EtcdError as error:
-        print(f"meshhealth inspect: {error}", file=sys.stderr)
+        print_error("inspect", str(error))
         return 1
     rows = decode_rows(items)
     out = format_text(rows) if args.output == "text" else format_json(rows)

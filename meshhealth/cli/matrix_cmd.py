@@ -8,12 +8,11 @@ is not reachable and `--fail-on-unreachable` is given, 2 when no etcd could be r
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from meshhealth import defaults
+from meshhealth.cli.common import add_etcd_option, etcd_endpoints, print_error
 
-ENV_ETCD = "MESHHEALTH_ETCD"
 EXIT_UNREACHABLE = 2
 
 DESCRIPTION = f"""\
@@ -37,12 +36,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--etcd",
-        default=None,
-        metavar="URLS",
-        help=f"etcd endpoints (default: ${ENV_ETCD}, else {defaults.DEFAULT_ETCD})",
-    )
+    add_etcd_option(parser)
     parser.add_argument(
         "--cluster",
         default=None,
@@ -74,16 +68,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=run)
 
 
-def _error(message: str) -> None:
-    print(f"meshhealth matrix: {message}", file=sys.stderr)
-
-
 def _sources(args: argparse.Namespace) -> list[tuple[str | None, str]]:
     """(cluster or None, endpoints) to read; ValueError with a one-line message."""
     from meshhealth.keys import validate_cluster_name
     from meshhealth.kvstore.endpoints import parse_endpoints
 
-    endpoints = args.etcd or os.environ.get(ENV_ETCD) or defaults.DEFAULT_ETCD
+    endpoints = etcd_endpoints(args)
     cluster = None if args.cluster is None else validate_cluster_name(args.cluster)
     parse_endpoints(endpoints)
     sources: list[tuple[str | None, str]] = [(cluster, endpoints)]
@@ -110,11 +100,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         wanted = _sources(args)
     except ValueError as error:
-        _error(str(error))
+        print_error("matrix", str(error))
         return EXIT_UNREACHABLE
     timeout_s: float = args.timeout
     if not timeout_s > 0:
-        _error("--timeout must be > 0")
+        print_error("matrix", "--timeout must be > 0")
         return EXIT_UNREACHABLE
 
     async def fetch() -> tuple[Matrix, int]:
@@ -132,9 +122,11 @@ def run(args: argparse.Namespace) -> int:
 
     matrix, skipped = trio.run(fetch)
     if skipped:
-        _error(f"skipped {skipped} health entries that do not decode (see the log above)")
+        print_error(
+            "matrix", f"skipped {skipped} health entries that do not decode (see the log above)"
+        )
     if len(matrix.unavailable) == len(wanted):
-        _error("; ".join(matrix.unavailable.values()))
+        print_error("matrix", "; ".join(matrix.unavailable.values()))
         return EXIT_UNREACHABLE
     doc = matrix_document(matrix)
     text = format_matrix_json(doc) if args.output == "json" else format_matrix_text(doc)

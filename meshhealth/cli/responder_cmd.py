@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ipaddress
 import os
 import signal
-import sys
 from typing import TYPE_CHECKING
 
 from meshhealth import defaults
+from meshhealth.addresses import format_address, parse_listen
+from meshhealth.cli.common import print_error
 
 if TYPE_CHECKING:
     import trio
@@ -27,41 +27,6 @@ examples:
   meshhealth responder --listen 10.77.0.1                 port {defaults.HTTP_PORT}
   meshhealth responder --listen [fd00::1]:4240 --passive  health endpoint mode
 """
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """`IP`, `IP:PORT`, `[IPv6]`, `[IPv6]:PORT` or a bare IPv6 -> (ip, port). Pure.
-
-    Raises ValueError with a message fit for users.
-    """
-    host, port_text = text, None
-    if text.startswith("["):
-        close = text.find("]")
-        if close < 0:
-            raise ValueError(f"missing ']' in {text!r}")
-        host, rest = text[1:close], text[close + 1 :]
-        if rest:
-            if not rest.startswith(":"):
-                raise ValueError(f"expected ':PORT' after ']' in {text!r}")
-            port_text = rest[1:]
-    elif text.count(":") == 1:
-        host, port_text = text.split(":")
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        raise ValueError(f"not an IP address: {host!r}") from None
-    if text.startswith("[") and address.version != 6:
-        raise ValueError(f"brackets are for IPv6 addresses: {text!r}")
-    if port_text is None:
-        return str(address), defaults.HTTP_PORT
-    if not (port_text.isascii() and port_text.isdigit()) or int(port_text) > 65535:
-        raise ValueError(f"not a port number: {port_text!r}")
-    return str(address), int(port_text)
-
-
-def format_address(ip: str, port: int) -> str:
-    """`127.0.0.1:4240` or `[::1]:4240`. Pure."""
-    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -99,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         ip, port = parse_listen(args.listen)
     except ValueError as exc:
-        print(f"meshhealth responder: bad --listen: {exc}", file=sys.stderr)
+        print_error("responder", f"bad --listen: {exc}")
         return 2
     parent_pid = os.getppid() if args.exit_with_parent else None
     code: int = trio.run(_serve_until_signal, ip, port, args.passive, args.node_name, parent_pid)
@@ -117,10 +82,7 @@ async def _serve_until_signal(
                 bound_port: int = await nursery.start(_serve, ip, port, node_name)
             except OSError as exc:
                 where = format_address(ip, port)
-                print(
-                    f"meshhealth responder: cannot listen on {where}: {_reason(exc)}",
-                    file=sys.stderr,
-                )
+                print_error("responder", f"cannot listen on {where}: {_reason(exc)}")
                 return 2
             mode = " (passive)" if passive else ""
             print(f"responder listening on {format_address(ip, bound_port)}{mode}", flush=True)
@@ -141,7 +103,7 @@ async def _exit_when_orphaned(parent_pid: int, scope: trio.CancelScope) -> None:
         if os.getppid() != parent_pid:
             break
     with contextlib.suppress(OSError):  # stderr was a pipe to the dead parent
-        print(f"meshhealth responder: parent {parent_pid} is gone; exiting", file=sys.stderr)
+        print_error("responder", f"parent {parent_pid} is gone; exiting")
     scope.cancel()
 
 

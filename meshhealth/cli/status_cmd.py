@@ -14,6 +14,7 @@ import os
 import sys
 
 from meshhealth import defaults
+from meshhealth.cli.common import print_error
 
 DESCRIPTION = """\
 Show what this node's agent sees: every node, its host (NodeIP) and health endpoint
@@ -66,10 +67,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=run)
 
 
-def _error(message: str) -> None:
-    print(f"meshhealth status: {message}", file=sys.stderr)
-
-
 def run(args: argparse.Namespace) -> int:
     import trio
 
@@ -80,10 +77,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         socket_path = socket_path_from_host(host)
     except ValueError as exc:
-        _error(str(exc))
+        print_error("status", str(exc))
         return 2
     if args.matrix and args.probe:
-        _error("--matrix and --probe cannot be combined")
+        print_error("status", "--matrix and --probe cannot be combined")
         return 2
     if args.matrix:
         method, path = "GET", "/v1/matrix"
@@ -99,10 +96,12 @@ def run(args: argparse.Namespace) -> int:
             lambda: admin_request(socket_path, method, path, timeout_s=timeout_s)
         )
     except AdminUnavailable as exc:
-        _error(str(exc))
+        print_error("status", str(exc))
         return 2
     if status_code != 200:
-        _error(f"the agent at {socket_path} answered {status_code}: {doc.get('error', doc)}")
+        print_error(
+            "status", f"the agent at {socket_path} answered {status_code}: {doc.get('error', doc)}"
+        )
         return 1
     try:
         if args.output == "json":
@@ -114,7 +113,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             text = format_status_text(doc, verbose=args.verbose)
     except (KeyError, TypeError, ValueError) as exc:
-        _error(f"the agent at {socket_path} sent a status this client cannot read: {exc!r}")
+        print_error(
+            "status", f"the agent at {socket_path} sent a status this client cannot read: {exc!r}"
+        )
         return 1
     sys.stdout.write(text)
     summary = doc.get("summary", {})

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from meshhealth import defaults
+from meshhealth.cli.common import print_error
 
 if TYPE_CHECKING:
     from meshhealth.cli.watch_state import Change, WatchState
@@ -403,7 +404,7 @@ def run(args: argparse.Namespace) -> int:
     from meshhealth.cli.watch_view import frame_text
 
     def fail(message: str, code: int = 2) -> int:
-        print(f"meshhealth watch: {message}", file=sys.stderr)
+        print_error("watch", message)
         return code
 
     if args.poll <= 0:

@@ -2,9 +2,10 @@
 and a local etcd server for tests and the quick start (local_server, imported on its own).
 """
 
+from meshhealth.backoff import Backoff
 from meshhealth.kvstore.client import Etcd, open_etcd
 from meshhealth.kvstore.errors import EtcdError, EtcdUnavailable
-from meshhealth.kvstore.health import Backoff, EtcdHealth, EtcdStats
+from meshhealth.kvstore.health import EtcdHealth, EtcdStats
 from meshhealth.kvstore.messages import KV, Delete, Get, KeyAbsent, LeaseIs, Put, TxnResult
 from meshhealth.kvstore.watch import (
     Compacted,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from meshhealth import defaults
-from meshhealth.kvstore.health import Backoff
+from meshhealth.backoff import Backoff
 
 if TYPE_CHECKING:
     from meshhealth.kvstore.client import Etcd

@@ -32,8 +32,8 @@ from etcd3 import etcdrpc
 from etcd3.etcdrpc import kv_pb2
 
 from meshhealth import defaults
+from meshhealth.backoff import Backoff
 from meshhealth.kvstore.errors import EtcdUnavailable, prefix_range_end
-from meshhealth.kvstore.health import Backoff
 
 if TYPE_CHECKING:
     from meshhealth.kvstore.client import Etcd

@@ -228,10 +228,8 @@ class DownReport:
 
 def endpoint_names_taken(plan: P.LabPlan) -> list[str]:
     """Endpoint namespace names the plan's agents would use that exist already."""
-    from meshhealth.agent.endpoint_netns import endpoint_netns_name
-
     present = set(netns_ops.list_netns())
-    names = (endpoint_netns_name(n.cluster, n.name) for n in plan.nodes)
+    names = (n.endpoint_netns for n in plan.nodes)
     return [n for n in names if n in present]
 
 
@@ -253,10 +251,8 @@ def lab_netns_all(prefix: str, st: S.LabState | None) -> list[str]:
     if st is not None:
         # An endpoint namespace whose veth is gone is found by the agents' naming scheme,
         # unless it is wired to a namespace that is not ours (another lab's node).
-        from meshhealth.agent.endpoint_netns import endpoint_netns_name
-
         for node in plan_of(st).nodes:
-            name = endpoint_netns_name(node.cluster, node.name)
+            name = node.endpoint_netns
             exists = name not in names and netns_ops.netns_exists(name)
             if exists and netns_ops.peer_netns(name) <= set(names):
                 names.append(name)

@@ -76,6 +76,12 @@ class NodePlan:
     metrics_listen: str
 
     @property
+    def endpoint_netns(self) -> str:
+        """The agent's health-endpoint namespace (`--health-netns`): named after the
+        node's own namespace, so labs with other prefixes never share one."""
+        return f"{self.netns}-ep"
+
+    @property
     def qualified(self) -> str:
         """`lab1/node2`: the name users type and status prints."""
         return f"{self.cluster}/{self.name}"
@@ -137,7 +143,7 @@ def lab_dir(prefix: str, root: Path = LAB_ROOT) -> Path:
 def netns_pattern(prefix: str) -> re.Pattern[str]:
     """Namespace names `lab up` makes for this prefix (never another prefix's)."""
     p = re.escape(validate_prefix(prefix))
-    return re.compile(rf"^{p}-(fabric|lab[0-9]+-node[0-9]+)$")
+    return re.compile(rf"^{p}-(fabric|lab[0-9]+-node[0-9]+(-ep)?)$")
 
 
 def node_ip(cluster_index: int, node_index: int) -> str:
@@ -250,6 +256,8 @@ def agent_argv(
         str(node.socket),
         "--health-mode",
         "netns",
+        "--health-netns",
+        node.endpoint_netns,
         "--route-cidrs",
         "--metrics-listen",
         node.metrics_listen,
