@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from meshhealth.lab import etcd_proc, netns_ops, processes
+from meshhealth.lab import etcd_proc, neigh_table, netns_ops, processes
 from meshhealth.lab import plan as P
 from meshhealth.lab import state as S
 
@@ -169,12 +169,32 @@ def up(
     return st, plan
 
 
+def _size_neigh_table(st: S.LabState, nodes: int, say: Say) -> None:
+    """Raise the kernel-wide ARP table limits when this lab would overflow them."""
+    current = neigh_table.read_thresholds()
+    wanted = neigh_table.thresholds_for(neigh_table.entries_needed(nodes), current)
+    if wanted is None:
+        return
+    st.neigh_thresholds = current
+    S.save(st)
+    neigh_table.write_thresholds(wanted)
+    say(f"  host ARP table limits raised for {nodes} nodes: {wanted} (restored by lab down)")
+
+
+def _other_labs_up(prefix: str, root: Path) -> bool:
+    """Another lab's state file is there: leave the raised limits to its `lab down`."""
+    if not root.exists():
+        return False
+    return any(p.name != prefix and (p / "state.json").exists() for p in root.iterdir())
+
+
 def _build(st: S.LabState, plan: P.LabPlan, say: Say) -> None:
     plan.dir.mkdir(parents=True, exist_ok=True)
     S.save(st)
     total = len(plan.nodes)
     say(f"building lab {plan.prefix}: {len(plan.clusters)} cluster(s) x {st.nodes} node(s)")
     say(f"  fabric namespace {plan.fabric_netns}, bridge {P.BRIDGE} ({P.FABRIC_SUBNET})")
+    _size_neigh_table(st, total, say)
     st.add_namespace(plan.fabric_netns)
     S.save(st)
     netns_ops.add_netns(plan.fabric_netns)
@@ -314,6 +334,9 @@ def down(prefix: str, say: Say, root: Path = P.LAB_ROOT) -> DownReport:
     if errors:
         # Keep the state file: `lab down` again retries what is left.
         raise LabError(f"lab {prefix} only partly removed: {'; '.join(errors)}")
+    if st is not None and st.neigh_thresholds and not _other_labs_up(prefix, root):
+        neigh_table.write_thresholds(st.neigh_thresholds)
+        say(f"  host ARP table limits restored: {st.neigh_thresholds}")
     if base.exists():
         shutil.rmtree(base)
         report.dir_removed = True

@@ -50,6 +50,9 @@ class LabState:
     # key: "etcd/lab1", "agent/lab1/node2"
     processes: dict[str, ProcessRecord] = field(default_factory=dict)
     faults: list[FaultRecord] = field(default_factory=list)
+    # the host's ARP table limits before `lab up` raised them (neigh_table.py); restored
+    # by `lab down`. Empty when they were large enough.
+    neigh_thresholds: dict[str, int] = field(default_factory=dict)
     version: int = STATE_VERSION
 
     @property
