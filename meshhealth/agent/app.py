@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
+from functools import partial
 from typing import Any
 
 import trio
@@ -151,7 +152,6 @@ class Agent:
             interval_s=config.interval_s,
             on_round=self._on_round,
         )
-        self._in_flight = 0
         self._mirrors = {
             "etcd_errors": CounterMirror(self.metrics.etcd_errors.labels(cluster=config.cluster)),
             "invalid_ip": CounterMirror(self.metrics.kvstore_invalid_values.labels(kind="ip")),
@@ -317,6 +317,16 @@ async def _open_pinger_or_none(stack: AsyncExitStack) -> Pinger | None:
     return pinger
 
 
+async def _start_tcp(
+    nursery: trio.Nursery, what: str, serve: Callable[..., Awaitable[object]], *args: object
+) -> None:
+    """Start a TCP server task; a bind error becomes one line for the user."""
+    try:
+        await nursery.start(serve, *args)
+    except OSError as error:
+        raise AgentStartError(f"cannot {what}: {error.strerror}") from None
+
+
 async def run_agent(
     config: AgentConfig, *, task_status: trio.TaskStatus[Agent] = trio.TASK_STATUS_IGNORED
 ) -> None:
@@ -344,34 +354,26 @@ async def run_agent(
         log.info("live feed on unix:%s", feed_path)
         if config.feed_listen is not None:
             host, port = config.feed_listen
-            try:
-                await nursery.start(serve_feed_tcp, host, port, agent.feed)
-            except OSError as error:
-                raise AgentStartError(
-                    f"cannot serve the feed on {host}:{port}: {error.strerror}"
-                ) from None
+            await _start_tcp(
+                nursery, f"serve the feed on {host}:{port}", serve_feed_tcp, host, port, agent.feed
+            )
         if config.metrics_listen is not None:
             host, port = config.metrics_listen
-            try:
-                await nursery.start(serve_metrics, host, port, agent.registry)
-            except OSError as error:
-                raise AgentStartError(
-                    f"cannot serve metrics on {host}:{port}: {error.strerror}"
-                ) from None
-        try:
-            await nursery.start(
-                lambda task_status: serve_responder(
-                    config.node_ip,
-                    config.http_port,
-                    node_name=config.node,
-                    stats=agent.responder_stats,
-                    task_status=task_status,
-                )
+            await _start_tcp(
+                nursery,
+                f"serve metrics on {host}:{port}",
+                serve_metrics,
+                host,
+                port,
+                agent.registry,
             )
-        except OSError as error:
-            raise AgentStartError(
-                f"cannot listen on {config.node_ip}:{config.http_port}: {error.strerror}"
-            ) from None
+        await _start_tcp(
+            nursery,
+            f"listen on {config.node_ip}:{config.http_port}",
+            partial(serve_responder, node_name=config.node, stats=agent.responder_stats),
+            config.node_ip,
+            config.http_port,
+        )
         await nursery.start(agent.registrar.run)
         await nursery.start(agent.discovery.run)
         await nursery.start(agent.mesh.run)

@@ -14,7 +14,7 @@ import ipaddress
 import re
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from meshhealth import defaults
@@ -52,7 +52,6 @@ class AgentConfig:
     stats_window: int = defaults.STATS_WINDOW
     feed_listen: tuple[str, int] | None = None
     health_netns: str | None = None  # None: mh-health-<cluster>-<node>
-    extra: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def spread_s(self) -> float:
@@ -68,13 +67,18 @@ def _as_str(value: object) -> str:
     return value.strip()
 
 
-def _positive_float(value: object) -> float:
+def _number(value: object) -> float:
+    """A float from a flag/env string or a TOML number (a TOML bool is not a number)."""
     if isinstance(value, bool):
         raise ValueError(f"expected a number, got {value!r}")
     try:
-        number = float(value)  # type: ignore[arg-type]
+        return float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise ValueError(f"not a number: {value!r}") from None
+
+
+def _positive_float(value: object) -> float:
+    number = _number(value)
     if not number > 0 or number == float("inf"):
         raise ValueError(f"must be a positive number, got {value!r}")
     return number
@@ -102,12 +106,7 @@ def _port(value: object) -> int:
 
 
 def _fraction(value: object) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"expected a number, got {value!r}")
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ValueError(f"not a number: {value!r}") from None
+    number = _number(value)
     if not 0.0 <= number <= 1.0:
         raise ValueError(f"must be between 0 and 1, got {value!r}")
     return number
