@@ -378,12 +378,16 @@ async def run_agent(
         await nursery.start(agent.discovery.run)
         await nursery.start(agent.mesh.run)
         await nursery.start(agent.publisher.run)
-        await nursery.start(agent.loop.run)
         if agent.routes is not None and agent.peer_nodes is not None:
             await nursery.start(agent.routes.run)
             await nursery.start(agent.peer_nodes.run)
         if agent.endpoint is not None:
-            nursery.start_soon(agent.endpoint.run)
+            # Before the first round: probing our own endpoint before it was started
+            # would report it down. started() comes when the responder is ready or its
+            # first attempt failed (bounded by ENDPOINT_READY_TIMEOUT_S); the admin API
+            # answers meanwhile ("never probed").
+            await nursery.start(agent.endpoint.run)
+        await nursery.start(agent.loop.run)
         nursery.start_soon(agent.run_metrics_sync)
         log.info(
             "agent %s/%s up: node_ip=%s health_ip=%s interval=%ss",
