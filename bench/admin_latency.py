@@ -36,7 +36,6 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: make `meshhealth` and `tests` importable
     sys.path.insert(0, str(ROOT))
 
-from meshhealth.kvstore.local_server import free_loopback_port  # noqa: E402
 from tests.agent_cluster import (  # noqa: E402
     AgentCluster,
     AgentProcess,
@@ -46,6 +45,7 @@ from tests.agent_cluster import (  # noqa: E402
     wait_for,
 )
 from tests.plugins.etcd_server import EtcdServer  # noqa: E402
+from tests.plugins.local_etcd import free_loopback_port  # noqa: E402
 from tests.plugins.netns import NetnsFactory  # noqa: E402
 
 

@@ -238,7 +238,7 @@ async def _serve_responders() -> None:
     """Driver mode: /hello responders on every IPv4 and IPv6 address of the namespace."""
     import trio
 
-    from meshhealth.agent.responder import serve_responder
+    from meshhealth.probe.responder import serve_responder
 
     async with trio.open_nursery() as nursery:
         for host in ("0.0.0.0", "::"):  # trio's IPv6 listeners are IPv6-only

@@ -74,7 +74,7 @@ ADMIN_SOCKET_ENV: Final = "MESHHEALTH_SOCKET"
 METRICS_READ_TIMEOUT_S: Final = 5.0
 METRICS_MAX_CONNECTIONS: Final = 16
 
-# --- health endpoint (meshhealth.agent.endpoint) ------------------------------------------
+# --- health endpoint (meshhealth.agent.health_endpoint.supervisor) -------------------------
 # How often the netns endpoint's namespace and veth are checked: "re-created within a few
 # seconds" of being deleted, for one stat + one netlink lookup per second.
 ENDPOINT_CHECK_INTERVAL_S: Final = 1.0
@@ -90,7 +90,7 @@ ENDPOINT_STOP_GRACE_S: Final = 2.0
 # Host side of the endpoint's veth: Cilium's name, so its users find it.
 ENDPOINT_HOST_IFACE: Final = "lxc_health"
 
-# --- routes to peers' CIDRs (meshhealth.agent.routes) -------------------------------------
+# --- routes to peers' CIDRs (meshhealth.agent.health_endpoint.routes) ----------------------
 # Route protocol number marking routes the agent programs (`ip route show proto 164`):
 # crash leftovers are found and removed by it, other routes are never touched.
 ROUTE_PROTO: Final = 0xA4
@@ -99,7 +99,7 @@ ROUTE_RESYNC_INTERVAL_S: Final = 10.0
 # After a failed route change, retry this soon.
 ROUTE_RETRY_S: Final = 1.0
 
-# --- publisher and matrix (meshhealth.agent.publisher, meshhealth.matrix) -------------------
+# --- publisher and matrix (meshhealth.agent.membership.publisher, meshhealth.documents.matrix) ---
 # Readers show a health report older than this many of its source's intervals as stale.
 MATRIX_STALE_INTERVALS: Final = 3
 # A node with no status change rewrites its health entry every this many intervals. The
@@ -111,7 +111,7 @@ PUBLISH_REFRESH_INTERVALS: Final = 2
 # together (a round's results, a probe-now round right after) make one write.
 PUBLISH_DEBOUNCE_S: Final = 0.5
 
-# --- clustermesh (meshhealth.agent.clustermesh) ---------------------------------------------
+# --- clustermesh (meshhealth.agent.membership.clustermesh) ---------------------------------
 # A remote cluster refused (id clash, wrong name) or without a cluster-config entry yet
 # is checked again this often: fixing the remote needs no agent restart.
 MESH_RECHECK_S: Final = 5.0
@@ -119,7 +119,7 @@ MESH_RECHECK_S: Final = 5.0
 # that is down costs the answer this long at most.
 MATRIX_READ_TIMEOUT_S: Final = 2.0
 
-# --- live feed (meshhealth.agent.feed, `meshhealth watch`) -----------------------------
+# --- live feed (meshhealth.agent.serving.feed_server, `meshhealth watch`) ------------------
 # Viewers at once on one agent (each costs a task and a queue); more are answered 503.
 FEED_MAX_CLIENTS: Final = 256
 # A viewer that has not received a round message for this many rounds is told it is

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import trio
 
 from meshhealth import codec, defaults, keys
+from meshhealth.documents.matrix import Matrix, NodeRef, build_matrix
 from meshhealth.kvstore import Etcd, EtcdError
-from meshhealth.matrix import Matrix, NodeRef, build_matrix
 from meshhealth.model import HealthReport
 
 log = logging.getLogger(__name__)

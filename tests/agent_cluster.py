@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from meshhealth import codec, keys
-from meshhealth.kvstore.local_server import free_loopback_port
 from meshhealth.model import (
     IDENTITY_HEALTH,
     IDENTITY_REMOTE_NODE,
@@ -46,6 +45,7 @@ from meshhealth.model import (
     IPEntry,
 )
 from tests.plugins.etcd_server import EtcdServer, running_etcd
+from tests.plugins.local_etcd import free_loopback_port
 
 ROOT = Path(__file__).resolve().parent.parent
 STOP_GRACE_S = 5.0

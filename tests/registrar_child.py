@@ -11,7 +11,7 @@ import sys
 
 import trio
 
-from meshhealth.agent.registrar import Registrar
+from meshhealth.agent.membership.registrar import Registrar
 from meshhealth.kvstore import open_etcd
 from tests.etcd_helpers import FAST_ETCD, make_node
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from meshhealth.agent.status_model import (
+from meshhealth.documents.status import (
     EtcdState,
     LocalNode,
     RoundState,

@@ -18,10 +18,10 @@ import trio
 import trio.testing
 
 from meshhealth.admin_client import AdminUnavailable, admin_request, socket_path_from_host
-from meshhealth.agent.admin_api import AdminSocketError, serve_admin_api
 from meshhealth.agent.prober_loop import ProberLoop
-from meshhealth.agent.status_model import build_status_document
+from meshhealth.agent.serving.admin_api import AdminSocketError, serve_admin_api
 from meshhealth.cli import main
+from meshhealth.documents.status import build_status_document
 from meshhealth.model import RoundReport, Target
 from tests import status_stories
 

@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 
 from meshhealth import codec, keys
-from meshhealth.kvstore.local_server import free_loopback_port
 from tests.agent_cluster import (
     AgentCluster,
     AgentProcess,
@@ -38,6 +37,7 @@ from tests.agent_cluster import (
 )
 from tests.etcd_helpers import etcdctl_get_prefix
 from tests.plugins.etcd_server import EtcdServer
+from tests.plugins.local_etcd import free_loopback_port
 from tests.plugins.netns import NetnsFactory
 
 NAMES = ("n1", "n2", "n3")

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from meshhealth import codec, keys
-from meshhealth.agent.clustermesh import (
+from meshhealth.agent.membership.clustermesh import (
     ClusterMesh,
     MeshConfigError,
     RemoteSpec,
@@ -20,8 +20,8 @@ from meshhealth.agent.clustermesh import (
     read_mesh_dir,
     remote_specs,
 )
-from meshhealth.agent.mesh_status import cluster_states
-from meshhealth.agent.registrar import registration_entries
+from meshhealth.agent.membership.mesh_status import cluster_states
+from meshhealth.agent.membership.registrar import registration_entries
 from meshhealth.kvstore import open_etcd
 from meshhealth.model import ClusterConfig
 from tests.etcd_helpers import FAST_ETCD, make_node, poll_until

@@ -8,8 +8,8 @@ from contextlib import asynccontextmanager
 import trio
 
 from meshhealth import codec
-from meshhealth.agent.discovery import Discovery
-from meshhealth.agent.registrar import Registrar, registration_entries
+from meshhealth.agent.membership.discovery import Discovery
+from meshhealth.agent.membership.registrar import Registrar, registration_entries
 from meshhealth.kvstore import Etcd, open_etcd
 from meshhealth.model import IPEntry, Target
 from meshhealth.probe_set import ProbeSetDiff, TargetKey

@@ -17,9 +17,10 @@ from collections.abc import Callable, Iterator
 import pytest
 import trio
 
-from meshhealth.agent import endpoint_netns
 from meshhealth.agent.config import resolve_config
-from meshhealth.agent.endpoint import (
+from meshhealth.agent.health_endpoint import namespace as endpoint_netns
+from meshhealth.agent.health_endpoint.routes import RouteProgrammer
+from meshhealth.agent.health_endpoint.supervisor import (
     REASON_EXITED,
     REASON_NETNS_MISSING,
     REASON_SETUP_FAILED,
@@ -30,7 +31,6 @@ from meshhealth.agent.endpoint import (
     endpoint_from_config,
     responder_argv,
 )
-from meshhealth.agent.routes import RouteProgrammer
 from meshhealth.model import Node
 from meshhealth.netns import socket_in_netns
 from meshhealth.probe.http import http_probe
@@ -462,7 +462,7 @@ async def test_endpoint_reachable_across_nodes_with_programmed_routes(
 # The agent's way: the supervisor runs inside the node namespace (node_netns=None).
 AGENT_LIKE_DRIVER = """
 import signal, sys, trio
-from meshhealth.agent.endpoint import HealthEndpoint
+from meshhealth.agent.health_endpoint.supervisor import HealthEndpoint
 
 async def main():
     endpoint = HealthEndpoint(mode="netns", health_ip=sys.argv[1], netns=sys.argv[2], port=4240)

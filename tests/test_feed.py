@@ -14,16 +14,20 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_client_stream
 
-from meshhealth.agent.feed import FeedHub, FeedLimits, serve_feed_tcp, serve_feed_unix
-from meshhealth.agent.status_model import (
+from meshhealth.agent.serving.feed_server import (
+    FeedHub,
+    FeedLimits,
+    serve_feed_tcp,
+    serve_feed_unix,
+)
+from meshhealth.documents.feed import FEED_PATH
+from meshhealth.documents.status import (
     EtcdState,
     LocalNode,
     RoundState,
     StatusInputs,
     build_status_document,
 )
-from meshhealth.feed_protocol import FEED_PATH
-from meshhealth.kvstore.local_server import free_loopback_port
 from meshhealth.model import (
     PathKey,
     PathReport,
@@ -36,6 +40,7 @@ from meshhealth.model import (
 )
 from tests.agent_cluster import AgentCluster
 from tests.plugins.etcd_server import EtcdServer
+from tests.plugins.local_etcd import free_loopback_port
 
 
 class FakeProber:

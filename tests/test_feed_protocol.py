@@ -6,14 +6,7 @@ import json
 
 import pytest
 
-from meshhealth.agent.status_model import (
-    EtcdState,
-    LocalNode,
-    RoundState,
-    StatusInputs,
-    build_status_document,
-)
-from meshhealth.feed_protocol import (
+from meshhealth.documents.feed import (
     FEED_VERSION,
     ROUND_KEY,
     SNAPSHOT_KEY,
@@ -23,6 +16,13 @@ from meshhealth.feed_protocol import (
     path_changes,
     round_message,
     rtt_bucket,
+)
+from meshhealth.documents.status import (
+    EtcdState,
+    LocalNode,
+    RoundState,
+    StatusInputs,
+    build_status_document,
 )
 from meshhealth.model import (
     PathKey,

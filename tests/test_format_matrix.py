@@ -3,7 +3,7 @@ and of the `Clusters:` section of `meshhealth status` with clustermesh.
 
 After an intended change of the output, regenerate and review the diff:
 
-    MESHHEALTH_UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_format_matrix.py
+    MESHHEALTH_UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_format_documents/matrix.py
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from meshhealth.agent.status_model import ClusterState, EtcdState, build_status_document
 from meshhealth.cli.format_matrix import cell_text, format_matrix_json, format_matrix_text
 from meshhealth.cli.format_status import format_status_text
-from meshhealth.matrix import build_matrix, matrix_document
+from meshhealth.documents.matrix import build_matrix, matrix_document
+from meshhealth.documents.status import ClusterState, EtcdState, build_status_document
 from meshhealth.model import HealthReport, Target
 from tests import matrix_stories as S
 from tests import status_stories
@@ -149,7 +149,7 @@ def test_status_without_mesh_has_no_clusters_section() -> None:
 
 def test_matrix_command_errors(capsys: pytest.CaptureFixture[str]) -> None:
     from meshhealth.cli.main import main
-    from meshhealth.kvstore.local_server import free_loopback_port
+    from tests.plugins.local_etcd import free_loopback_port
 
     url = f"http://127.0.0.1:{free_loopback_port()}"
     assert main(["matrix", "--etcd", url, "--timeout", "2"]) == 2

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from meshhealth.agent.status_model import build_status_document
 from meshhealth.cli.format_status import format_age, format_status_text, path_line
+from meshhealth.documents.status import build_status_document
 from tests import status_stories
 
 GOLDEN_DIR = Path(__file__).parent / "golden"

@@ -15,9 +15,9 @@ import trio
 import trio.testing
 
 from meshhealth import __version__, model
-from meshhealth.agent.responder import serve_responder
 from meshhealth.probe import http
 from meshhealth.probe.http import http_probe
+from meshhealth.probe.responder import serve_responder
 
 Status = model.ProbeStatus
 Handler = Callable[[trio.SocketStream], Awaitable[None]]

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from meshhealth import codec
-from meshhealth.agent.registrar import registration_entries
+from meshhealth.agent.membership.registrar import registration_entries
 from meshhealth.cli.inspect_cmd import Row, decode_rows, format_json, format_text
-from meshhealth.kvstore.local_server import free_loopback_port
 from tests.etcd_helpers import make_node
 from tests.plugins.etcd_server import EtcdServer
+from tests.plugins.local_etcd import free_loopback_port
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE = make_node("n1", "10.0.0.1", "10.1.0.2")

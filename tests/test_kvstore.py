@@ -19,9 +19,9 @@ from meshhealth.kvstore import (
     WatchBatch,
     open_etcd,
 )
-from meshhealth.kvstore.local_server import EtcdNotFound, LocalEtcd, free_loopback_port
 from tests.etcd_helpers import FAST_ETCD, etcdctl_get_prefix_async, poll_until
 from tests.plugins.etcd_server import EtcdServer
+from tests.plugins.local_etcd import EtcdNotFound, LocalEtcd, free_loopback_port
 
 P = "meshhealth/test/"
 

@@ -1,10 +1,10 @@
-"""meshhealth.matrix: cells, staleness and the whose-fault-is-it summary lines (pure)."""
+"""meshhealth.documents.matrix: cells, staleness and the whose-fault-is-it summary lines (pure)."""
 
 from __future__ import annotations
 
 import pytest
 
-from meshhealth.matrix import build_matrix, cell_state, is_stale, matrix_document
+from meshhealth.documents.matrix import build_matrix, cell_state, is_stale, matrix_document
 from meshhealth.model import ProbeStatus
 from tests import matrix_stories as S
 

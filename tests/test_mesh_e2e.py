@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from meshhealth.kvstore.local_server import LocalEtcd
 from tests.agent_cluster import AgentCluster, AgentProcess, all_paths_ok, wait_for
 from tests.plugins.etcd_server import EtcdServer
+from tests.plugins.local_etcd import LocalEtcd
 
 ROOT = Path(__file__).resolve().parent.parent
 INTERVAL_S = 1.0

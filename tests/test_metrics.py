@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from meshhealth.agent.agent_metrics import LATENCY_BUCKETS_S, agent_metrics
-from meshhealth.agent.metrics_server import serve_metrics
+from meshhealth.agent.serving.metrics_server import serve_metrics
 from meshhealth.metrics import (
     CONTENT_TYPE,
     Registry,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from meshhealth import codec, keys
-from meshhealth.agent.peer_nodes import decode_nodes
+from meshhealth.agent.membership.peer_nodes import decode_nodes
 from meshhealth.model import ClusterConfig, Node
 
 

@@ -22,7 +22,6 @@ import trio
 
 from meshhealth import model
 from meshhealth.cli import probe_cmd
-from meshhealth.cli.durations import format_duration
 from meshhealth.cli.format_probe import (
     format_loss,
     format_probe_json,
@@ -31,6 +30,7 @@ from meshhealth.cli.format_probe import (
     status_text,
 )
 from meshhealth.cli.main import main
+from meshhealth.timefmt import format_duration
 from tests.plugins.netns import NetnsFactory
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
@@ -279,7 +279,7 @@ async def run_cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess
 
 
 async def serve_on(host: str, port: int, *, task_status: trio.TaskStatus[int]) -> None:
-    from meshhealth.agent.responder import serve_responder
+    from meshhealth.probe.responder import serve_responder
 
     await serve_responder(
         host, port, max_connections=16, read_timeout_s=2.0, task_status=task_status

@@ -12,7 +12,12 @@ import pytest
 import trio
 
 from meshhealth import codec, defaults, keys
-from meshhealth.agent.publisher import Publisher, PublishPolicy, health_report, status_map
+from meshhealth.agent.membership.publisher import (
+    Publisher,
+    PublishPolicy,
+    health_report,
+    status_map,
+)
 from meshhealth.cli.inspect_cmd import decode_rows
 from meshhealth.kvstore import open_etcd
 from meshhealth.model import (

@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from meshhealth import codec, keys
-from meshhealth.agent.registrar import NodeNameTaken, Registrar, registration_entries
+from meshhealth.agent.membership.registrar import NodeNameTaken, Registrar, registration_entries
 from meshhealth.kvstore import Etcd, open_etcd
 from meshhealth.model import IPEntry
 from tests.etcd_helpers import FAST_ETCD, etcdctl_get_prefix_async, make_node, poll_until

@@ -17,10 +17,10 @@ import trio
 
 from meshhealth import __version__, defaults, model
 from meshhealth.addresses import format_address, parse_listen
-from meshhealth.agent import responder
-from meshhealth.agent.responder import ResponderStats, serve_responder
 from meshhealth.cli import responder_cmd
+from meshhealth.probe import responder
 from meshhealth.probe.http import http_probe
+from meshhealth.probe.responder import ResponderStats, serve_responder
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

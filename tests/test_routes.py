@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 import trio
 
-from meshhealth.agent.routes import (
+from meshhealth.agent.health_endpoint.routes import (
     ROUTE_PROTO,
     RouteDiff,
     RouteProgrammer,

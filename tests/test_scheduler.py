@@ -322,7 +322,7 @@ async def start_responders(nursery: trio.Nursery, hosts: list[str]) -> int:
 
 
 async def serve_responder_on(host: str, port: int, *, task_status: trio.TaskStatus[int]) -> None:
-    from meshhealth.agent.responder import serve_responder
+    from meshhealth.probe.responder import serve_responder
 
     await serve_responder(
         host, port, max_connections=64, read_timeout_s=2.0, task_status=task_status

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from meshhealth.agent.admin_api import EncodedJson, json_response
-from meshhealth.agent.status_model import (
+from meshhealth.agent.serving.admin_api import EncodedJson, json_response
+from meshhealth.documents.status import (
     ClusterState,
     EtcdState,
     NodesCache,

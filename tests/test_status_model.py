@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from meshhealth.agent.status_model import (
+from meshhealth.documents.status import (
     EtcdState,
     LocalNode,
     RoundState,

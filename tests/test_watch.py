@@ -16,13 +16,6 @@ import pytest
 import trio
 
 from meshhealth import codec, keys
-from meshhealth.agent.status_model import (
-    EtcdState,
-    LocalNode,
-    RoundState,
-    StatusInputs,
-    build_status_document,
-)
 from meshhealth.cli.watch_cmd import feed_target
 from meshhealth.cli.watch_state import (
     PathView,
@@ -32,7 +25,14 @@ from meshhealth.cli.watch_state import (
     apply_health_reports,
 )
 from meshhealth.cli.watch_view import change_line, frame_text, path_colour, sparkline
-from meshhealth.feed_protocol import FeedTracker
+from meshhealth.documents.feed import FeedTracker
+from meshhealth.documents.status import (
+    EtcdState,
+    LocalNode,
+    RoundState,
+    StatusInputs,
+    build_status_document,
+)
 from meshhealth.kvstore import open_etcd
 from meshhealth.model import (
     HealthReport,

@@ -7,7 +7,7 @@
 
 `sync_connectivity` sets the status gauges (exactly one of reachable / unreachable /
 unknown is 1 per path, like Cilium), the unreachable counts, and removes every series of
-targets that left the probe set. Reachability follows meshhealth.agent.status_model, so
+targets that left the probe set. Reachability follows meshhealth.documents.status, so
 the metrics and `meshhealth status` never disagree.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from meshhealth import __version__
-from meshhealth.agent.status_model import PATH_STATES, combined_state, path_state
+from meshhealth.documents.status import PATH_STATES, combined_state, path_state
 from meshhealth.metrics import Counter, Gauge, Histogram, Registry
 from meshhealth.model import PathKey, PathSummary, Protocol, RoundReport, Target, TargetType
 

@@ -19,28 +19,29 @@ from typing import Any
 import trio
 
 from meshhealth import __version__
-from meshhealth.agent.admin_api import AdminSocketError, EncodedJson, serve_admin_api
 from meshhealth.agent.agent_metrics import AgentMetrics, agent_metrics
-from meshhealth.agent.clustermesh import (
+from meshhealth.agent.config import AgentConfig
+from meshhealth.agent.health_endpoint.routes import RouteProgrammer
+from meshhealth.agent.health_endpoint.supervisor import HealthEndpoint, endpoint_from_config
+from meshhealth.agent.membership.clustermesh import (
     ClusterMesh,
     MeshConfigError,
     RemoteSpec,
     default_cluster_id,
     load_remote_specs,
 )
-from meshhealth.agent.config import AgentConfig
-from meshhealth.agent.discovery import Discovery
-from meshhealth.agent.endpoint import HealthEndpoint, endpoint_from_config
-from meshhealth.agent.feed import FeedHub, serve_feed_tcp, serve_feed_unix
-from meshhealth.agent.mesh_status import MeshMetrics, cluster_states
-from meshhealth.agent.metrics_server import serve_metrics
-from meshhealth.agent.peer_nodes import PeerNodes
+from meshhealth.agent.membership.discovery import Discovery
+from meshhealth.agent.membership.mesh_status import MeshMetrics, cluster_states
+from meshhealth.agent.membership.peer_nodes import PeerNodes
+from meshhealth.agent.membership.publisher import Publisher
+from meshhealth.agent.membership.registrar import NodeNameTaken, Registrar
 from meshhealth.agent.prober_loop import ProberLoop
-from meshhealth.agent.publisher import Publisher
-from meshhealth.agent.registrar import NodeNameTaken, Registrar
-from meshhealth.agent.responder import ResponderStats, serve_responder
-from meshhealth.agent.routes import RouteProgrammer
-from meshhealth.agent.status_model import (
+from meshhealth.agent.serving.admin_api import AdminSocketError, EncodedJson, serve_admin_api
+from meshhealth.agent.serving.feed_server import FeedHub, serve_feed_tcp, serve_feed_unix
+from meshhealth.agent.serving.metrics_server import serve_metrics
+from meshhealth.documents.feed import feed_socket_path
+from meshhealth.documents.matrix import matrix_document
+from meshhealth.documents.status import (
     EtcdState,
     LocalNode,
     NodesCache,
@@ -50,13 +51,12 @@ from meshhealth.agent.status_model import (
     build_status_document,
     encode_status_document,
 )
-from meshhealth.feed_protocol import feed_socket_path
 from meshhealth.kvstore import Etcd, open_etcd
-from meshhealth.matrix import matrix_document
 from meshhealth.matrix_source import MatrixSource, read_matrix
 from meshhealth.metrics import CounterSeries, Registry
 from meshhealth.model import ClusterConfig, Node, PathKey, PathSummary, RoundReport, Target
 from meshhealth.probe.icmp import Pinger, PingerPermissionError, open_pinger
+from meshhealth.probe.responder import ResponderStats, serve_responder
 from meshhealth.probe.scheduler import run_round
 from meshhealth.probe.stats import StatsBook
 

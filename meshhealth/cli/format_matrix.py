@@ -10,7 +10,7 @@
     lab1/node2   3s ago        ✓✓✓✓ 380µs    ✓✓✓✓ 41µs     ✓✓✗✗ 1.3ms
     Reachable:   5/6 cells   (0 stale, 0 unknown)
 
-Input: the document of meshhealth.matrix.matrix_document (docs/clustermesh.md), so the
+Input: the document of meshhealth.documents.matrix.matrix_document (docs/clustermesh.md), so the
 text is a function of the document alone ("ago" is relative to `generated_at`).
 """
 
@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from meshhealth.cli.durations import format_duration
 from meshhealth.cli.format_status import format_age
-from meshhealth.matrix import PATH_ORDER
+from meshhealth.documents.matrix import PATH_ORDER
+from meshhealth.timefmt import format_duration
 
 OK, FAILED, UNKNOWN, NO_PATH, STALE = "✓", "✗", "?", "-", "~"
 LEGEND = (

@@ -35,8 +35,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from meshhealth import model
-from meshhealth.cli.durations import format_duration
 from meshhealth.model import status_text
+from meshhealth.timefmt import format_duration
 
 __all__ = [  # status_text lives in meshhealth.model, re-exported for its callers
     "format_loss",

@@ -18,16 +18,16 @@ A `Warning:` line at the end says when etcd is unreachable (the node list may be
 percentiles and last-probed time per path, and the `cilium status --verbose` table
 (Name, IP, Node, Endpoints). "ago" times are relative to the document's `generated_at`,
 so the text is a function of the document alone.
-Input: the document of meshhealth.agent.status_model (docs/status.md).
+Input: the document of meshhealth.documents.status (docs/status.md).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from meshhealth.agent.status_model import parse_iso_time
-from meshhealth.cli.durations import format_duration
 from meshhealth.cli.format_probe import format_loss
+from meshhealth.documents.status import parse_iso_time
+from meshhealth.timefmt import format_duration
 
 PROTOCOL_LABELS = (("icmp", "ICMP to stack:   "), ("http", "HTTP to agent:   "))
 

@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
     import trio
 
     from meshhealth.cli.format_matrix import format_matrix_json, format_matrix_text
+    from meshhealth.documents.matrix import Matrix, matrix_document
     from meshhealth.kvstore import open_etcd
-    from meshhealth.matrix import Matrix, matrix_document
     from meshhealth.matrix_source import MatrixSource, read_matrix
 
     try:

@@ -113,6 +113,6 @@ def _reason(exc: OSError) -> str:
 
 
 async def _serve(ip: str, port: int, node_name: str, *, task_status: TaskStatus[int]) -> None:
-    from meshhealth.agent.responder import serve_responder
+    from meshhealth.probe.responder import serve_responder
 
     await serve_responder(ip, port, node_name=node_name, task_status=task_status)

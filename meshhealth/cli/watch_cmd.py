@@ -77,7 +77,7 @@ class FeedTarget:
 def feed_target(host: str | None, url: str | None, env: dict[str, str]) -> FeedTarget:
     """-H / --url / the environment -> where the feed is; ValueError for bad input."""
     from meshhealth.admin_client import socket_path_from_host
-    from meshhealth.feed_protocol import FEED_PATH, feed_socket_path
+    from meshhealth.documents.feed import FEED_PATH, feed_socket_path
 
     if url is not None:
         parts = urlsplit(url)
@@ -249,7 +249,7 @@ async def run_etcd(
 
     build_matrix: Callable[..., Any] | None
     try:
-        from meshhealth.matrix import build_matrix
+        from meshhealth.documents.matrix import build_matrix
     except ImportError:  # the list works without the matrix module
         build_matrix = None
     try:

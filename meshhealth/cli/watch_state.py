@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from meshhealth import defaults
-from meshhealth.agent.status_model import parse_iso_time
+from meshhealth.documents.status import parse_iso_time
 from meshhealth.model import STATUS_TEXT, HealthReport, ProbeStatus, Protocol, TargetType, path_name
 
 NodeRef = tuple[str, str]  # (cluster, node)
@@ -75,7 +75,7 @@ class WatchState:
     etcd_error: str | None = None
     last_update: float | None = None  # unix seconds of the newest message
     mode: Literal["list", "matrix"] = "list"
-    matrix: Any = None  # meshhealth.matrix.Matrix with --etcd, else None
+    matrix: Any = None  # meshhealth.documents.matrix.Matrix with --etcd, else None
     note: str = ""
 
     @property

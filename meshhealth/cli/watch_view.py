@@ -22,9 +22,9 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from meshhealth.cli.durations import format_duration
 from meshhealth.cli.watch_state import PATH_NAMES, Change, NodeView, PathView, WatchState
 from meshhealth.model import ProbeStatus
+from meshhealth.timefmt import format_duration
 
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
 FAILED_POINT = "×"
@@ -182,7 +182,7 @@ def list_view(state: WatchState, *, now: float) -> list[RenderableType]:
 
 
 def matrix_view(state: WatchState) -> list[RenderableType]:
-    """Rows: source nodes (who probes); columns: targets. Needs --etcd (meshhealth.matrix)."""
+    """Rows: source nodes (who probes); columns: targets (meshhealth.documents.matrix)."""
     matrix = state.matrix
     if matrix is None:
         return [

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import pytest
 
-from meshhealth.kvstore.local_server import LocalEtcd
+from tests.plugins.local_etcd import LocalEtcd
 
 E = TypeVar("E", bound=LocalEtcd)
 

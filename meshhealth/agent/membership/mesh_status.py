@@ -8,8 +8,8 @@ mesh_metrics.sync()                    # every second, with the other mirrors
 from __future__ import annotations
 
 from meshhealth.agent.agent_metrics import AgentMetrics
-from meshhealth.agent.clustermesh import ClusterMesh
-from meshhealth.agent.status_model import ClusterState, EtcdState
+from meshhealth.agent.membership.clustermesh import ClusterMesh
+from meshhealth.documents.status import ClusterState, EtcdState
 from meshhealth.kvstore import Etcd
 
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from meshhealth import defaults
-from meshhealth.cli.durations import format_duration
 from meshhealth.model import HealthReport, PathHealth, ProbeStatus, Protocol, TargetType, path_name
+from meshhealth.timefmt import format_duration
 
 SCHEMA_VERSION = 1
 

@@ -34,7 +34,7 @@ from typing import Any
 import trio
 
 from meshhealth import codec, defaults, keys
-from meshhealth.agent.discovery import Discovery
+from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.kvstore import Backoff, Etcd, EtcdError, open_etcd
 from meshhealth.kvstore.endpoints import describe, parse_endpoints
 from meshhealth.model import ClusterConfig, Target

@@ -93,7 +93,7 @@ class ClusterState:
     name: str
     id: int | None  # None while not known (a remote whose cluster-config was not read)
     local: bool
-    state: str  # ok | etcd_down | waiting | refused (meshhealth.agent.clustermesh)
+    state: str  # ok | etcd_down | waiting | refused (meshhealth.agent.membership.clustermesh)
     etcd: EtcdState
     error: str | None = None  # why a remote is refused or waiting
 

@@ -13,7 +13,7 @@ The socket exists from the moment `serve_admin_api` has started (before etcd or 
 first round): the lesson of cilium-health's `dial unix ...: no such file or directory`.
 It is created with mode `defaults.ADMIN_SOCKET_MODE` in a directory made if missing; a
 stale socket file (nobody answers on it) is replaced, a live one is refused; the file
-is removed on exit (meshhealth.agent.unix_socket).
+is removed on exit (meshhealth.agent.serving.unix_socket).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any, Protocol
 import trio
 
 from meshhealth import defaults
-from meshhealth.agent.http_server import HttpRequest, HttpResponse, ServerLimits, serve_http
-from meshhealth.agent.unix_socket import AdminSocketError, unix_listener
+from meshhealth.agent.serving.unix_socket import AdminSocketError, unix_listener
+from meshhealth.http_server import HttpRequest, HttpResponse, ServerLimits, serve_http
 
 __all__ = [  # AdminSocketError lives in unix_socket (shared with the feed), re-exported
     "ROUTES",
@@ -75,7 +75,7 @@ class AdminHandler(Protocol):
     async def probe_now(self) -> dict[str, Any] | EncodedJson: ...
 
     async def matrix(self) -> dict[str, Any]:
-        """The cluster-wide matrix document (meshhealth.matrix.matrix_document), read
+        """The cluster-wide matrix document (meshhealth.documents.matrix.matrix_document), read
         from the health entries in etcd of this cluster and every meshed one."""
         ...
 

@@ -1,6 +1,6 @@
 """The live feed's messages and the per-client coalescing queue (pure, no I/O).
 
-The agent serves a WebSocket feed (meshhealth.agent.feed); every WebSocket message is
+The agent serves a WebSocket feed (meshhealth.agent.serving.feed_server); every WebSocket message is
 one JSON object with `"v": FEED_VERSION`, a `type` and a `seq` (the hub's event counter,
 increasing; a gap means coalesced or skipped events). Types (docs/watch.md):
 
@@ -32,7 +32,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from meshhealth.agent.status_model import path_document
+from meshhealth.documents.status import path_document
 from meshhealth.model import PathKey, PathSummary, ProbeResult, RoundReport
 from meshhealth.probe.stats import StatsBook
 

@@ -17,7 +17,7 @@ Protection against slow or hostile clients:
 
 Every connection handler runs in the server's nursery: cancelling `serve_responder`
 closes the listener and every connection. Binding, the accept loop, reading a request
-and writing a response are meshhealth.agent.http_server's; this module routes, keeps
+and writing a response are meshhealth.http_server's; this module routes, keeps
 the per-cycle deadline and the counters, and lingers before closing after an error.
 """
 
@@ -32,7 +32,7 @@ import h11
 import trio
 
 from meshhealth import __version__, defaults
-from meshhealth.agent.http_server import (
+from meshhealth.http_server import (
     SERVER_HEADER,
     ClientGoneError,
     ConnectionStats,

@@ -244,7 +244,7 @@ class LocalEtcd:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m meshhealth.kvstore.local_server [COMMAND ...]`: run a throw-away etcd.
+    """`python -m tests.plugins.local_etcd [COMMAND ...]`: run a throw-away etcd.
 
     With a COMMAND: run it with MESHHEALTH_ETCD set to the local etcd, then stop etcd
     and exit with the command's status. Without: print the endpoint and serve until

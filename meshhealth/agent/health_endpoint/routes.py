@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import trio
 
 from meshhealth import defaults
-from meshhealth.agent.endpoint_netns import PlumbingError, with_iproute
+from meshhealth.agent.health_endpoint.namespace import PlumbingError, with_iproute
 from meshhealth.model import Node
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 import trio
 
 from meshhealth import codec, keys
-from meshhealth.agent.discovery import Discovery
+from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.kvstore import Etcd, EtcdError
 from meshhealth.model import Node
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import trio
 
 from meshhealth import defaults
-from meshhealth.agent.http_server import (
+from meshhealth.http_server import (
     HttpRequest,
     HttpResponse,
     ServerLimits,

@@ -7,7 +7,7 @@ identity 4, `reserved:health`). It is a separate process, so it can die on its o
   process, HealthIP a 127.x address (a whole cluster on one host, no root);
 - netns mode (root): the same responder run with `ip netns exec` inside the endpoint's own
   network namespace, joined to the node's namespace by a veth pair (see
-  meshhealth.agent.endpoint_netns); the kernel in that namespace answers ICMP.
+  meshhealth.agent.health_endpoint.namespace); the kernel in that namespace answers ICMP.
 
 `HealthEndpoint.run` owns one child at a time in its own nursery. The child is restarted
 when it exits, and in netns mode namespace and veth are rebuilt when they disappear
@@ -34,7 +34,7 @@ import trio
 
 from meshhealth import defaults
 from meshhealth.addresses import format_address
-from meshhealth.agent import endpoint_netns
+from meshhealth.agent.health_endpoint import namespace as endpoint_netns
 from meshhealth.backoff import Backoff
 
 if TYPE_CHECKING:

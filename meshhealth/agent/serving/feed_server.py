@@ -6,7 +6,7 @@
     await nursery.start(serve_feed_unix, "/run/meshhealth/health.feed.sock", hub)
     await nursery.start(serve_feed_tcp, "127.0.0.1", 4241, hub)
 
-Messages and the coalescing rules are in meshhealth.feed_protocol (docs/watch.md).
+Messages and the coalescing rules are in meshhealth.documents.feed (docs/watch.md).
 Publishing encodes a message once and puts it in every client's `CoalescingQueue`;
 each client has its own task that sends from its queue, so a slow or stuck client only
 ever delays itself. A client that falls too far behind gets one `lagging` message and
@@ -33,8 +33,8 @@ from trio_websocket import (
 )
 
 from meshhealth import defaults
-from meshhealth.agent.unix_socket import unix_listener
-from meshhealth.feed_protocol import (
+from meshhealth.agent.serving.unix_socket import unix_listener
+from meshhealth.documents.feed import (
     FEED_PATH,
     ROUND_KEY,
     SNAPSHOT_KEY,
