@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from meshhealth import defaults
-from meshhealth.agent.config import (
-    OPTIONS,
-    AgentConfig,
-    ConfigError,
-    add_agent_arguments,
-    resolve_config,
-)
+from meshhealth.agent.config import OPTIONS, AgentConfig, ConfigError, resolve_config
+from meshhealth.agent.config_sources import add_agent_arguments
 
 BASE_FLAGS: dict[str, Any] = {"node_ip": "10.0.0.1", "health_ip": "10.1.0.2", "node": "n1"}
 
@@ -112,12 +111,22 @@ def test_flags_parse_from_argv() -> None:
             "--mesh: 'lab1' is this agent's own cluster",
         ),
         ({"health_mode": "loopback"}, {}, {}, "--health-ip: loopback mode needs"),
+        # The same validators as keys, wire fields and the etcd client: refused at start,
+        # not later by the registrar with a traceback.
+        ({"node_ip": "::ffff:10.0.0.1"}, {}, {}, "--node-ip: invalid IP address .*IPv4-mapped"),
+        ({"node_ip": "fe80::1%eth0"}, {}, {}, "--node-ip: invalid IP address .*scoped"),
+        ({"health_ip": "fd00::2"}, {}, {}, "--health-ip: netns mode needs an IPv4 address"),
+        ({"etcd": "ftp://127.0.0.1:2379"}, {}, {}, "--etcd: etcd endpoint .*unknown scheme"),
+        ({"etcd": "::1:2379"}, {}, {}, "--etcd: etcd endpoint .*write IPv6 addresses as"),
+        ({"metrics_listen": "[::ffff:10.0.0.1]:9"}, {}, {}, "--metrics-listen: invalid IP"),
+        ({}, {}, {"mesh": {"lab2": "http://a:99999"}}, "agent.toml: mesh: etcd endpoint .*port"),
     ],
 )
 def test_bad_values_name_their_source(
     flags: dict[str, Any], env: dict[str, str], file_values: dict[str, Any], message: str
 ) -> None:
-    with pytest.raises(ConfigError, match="^" + message.replace("(", r"\(").replace("[", r"\[")):
+    pattern = message.replace("(", r"\(").replace("[", r"\[")
+    with pytest.raises(ConfigError, match="^" + pattern):
         resolve(flags, env, file_values)
 
 
@@ -153,3 +162,29 @@ def test_every_option_has_distinct_flag_and_env() -> None:
     assert len(set(flags)) == len(flags)
     assert len(set(envs)) == len(envs)
     assert all(env.startswith("MESHHEALTH_") for env in envs)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--node-ip", "::ffff:10.0.0.1"], "--node-ip: invalid IP address '::ffff:10.0.0.1'"),
+        (["--node-ip", "10.0.0.1", "--interval", "soon"], "--interval: not a number: 'soon'"),
+    ],
+)
+def test_bad_flag_is_one_line_and_exit_2(argv: list[str], message: str, tmp_path: Path) -> None:
+    """The command as users run it: one line naming the flag, exit 2, nothing started."""
+    sock = tmp_path / "agent.sock"
+    argv = ["--node", "n1", "--health-mode", "none", "--socket", str(sock), *argv]
+    done = subprocess.run(
+        [sys.executable, "-m", "meshhealth", "agent", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "MESHHEALTH_ETCD": "http://127.0.0.1:9"},
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"meshhealth agent: {message}")
+    assert not sock.exists()

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from meshhealth.agent.config import OPTIONS, Option, _show_default
+from meshhealth.agent.config import OPTIONS, Option
+from meshhealth.agent.config_sources import show_default
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "agent.md"
 
@@ -28,7 +29,7 @@ def test_option_row_has_flag_env_toml_key_and_default(option: Option) -> None:
     cells = [cell.strip() for cell in rows[option.flag].strip("|").split("|")]
     assert cells[1] == f"`{option.env}`"
     assert cells[2] == f"`{option.name}`"
-    assert cells[3] == _show_default(option)
+    assert cells[3] == show_default(option)
 
 
 def test_no_row_for_an_option_that_does_not_exist() -> None:

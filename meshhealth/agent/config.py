@@ -1,26 +1,29 @@
-"""Agent configuration: one table of options, three sources, one resolver (pure).
+"""Agent configuration: one table of options and one resolver over three sources (pure).
 
 Precedence: command-line flag > `MESHHEALTH_<NAME>` environment variable > TOML config file
 (`--config PATH` / `MESHHEALTH_CONFIG`) > the default from meshhealth.defaults.
 
 The argparse flags, the environment variable names and the TOML keys are all derived from
-OPTIONS, so they cannot drift apart; docs/agent.md is checked against it by a test.
+OPTIONS (meshhealth.agent.config_sources turns them into flags and reads the file), so
+they cannot drift apart; docs/configuration.md is generated from OPTIONS and checked by a
+test. A new option is one field of AgentConfig, one row of OPTIONS (its parser from
+meshhealth.agent.config_values) and, when it has a default worth a reason, one constant
+in meshhealth.defaults.
 """
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
-import re
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from meshhealth import defaults
-from meshhealth.keys import validate_cluster_name, validate_node_name
+from meshhealth.agent import config_values as values
+from meshhealth.keys import validate_node_name
 
-HEALTH_MODES = ("loopback", "netns", "none")
+HEALTH_MODES = values.HEALTH_MODES
 
 
 class ConfigError(ValueError):
@@ -58,152 +61,6 @@ class AgentConfig:
         return self.interval_s * self.spread_fraction
 
 
-# --- value parsers: str (flag/env) or TOML value -> typed value; raise ValueError ---------
-
-
-def _as_str(value: object) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {value!r}")
-    return value.strip()
-
-
-def _number(value: object) -> float:
-    """A float from a flag/env string or a TOML number (a TOML bool is not a number)."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a number, got {value!r}")
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ValueError(f"not a number: {value!r}") from None
-
-
-def _positive_float(value: object) -> float:
-    number = _number(value)
-    if not number > 0 or number == float("inf"):
-        raise ValueError(f"must be a positive number, got {value!r}")
-    return number
-
-
-def _positive_int(value: object) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"expected an integer, got {value!r}")
-    if not isinstance(value, int | str):
-        raise ValueError(f"expected an integer, got {value!r}")
-    try:
-        number = int(value)
-    except ValueError:
-        raise ValueError(f"not an integer: {value!r}") from None
-    if number <= 0:
-        raise ValueError(f"must be a positive integer, got {value!r}")
-    return number
-
-
-def _port(value: object) -> int:
-    port = _positive_int(value)
-    if port > 65535:
-        raise ValueError(f"not a port number (1-65535): {value!r}")
-    return port
-
-
-def _fraction(value: object) -> float:
-    number = _number(value)
-    if not 0.0 <= number <= 1.0:
-        raise ValueError(f"must be between 0 and 1, got {value!r}")
-    return number
-
-
-def _ip(value: object) -> str:
-    try:
-        return str(ipaddress.ip_address(_as_str(value)))
-    except ValueError:
-        raise ValueError(f"not an IP address: {value!r}") from None
-
-
-def _cidr(value: object) -> str:
-    try:
-        return str(ipaddress.ip_network(_as_str(value), strict=True))
-    except ValueError as exc:
-        raise ValueError(f"not a CIDR ({exc}): {value!r}") from None
-
-
-def _bool(value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = _as_str(value).lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"not a boolean (true/false): {value!r}")
-
-
-def _endpoints(value: object) -> tuple[str, ...]:
-    """`http://a:2379,http://b:2379` (or a TOML list) -> ('http://a:2379', ...)."""
-    items: list[str] = []
-    raw = value if isinstance(value, list | tuple) else [value]
-    for item in raw:
-        items.extend(part.strip() for part in _as_str(item).split(",") if part.strip())
-    if not items:
-        raise ValueError("no etcd endpoint given")
-    for item in items:
-        hostport = item.split("://", 1)[-1]
-        if ":" not in hostport:
-            raise ValueError(f"etcd endpoint needs host:port: {item!r}")
-    return tuple(items)
-
-
-def _listen(value: object) -> tuple[str, int]:
-    """`IP:PORT` or `[IPv6]:PORT`; the port is required, so the last colon splits
-    (unlike `responder --listen`, meshhealth.addresses.parse_listen)."""
-    text = _as_str(value)
-    if text.startswith("["):
-        host, sep, port = text[1:].partition("]:")
-    else:
-        host, sep, port = text.rpartition(":")
-    if not sep or not host:
-        raise ValueError(f"expected IP:PORT, got {value!r}")
-    return _ip(host), _port(port)
-
-
-def _netns_name(value: object) -> str:
-    """A network namespace name: a file name under /run/netns."""
-    name = _as_str(value)
-    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", name):
-        raise ValueError(f"not a namespace name (letters, digits, . _ -; <= 64): {value!r}")
-    return name
-
-
-def _cluster_id(value: object) -> int:
-    number = _positive_int(value)
-    if number > 255:
-        raise ValueError(f"must be 1..255, got {value!r}")
-    return number
-
-
-def _health_mode(value: object) -> str:
-    mode = _as_str(value).lower()
-    if mode not in HEALTH_MODES:
-        raise ValueError(f"must be one of {', '.join(HEALTH_MODES)}, got {value!r}")
-    return mode
-
-
-def _mesh(value: object) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """`NAME=URLS` items (flag repeated, env `;`-separated, TOML table or list)."""
-    pairs: list[tuple[str, tuple[str, ...]]] = []
-    if isinstance(value, Mapping):
-        items = [f"{k}={','.join(v) if isinstance(v, list) else v}" for k, v in value.items()]
-    elif isinstance(value, list | tuple):
-        items = [_as_str(v) for v in value]
-    else:
-        items = [part for part in _as_str(value).split(";") if part.strip()]
-    for item in items:
-        name, sep, urls = item.partition("=")
-        if not sep:
-            raise ValueError(f"expected NAME=URLS, got {item!r}")
-        pairs.append((validate_cluster_name(name.strip()), _endpoints(urls)))
-    return tuple(pairs)
-
-
 @dataclass(frozen=True, slots=True)
 class Option:
     name: str  # attribute of AgentConfig, TOML key; flag is --name-with-dashes
@@ -214,6 +71,7 @@ class Option:
     flag_only_bool: bool = False  # a switch (--route-cidrs)
     metavar: str | None = None
     flag_name: str | None = None  # when the flag is not derived from the name
+    default_text: str | None = None  # how --help and the docs show a computed default
 
     @property
     def flag(self) -> str:
@@ -227,107 +85,116 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option(
         "etcd",
-        _endpoints,
+        values.endpoints,
         (defaults.DEFAULT_ETCD,),
         "etcd endpoints, comma-separated",
         metavar="URLS",
     ),
     Option(
         "cluster",
-        lambda v: validate_cluster_name(_as_str(v)),
+        values.cluster_name,
         defaults.DEFAULT_CLUSTER,
         "cluster name",
         metavar="NAME",
     ),
     Option(
         "node",
-        lambda v: validate_node_name(_as_str(v)),
+        values.node_name,
         None,
         "node name (default: the host name)",
         metavar="NAME",
+        default_text="host name",
     ),
     Option(
         "node_ip",
-        _ip,
+        values.ip,
         None,
         "this node's IP (probed by peers; the responder listens here)",
         metavar="IP",
     ),
     Option(
-        "health_ip", _ip, None, "the health endpoint's IP (from --cidr in netns mode)", metavar="IP"
+        "health_ip",
+        values.ip,
+        None,
+        "the health endpoint's IP (from --cidr in netns mode)",
+        metavar="IP",
     ),
     Option(
         "cidrs",
-        _cidr,
+        values.cidr,
         (),
         "a pod CIDR of this node (repeatable)",
         repeatable=True,
         metavar="CIDR",
         flag_name="cidr",
     ),
-    Option("socket", _as_str, defaults.ADMIN_SOCKET, "admin API unix socket", metavar="PATH"),
+    Option("socket", values.as_str, defaults.ADMIN_SOCKET, "admin API unix socket", metavar="PATH"),
     Option(
         "interval_s",
-        _positive_float,
+        values.positive_float,
         defaults.PROBE_INTERVAL_S,
         "seconds between probe rounds",
         metavar="SECONDS",
     ),
     Option(
         "timeout_s",
-        _positive_float,
+        values.positive_float,
         defaults.PROBE_TIMEOUT_S,
         "per-probe timeout, seconds",
         metavar="SECONDS",
     ),
     Option(
         "http_port",
-        _port,
+        values.port,
         defaults.HTTP_PORT,
         "port of the /hello responder (all nodes)",
         metavar="PORT",
     ),
     Option(
-        "metrics_listen", _listen, None, "serve Prometheus metrics on IP:PORT", metavar="IP:PORT"
+        "metrics_listen",
+        values.listen,
+        None,
+        "serve Prometheus metrics on IP:PORT",
+        metavar="IP:PORT",
     ),
     Option(
         "feed_listen",
-        _listen,
+        values.listen,
         None,
         "also serve the live WebSocket feed (meshhealth watch --url) on IP:PORT",
         metavar="IP:PORT",
     ),
     Option(
         "health_mode",
-        _health_mode,
+        values.health_mode,
         "netns",
         "health endpoint: netns (own namespace, root), loopback (127.x, tests), none",
         metavar="MODE",
     ),
     Option(
         "route_cidrs",
-        _bool,
+        values.boolean,
         False,
         "program routes to peers' CIDRs via their NodeIPs",
         flag_only_bool=True,
     ),
     Option(
         "max_in_flight",
-        _positive_int,
+        values.positive_int,
         defaults.MAX_PROBES_IN_FLIGHT,
         "most probes in flight at once",
         metavar="N",
     ),
     Option(
         "lease_ttl_s",
-        _positive_int,
+        values.positive_int,
         defaults.LEASE_TTL_S,
         "etcd lease TTL of this node's entries, seconds",
         metavar="SECONDS",
     ),
     Option(
         "mesh",
-        _mesh,
+        values.mesh,
         (),
         "a remote cluster NAME=URLS (repeatable)",
         repeatable=True,
@@ -335,43 +202,45 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "mesh_dir",
-        _as_str,
+        values.as_str,
         None,
         "directory with one file per remote cluster (its etcd URLs)",
         metavar="DIR",
     ),
     Option(
         "cluster_id",
-        _cluster_id,
+        values.cluster_id,
         None,
         "numeric cluster id 1..255, unique among meshed clusters "
         "(default: derived from the cluster name)",
         metavar="ID",
+        default_text="from the cluster name",
     ),
     Option(
         "health_netns",
-        _netns_name,
+        values.netns_name,
         None,
         "namespace of the health endpoint in netns mode (default: mh-health-<cluster>-<node>)",
         metavar="NAME",
+        default_text="mh-health-<cluster>-<node>",
     ),
     Option(
         "spread_fraction",
-        _fraction,
+        values.fraction,
         defaults.ROUND_SPREAD_FRACTION,
         "fraction of the interval over which a round's probes start",
         metavar="F",
     ),
     Option(
         "icmp_count",
-        _positive_int,
+        values.positive_int,
         defaults.ICMP_COUNT,
         "ICMP echo requests per probe",
         metavar="N",
     ),
     Option(
         "stats_window",
-        _positive_int,
+        values.positive_int,
         defaults.STATS_WINDOW,
         "results kept per path for loss and percentiles",
         metavar="N",
@@ -380,58 +249,15 @@ OPTIONS: tuple[Option, ...] = (
 OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
 
 
-def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags from OPTIONS. Defaults stay None so the resolver can tell 'not given'."""
-    parser.add_argument("--config", metavar="FILE", help="TOML config file (MESHHEALTH_CONFIG)")
-    for option in OPTIONS:
-        help_text = f"{option.help} [{option.env}; default: {_show_default(option)}]"
-        if option.flag_only_bool:
-            parser.add_argument(
-                option.flag,
-                dest=option.name,
-                action="store_const",
-                const="true",
-                default=None,
-                help=help_text,
-            )
-        elif option.repeatable:
-            parser.add_argument(
-                option.flag,
-                dest=option.name,
-                action="append",
-                default=None,
-                metavar=option.metavar,
-                help=help_text,
-            )
-        else:
-            parser.add_argument(
-                option.flag, dest=option.name, default=None, metavar=option.metavar, help=help_text
-            )
-
-
-def _show_default(option: Option) -> str:
-    if option.default is None or option.default == ():
-        return {
-            "node": "host name",
-            "cluster_id": "from the cluster name",
-            "health_netns": "mh-health-<cluster>-<node>",
-        }.get(option.name, "none")
-    if isinstance(option.default, tuple):
-        return ",".join(str(item) for item in option.default)
-    if isinstance(option.default, bool):
-        return "off"
-    return str(option.default)
-
-
 def _parse_one(option: Option, value: object, where: str) -> Any:
     try:
         if option.repeatable and option.name != "mesh":
-            values = (
+            items = (
                 value
                 if isinstance(value, list | tuple)
-                else [part for part in _as_str(value).split(",") if part.strip()]
+                else [part for part in values.as_str(value).split(",") if part.strip()]
             )
-            return tuple(option.parse(item) for item in values)
+            return tuple(option.parse(item) for item in items)
         return option.parse(value)
     except ValueError as exc:
         raise ConfigError(f"{where}: {exc}") from None
@@ -449,44 +275,48 @@ def resolve_config(
     unknown = sorted(set(file_values) - set(OPTIONS_BY_NAME) - {"config"})
     if unknown:
         raise ConfigError(f"{file_name}: unknown key {unknown[0]!r}")
-    values: dict[str, Any] = {}
+    chosen: dict[str, Any] = {}
     for option in OPTIONS:
         if flags.get(option.name) is not None:
-            values[option.name] = _parse_one(option, flags[option.name], option.flag)
+            chosen[option.name] = _parse_one(option, flags[option.name], option.flag)
         elif option.env in env:
-            values[option.name] = _parse_one(option, env[option.env], option.env)
+            chosen[option.name] = _parse_one(option, env[option.env], option.env)
         elif option.name in file_values:
-            values[option.name] = _parse_one(
+            chosen[option.name] = _parse_one(
                 option, file_values[option.name], f"{file_name}: {option.name}"
             )
         else:
-            values[option.name] = option.default
-    if values["node"] is None:
+            chosen[option.name] = option.default
+    if chosen["node"] is None:
         try:
-            values["node"] = validate_node_name(hostname().split(".")[0].lower())
+            chosen["node"] = validate_node_name(hostname().split(".")[0].lower())
         except ValueError as exc:
             raise ConfigError(f"--node: the host name is not a valid node name ({exc})") from None
-    if values["node_ip"] is None:
+    if chosen["node_ip"] is None:
         raise ConfigError("--node-ip: required (the address peers probe, e.g. --node-ip 10.0.0.5)")
-    mode = values["health_mode"]
-    if mode != "none" and values["health_ip"] is None:
+    mode = chosen["health_mode"]
+    if mode != "none" and chosen["health_ip"] is None:
         raise ConfigError(
             f"--health-ip: required with --health-mode {mode} (or --health-mode none)"
         )
-    if mode == "loopback" and not ipaddress.ip_address(values["health_ip"]).is_loopback:
+    if mode == "loopback" and not ipaddress.ip_address(chosen["health_ip"]).is_loopback:
         raise ConfigError(
-            f"--health-ip: loopback mode needs a loopback address, got {values['health_ip']}"
+            f"--health-ip: loopback mode needs a loopback address, got {chosen['health_ip']}"
+        )
+    if mode == "netns" and ipaddress.ip_address(chosen["health_ip"]).version != 4:
+        raise ConfigError(
+            f"--health-ip: netns mode needs an IPv4 address, got {chosen['health_ip']}"
         )
     if mode == "none":
-        values["health_ip"] = None
-    if values["timeout_s"] >= values["interval_s"]:
+        chosen["health_ip"] = None
+    if chosen["timeout_s"] >= chosen["interval_s"]:
         raise ConfigError(
             "--timeout: must be shorter than --interval "
-            f"({values['timeout_s']} >= {values['interval_s']})"
+            f"({chosen['timeout_s']} >= {chosen['interval_s']})"
         )
-    names = [name for name, _ in values["mesh"]]
-    if values["cluster"] in names:
-        raise ConfigError(f"--mesh: {values['cluster']!r} is this agent's own cluster")
+    names = [name for name, _ in chosen["mesh"]]
+    if chosen["cluster"] in names:
+        raise ConfigError(f"--mesh: {chosen['cluster']!r} is this agent's own cluster")
     if len(set(names)) != len(names):
         raise ConfigError("--mesh: a remote cluster is named twice")
-    return AgentConfig(**values)
+    return AgentConfig(**chosen)

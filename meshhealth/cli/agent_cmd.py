@@ -6,10 +6,10 @@ import argparse
 import logging
 import os
 import sys
-import tomllib
 
 from meshhealth import defaults
-from meshhealth.agent.config import AgentConfig, ConfigError, add_agent_arguments, resolve_config
+from meshhealth.agent.config import ConfigError
+from meshhealth.agent.config_sources import add_agent_arguments, load_agent_config
 from meshhealth.cli.common import print_error
 
 DESCRIPTION = f"""\
@@ -45,36 +45,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=run)
 
 
-def load_config(args: argparse.Namespace, env: dict[str, str]) -> AgentConfig:
-    """Flags + env + TOML file -> AgentConfig; raises ConfigError naming the source."""
-    path = args.config or env.get("MESHHEALTH_CONFIG")
-    file_values: dict[str, object] = {}
-    if path:
-        try:
-            with open(path, "rb") as handle:
-                file_values = tomllib.load(handle)
-        except OSError as exc:
-            raise ConfigError(f"config file {path}: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path}: {exc}") from None
-        # TOML keys may use the flag spelling (interval, node-ip) or the field name.
-        file_values = {_toml_key(key): value for key, value in file_values.items()}
-    return resolve_config(vars(args), env, file_values, file_name=f"config file {path}")
-
-
-def _toml_key(key: str) -> str:
-    from meshhealth.agent.config import OPTIONS
-
-    normal = key.replace("-", "_")
-    for option in OPTIONS:
-        if normal in (option.name, option.flag.removeprefix("--").replace("-", "_")):
-            return option.name
-    return normal
-
-
 def run(args: argparse.Namespace) -> int:
     try:
-        config = load_config(args, dict(os.environ))
+        config = load_agent_config(vars(args), os.environ)
     except ConfigError as exc:
         print_error("agent", str(exc))
         return 2

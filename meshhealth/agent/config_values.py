@@ -1,0 +1,177 @@
+"""Value parsers of the agent's options: a flag/env string or a TOML value -> typed value.
+
+Pure. Each raises ValueError with a message fit for users; meshhealth.agent.config adds
+the source (flag, environment variable or file key). Where the project already has a
+validator for a kind of value (node and cluster names in meshhealth.keys, IP addresses
+in meshhealth.keys.canonical_ip, etcd endpoints in meshhealth.kvstore.endpoints), the
+parser delegates to it, so a value the agent accepts at start is one the rest of the code
+accepts too.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+
+from meshhealth.keys import canonical_ip, validate_cluster_name, validate_node_name
+from meshhealth.kvstore.endpoints import parse_endpoints
+
+HEALTH_MODES = ("loopback", "netns", "none")
+
+
+def as_str(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value.strip()
+
+
+def number(value: object) -> float:
+    """A float from a flag/env string or a TOML number (a TOML bool is not a number)."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got {value!r}")
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"not a number: {value!r}") from None
+
+
+def positive_float(value: object) -> float:
+    result = number(value)
+    if not result > 0 or result == float("inf"):
+        raise ValueError(f"must be a positive number, got {value!r}")
+    return result
+
+
+def positive_int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"expected an integer, got {value!r}")
+    try:
+        result = int(value)
+    except ValueError:
+        raise ValueError(f"not an integer: {value!r}") from None
+    if result <= 0:
+        raise ValueError(f"must be a positive integer, got {value!r}")
+    return result
+
+
+def port(value: object) -> int:
+    result = positive_int(value)
+    if result > 65535:
+        raise ValueError(f"not a port number (1-65535): {value!r}")
+    return result
+
+
+def fraction(value: object) -> float:
+    result = number(value)
+    if not 0.0 <= result <= 1.0:
+        raise ValueError(f"must be between 0 and 1, got {value!r}")
+    return result
+
+
+def ip(value: object) -> str:
+    """An IP address as the key and wire validators accept it (meshhealth.keys)."""
+    text = as_str(value)
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        raise ValueError(f"not an IP address: {value!r}") from None
+    return canonical_ip(text)  # refuses scoped and IPv4-mapped addresses, says why
+
+
+def cidr(value: object) -> str:
+    try:
+        return str(ipaddress.ip_network(as_str(value), strict=True))
+    except ValueError as exc:
+        raise ValueError(f"not a CIDR ({exc}): {value!r}") from None
+
+
+def boolean(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = as_str(value).lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean (true/false): {value!r}")
+
+
+def endpoints(value: object) -> tuple[str, ...]:
+    """`http://a:2379,http://b:2379` (or a TOML list) -> ('http://a:2379', ...).
+
+    Each item is checked by meshhealth.kvstore.endpoints (the parser the etcd client
+    uses), and must name its port: the agent never guesses one.
+    """
+    items: list[str] = []
+    raw = value if isinstance(value, list | tuple) else [value]
+    for item in raw:
+        items.extend(part.strip() for part in as_str(item).split(",") if part.strip())
+    if not items:
+        raise ValueError("no etcd endpoint given")
+    for item in items:
+        hostport = item.split("://", 1)[-1]
+        if ":" not in hostport:
+            raise ValueError(f"etcd endpoint needs host:port: {item!r}")
+        parse_endpoints(item)
+    return tuple(items)
+
+
+def listen(value: object) -> tuple[str, int]:
+    """`IP:PORT` or `[IPv6]:PORT`; the port is required, so the last colon splits
+    (unlike `responder --listen`, meshhealth.addresses.parse_listen)."""
+    text = as_str(value)
+    if text.startswith("["):
+        host, sep, port_text = text[1:].partition("]:")
+    else:
+        host, sep, port_text = text.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"expected IP:PORT, got {value!r}")
+    return ip(host), port(port_text)
+
+
+def netns_name(value: object) -> str:
+    """A network namespace name: a file name under /run/netns."""
+    name = as_str(value)
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", name):
+        raise ValueError(f"not a namespace name (letters, digits, . _ -; <= 64): {value!r}")
+    return name
+
+
+def cluster_id(value: object) -> int:
+    result = positive_int(value)
+    if result > 255:
+        raise ValueError(f"must be 1..255, got {value!r}")
+    return result
+
+
+def cluster_name(value: object) -> str:
+    return validate_cluster_name(as_str(value))
+
+
+def node_name(value: object) -> str:
+    return validate_node_name(as_str(value))
+
+
+def health_mode(value: object) -> str:
+    mode = as_str(value).lower()
+    if mode not in HEALTH_MODES:
+        raise ValueError(f"must be one of {', '.join(HEALTH_MODES)}, got {value!r}")
+    return mode
+
+
+def mesh(value: object) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """`NAME=URLS` items (flag repeated, env `;`-separated, TOML table or list)."""
+    pairs: list[tuple[str, tuple[str, ...]]] = []
+    if isinstance(value, Mapping):
+        items = [f"{k}={','.join(v) if isinstance(v, list) else v}" for k, v in value.items()]
+    elif isinstance(value, list | tuple):
+        items = [as_str(v) for v in value]
+    else:
+        items = [part for part in as_str(value).split(";") if part.strip()]
+    for item in items:
+        name, sep, urls = item.partition("=")
+        if not sep:
+            raise ValueError(f"expected NAME=URLS, got {item!r}")
+        pairs.append((validate_cluster_name(name.strip()), endpoints(urls)))
+    return tuple(pairs)
