@@ -1,15 +1,28 @@
-"""Durations the way Go (and so cilium-health) prints them: 412.5µs, 1.02ms, 2.7ms, 1.5s.
+"""Every time stamp and duration users read, in one place (pure).
 
-Like Go's `time.Duration.String()` (units ns, µs, ms, s; `1m30s`, `1h2m3s` past a
-minute; `0s` for zero), but rounded to 4 significant digits so RTTs stay readable
-(Go would print `1.023456ms`; we print `1.023ms`). Trailing zeros are dropped.
+    format_duration(0.0004125)   '412.5µs'   an RTT, an interval, a round's length
+    format_interval(35.4)        '35s'       a duration, whole seconds past one second
+    format_age(125)              '2m5s'      how long ago, whole seconds, two units
+    format_age_short(125)        '2m'        how long ago, one unit (narrow columns)
+    iso_time(1795000000)         '2026-11-18T11:06:40Z'
+    parse_iso_time('2026-11-18T11:06:40Z')   1795000000.0
+
+Durations are printed the way Go (and so cilium-health) prints them: like Go's
+`time.Duration.String()` (units ns, µs, ms, s; `1m30s`, `1h2m3s` past a minute; `0s` for
+zero), but rounded to 4 significant digits so RTTs stay readable (Go would print
+`1.023456ms`; we print `1.023ms`). Trailing zeros are dropped.
+
+Time stamps are RFC 3339 in UTC with whole seconds and a `Z`: what every document
+(status, matrix, feed) carries and every text output prints.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 
 _SIG_DIGITS = 4
+_ISO_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
 def _trim(value: float, sig_digits: int = _SIG_DIGITS) -> str:
@@ -52,3 +65,51 @@ def format_duration(seconds: float) -> str:
     if hours:
         return f"{hours}h{minutes}m{secs}s"
     return f"{minutes}m{secs}s"
+
+
+def format_interval(seconds: float) -> str:
+    """`format_duration` rounded to whole seconds from one second up (`35s`, `2m5s`);
+    below a second as it is (`500ms`): a report's age next to its probe interval."""
+    return format_duration(round(seconds) if seconds >= 1 else seconds)
+
+
+def format_age(seconds: float) -> str:
+    """`3s`, `2m5s`, `1h2m`, `3d4h`: how long ago, whole seconds (negative: `0s`)."""
+    total = max(0, round(seconds))
+    if total < 60:
+        return f"{total}s"
+    minutes, secs = divmod(total, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours}h"
+
+
+def format_age_short(seconds: float) -> str:
+    """`3s`, `2m`, `1h`: how long ago in one unit (seconds below 2 minutes, minutes
+    below 2 hours, else hours), truncated; negative: `0s`."""
+    total = max(0, int(seconds))
+    if total < 120:
+        return f"{total}s"
+    if total < 7200:
+        return f"{total // 60}m"
+    return f"{total // 3600}h"
+
+
+def iso_time(unix_s: float | None) -> str | None:
+    """`2026-11-22T10:00:00Z` (UTC, whole seconds, truncated), None for None."""
+    if unix_s is None:
+        return None
+    return dt.datetime.fromtimestamp(int(unix_s), tz=dt.UTC).strftime(_ISO_FORMAT)
+
+
+def parse_iso_time(text: str) -> float:
+    """Unix seconds of an ISO 8601 / RFC 3339 time (`Z` or an offset; none means UTC):
+    the inverse of `iso_time`. ValueError for anything else."""
+    stamp = dt.datetime.fromisoformat(text)
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=dt.UTC)
+    return stamp.timestamp()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from meshhealth.cli.format_status import format_age, format_status_text, path_line
+from meshhealth.cli.format_status import format_status_text, path_line
 from meshhealth.documents.status import build_status_document
 from tests import status_stories
 
@@ -79,23 +79,6 @@ def test_endpoint_section_is_left_out_without_health_ip() -> None:
     text = format_status_text(doc, verbose=True)
     assert "Endpoint connectivity to 10.78.2.2" not in text
     assert "Endpoint connectivity to 10.78.3.2" in text
-
-
-@pytest.mark.parametrize(
-    ("seconds", "expected"),
-    [
-        (0, "0s"),
-        (2.6, "3s"),
-        (59, "59s"),
-        (60, "1m0s"),
-        (125, "2m5s"),
-        (3725, "1h2m"),
-        (49 * 3600, "2d1h"),
-        (-5, "0s"),
-    ],
-)
-def test_format_age(seconds: float, expected: str) -> None:
-    assert format_age(seconds) == expected
 
 
 def _path(**changes: object) -> dict[str, object]:

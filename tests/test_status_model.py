@@ -14,8 +14,6 @@ from meshhealth.documents.status import (
     build_healthz_document,
     build_status_document,
     combined_state,
-    iso_time,
-    parse_iso_time,
     path_state,
 )
 from meshhealth.model import (
@@ -246,16 +244,6 @@ def test_http_error_text_carries_the_detail() -> None:
 
 def _fields(inputs: StatusInputs) -> dict[str, object]:
     return {name: getattr(inputs, name) for name in StatusInputs.__slots__}
-
-
-@pytest.mark.parametrize(
-    ("unix_s", "text"),
-    [(0.0, "1970-01-01T00:00:00Z"), (1_795_341_600.9, "2026-11-22T10:00:00Z"), (None, None)],
-)
-def test_iso_time(unix_s: float | None, text: str | None) -> None:
-    assert iso_time(unix_s) == text
-    if text is not None and unix_s is not None:
-        assert parse_iso_time(text) == float(int(unix_s))
 
 
 def test_healthz_document() -> None:

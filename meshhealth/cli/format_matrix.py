@@ -19,9 +19,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from meshhealth.cli.format_status import format_age
 from meshhealth.documents.matrix import PATH_ORDER
-from meshhealth.timefmt import format_duration
+from meshhealth.timefmt import format_age, format_duration
 
 OK, FAILED, UNKNOWN, NO_PATH, STALE = "✓", "✗", "?", "-", "~"
 LEGEND = (

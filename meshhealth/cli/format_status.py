@@ -26,25 +26,9 @@ from __future__ import annotations
 from typing import Any
 
 from meshhealth.cli.format_probe import format_loss
-from meshhealth.documents.status import parse_iso_time
-from meshhealth.timefmt import format_duration
+from meshhealth.timefmt import format_age, format_duration, parse_iso_time
 
 PROTOCOL_LABELS = (("icmp", "ICMP to stack:   "), ("http", "HTTP to agent:   "))
-
-
-def format_age(seconds: float) -> str:
-    """`3s`, `2m5s`, `1h2m`, `3d4h`: how long ago, whole seconds."""
-    total = max(0, round(seconds))
-    if total < 60:
-        return f"{total}s"
-    minutes, secs = divmod(total, 60)
-    if minutes < 60:
-        return f"{minutes}m{secs}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h{minutes}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours}h"
 
 
 def _ago(stamp: str | None, now: float | None) -> str:

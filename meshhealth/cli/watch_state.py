@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from meshhealth import defaults
-from meshhealth.documents.status import parse_iso_time
+from meshhealth.documents.reachability import Reachability, statuses_reachability
 from meshhealth.model import STATUS_TEXT, HealthReport, ProbeStatus, Protocol, TargetType, path_name
+from meshhealth.timefmt import parse_iso_time
 
 NodeRef = tuple[str, str]  # (cluster, node)
 PATH_NAMES: tuple[str, ...] = tuple(
@@ -55,12 +56,9 @@ class NodeView:
         return f"{self.cluster}/{self.name}"
 
     @property
-    def state(self) -> str:
-        """reachable / unreachable / unknown: the rule of `Cluster health` (status.md)."""
-        probed = [p.status for p in self.paths.values() if p.status != ProbeStatus.UNKNOWN]
-        if not probed:
-            return "unknown"
-        return "reachable" if all(s == ProbeStatus.OK for s in probed) else "unreachable"
+    def state(self) -> Reachability:
+        """reachable / unreachable / unknown (meshhealth.documents.reachability)."""
+        return statuses_reachability(path.status for path in self.paths.values())
 
 
 @dataclass(slots=True)

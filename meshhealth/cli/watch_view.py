@@ -14,7 +14,6 @@ window, or stale (not probed for 3 intervals); grey not probed yet.
 
 from __future__ import annotations
 
-import datetime as dt
 import io
 from collections.abc import Sequence
 
@@ -24,7 +23,7 @@ from rich.text import Text
 
 from meshhealth.cli.watch_state import PATH_NAMES, Change, NodeView, PathView, WatchState
 from meshhealth.model import ProbeStatus
-from meshhealth.timefmt import format_duration
+from meshhealth.timefmt import format_age_short, format_duration, iso_time
 
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
 FAILED_POINT = "×"
@@ -52,21 +51,13 @@ STATE_COLOUR = {"reachable": "green", "unreachable": "red", "unknown": "grey50"}
 
 
 def iso(unix_s: float | None) -> str:
-    if unix_s is None:
-        return "-"
-    return dt.datetime.fromtimestamp(int(unix_s), tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The time stamp, `-` when unknown."""
+    return iso_time(unix_s) or "-"
 
 
 def ago(now: float, unix_s: float | None) -> str:
-    """`3s ago` style age, `-` when unknown."""
-    if unix_s is None:
-        return "-"
-    seconds = max(0, int(now - unix_s))
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    return f"{seconds // 3600}h"
+    """How long before `now` (`3s`, `2m`, `1h`: the text adds "ago"), `-` when unknown."""
+    return "-" if unix_s is None else format_age_short(now - unix_s)
 
 
 def sparkline(points: Sequence[float | None]) -> str:

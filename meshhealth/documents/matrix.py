@@ -22,14 +22,14 @@ when most nodes are in the same state, one line says the problem is cluster-wide
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from meshhealth import defaults
+from meshhealth.documents.reachability import statuses_reachability
 from meshhealth.model import HealthReport, PathHealth, ProbeStatus, Protocol, TargetType, path_name
-from meshhealth.timefmt import format_duration
+from meshhealth.timefmt import format_interval, iso_time
 
 SCHEMA_VERSION = 1
 
@@ -91,11 +91,9 @@ class Matrix:
 
 
 def cell_state(paths: Mapping[str, PathHealth]) -> CellState:
-    """reachable / unreachable / unknown from a target's reported paths."""
-    probed = [p.status for p in paths.values() if p.status is not ProbeStatus.UNKNOWN]
-    if not probed:
-        return "unknown"
-    return "reachable" if all(s is ProbeStatus.OK for s in probed) else "unreachable"
+    """reachable / unreachable / unknown from a target's reported paths
+    (meshhealth.documents.reachability)."""
+    return statuses_reachability(path.status for path in paths.values())
 
 
 def is_stale(report: HealthReport, now: float, stale_intervals: float) -> bool:
@@ -201,9 +199,10 @@ def summary_lines(
         ]
     for row in rows:
         if row.stale and row.age_s is not None and row.interval_s is not None:
+            age, interval = format_interval(row.age_s), format_interval(row.interval_s)
             lines.append(
-                f"{label(row.source)}'s report is stale ({_age(row.age_s)} old, older than "
-                f"{stale_intervals:g} intervals of {_age(row.interval_s)}): its agent is "
+                f"{label(row.source)}'s report is stale ({age} old, older than "
+                f"{stale_intervals:g} intervals of {interval}): its agent is "
                 "down or cannot write to etcd"
             )
     return lines
@@ -226,18 +225,6 @@ def _unreachable_by_all(
         if len(seen) >= 2 and all(c.state == "unreachable" for c in seen):
             found.append(target)
     return found
-
-
-def _age(seconds: float) -> str:
-    return format_duration(round(seconds) if seconds >= 1 else seconds)
-
-
-def iso_time(unix_s: float | None) -> str | None:
-    """`2026-11-22T10:00:00Z` (UTC, whole seconds), None for None."""
-    if unix_s is None:
-        return None
-    stamp = dt.datetime.fromtimestamp(int(unix_s), tz=dt.UTC)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # --- JSON ------------------------------------------------------------------------------

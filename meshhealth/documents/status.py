@@ -23,20 +23,24 @@ Per request only the head (generated_at, etcd, round) and `clusters` change; `no
 round, with their JSON) and answers the socket with `encode_status_document`, which
 splices the cached JSON: 300 nodes cost ~10 ms to build and encode, the rest ~0.1 ms.
 
-Reachability (the same rule as Cilium's `Cluster health: X/Y reachable`): a path is
-`reachable` when its newest result is OK, `unreachable` when it is not, `unknown` before
-its first result. A node is reachable when it has at least one probed path and every
-probed path is OK; paths not probed yet do not count against it.
+Reachability of paths and nodes follows meshhealth.documents.reachability (the rule of
+`Cluster health: X/Y reachable`): a node is reachable when it has at least one probed
+path and every probed path is OK; paths not probed yet do not count against it.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from meshhealth.documents.reachability import (
+    REACHABILITY_STATES,
+    Reachability,
+    combined_reachability,
+    status_reachability,
+)
 from meshhealth.model import (
     STATUS_TEXT,
     PathKey,
@@ -47,11 +51,12 @@ from meshhealth.model import (
     TargetType,
     status_text,
 )
+from meshhealth.timefmt import iso_time
 
 SCHEMA_VERSION = 1
 
-PathState = Literal["reachable", "unreachable", "unknown"]
-PATH_STATES: tuple[PathState, ...] = ("reachable", "unreachable", "unknown")
+PathState = Reachability
+PATH_STATES: tuple[PathState, ...] = REACHABILITY_STATES
 
 # Nodes of a degraded mesh part are still listed; JSON values are plain types only.
 StatusDocument = dict[str, Any]
@@ -111,35 +116,16 @@ class StatusInputs:
     clusters: Sequence[ClusterState] = ()  # local first; empty: the local one is derived
 
 
-def iso_time(unix_s: float | None) -> str | None:
-    """`2026-11-22T10:00:00Z` (UTC, whole seconds), None for None."""
-    if unix_s is None:
-        return None
-    stamp = dt.datetime.fromtimestamp(int(unix_s), tz=dt.UTC)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_iso_time(text: str) -> float:
-    """The inverse of `iso_time` (any ISO 8601 with an offset or `Z`)."""
-    stamp = dt.datetime.fromisoformat(text)
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=dt.UTC)
-    return stamp.timestamp()
-
-
 def path_state(summary: PathSummary | None) -> PathState:
     """reachable / unreachable / unknown, from a path's newest result."""
-    if summary is None or summary.last is None:
-        return "unknown"
-    return "reachable" if summary.last.ok else "unreachable"
+    return status_reachability(
+        None if summary is None or summary.last is None else summary.last.status
+    )
 
 
 def combined_state(states: Iterable[PathState]) -> PathState:
-    """Several paths as one: unreachable if any fails, reachable if any was probed."""
-    probed = [s for s in states if s != "unknown"]
-    if not probed:
-        return "unknown"
-    return "reachable" if all(s == "reachable" for s in probed) else "unreachable"
+    """Several paths as one (meshhealth.documents.reachability.combined_reachability)."""
+    return combined_reachability(states)
 
 
 def path_document(summary: PathSummary | None) -> dict[str, Any]:

@@ -1,0 +1,105 @@
+"""The one reachability rule (meshhealth.documents.reachability) and its three users:
+the status document, the matrix and `watch` must agree on every combination."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from meshhealth.cli.watch_state import NodeView, PathView
+from meshhealth.documents.matrix import cell_state
+from meshhealth.documents.reachability import (
+    REACHABILITY_STATES,
+    combined_reachability,
+    status_reachability,
+    statuses_reachability,
+)
+from meshhealth.documents.status import path_state
+from meshhealth.model import PathHealth, PathSummary, ProbeResult, ProbeStatus
+
+S = ProbeStatus
+
+
+@pytest.mark.parametrize(
+    ("status", "state"),
+    [
+        (None, "unknown"),
+        (S.UNKNOWN, "unknown"),
+        ("unknown", "unknown"),  # read back from JSON
+        (S.OK, "reachable"),
+        ("ok", "reachable"),
+        (S.TIMEOUT, "unreachable"),
+        (S.REFUSED, "unreachable"),
+        (S.RESET, "unreachable"),
+        (S.UNREACHABLE, "unreachable"),
+        (S.HTTP_ERROR, "unreachable"),
+        (S.INVALID, "unreachable"),
+        (S.ERROR, "unreachable"),
+        ("a_status_from_a_newer_agent", "unreachable"),
+    ],
+)
+def test_one_path(status: str | None, state: str) -> None:
+    assert status_reachability(status) == state
+
+
+@pytest.mark.parametrize(
+    ("states", "state"),
+    [
+        ((), "unknown"),
+        (("unknown", "unknown"), "unknown"),
+        (("reachable", "unknown"), "reachable"),  # not probed yet does not count
+        (("reachable", "reachable"), "reachable"),
+        (("reachable", "unreachable"), "unreachable"),
+        (("unknown", "unreachable"), "unreachable"),
+        (("unreachable", "reachable", "unknown", "reachable"), "unreachable"),
+    ],
+)
+def test_several_paths(states: tuple[str, ...], state: str) -> None:
+    assert combined_reachability(states) == state  # type: ignore[arg-type]
+
+
+STATUSES = st.lists(st.sampled_from(list(ProbeStatus)), max_size=4)
+
+
+@given(STATUSES)
+def test_combined_is_order_free_and_matches_the_definition(statuses: list[ProbeStatus]) -> None:
+    states = [status_reachability(s) for s in statuses]
+    combined = combined_reachability(states)
+    assert combined in REACHABILITY_STATES
+    assert combined_reachability(reversed(states)) == combined
+    probed = [s for s in statuses if s is not S.UNKNOWN]
+    expected = (
+        "unknown"
+        if not probed
+        else "reachable"
+        if all(s is S.OK for s in probed)
+        else "unreachable"
+    )
+    assert combined == expected
+
+
+def _summary(status: ProbeStatus) -> PathSummary:
+    result = ProbeResult(status, 100.0, (0.001,) if status is S.OK else ())
+    return PathSummary(1, result, 0.0, None, None, None, None, 100.0, None, 0)
+
+
+PATHS = ("node/icmp", "node/http", "endpoint/icmp", "endpoint/http")
+
+
+@pytest.mark.parametrize(
+    "statuses", list(itertools.product([S.OK, S.TIMEOUT, S.UNKNOWN], repeat=3))
+)
+def test_status_matrix_and_watch_agree(statuses: tuple[ProbeStatus, ...]) -> None:
+    expected = statuses_reachability(statuses)
+    status_doc = combined_reachability(path_state(_summary(s)) for s in statuses)
+    matrix = cell_state(
+        {name: PathHealth(s, None, 0.0) for name, s in zip(PATHS, statuses, strict=False)}
+    )
+    node = NodeView(
+        "c", "n", paths={n: PathView(s.value, "") for n, s in zip(PATHS, statuses, strict=False)}
+    )
+    assert status_doc == matrix == node.state == expected
+    assert path_state(None) == "unknown"
