@@ -19,6 +19,7 @@ from meshhealth.model import ProbeResult, ProbeStatus
 from meshhealth.netns import socket_in_netns
 from meshhealth.probe import icmp
 from meshhealth.probe.icmp import PERMISSION_MESSAGE, open_pinger
+from meshhealth.probe.icmp_match import EchoProbe
 from meshhealth.probe.icmp_packet import checksum, parse_datagram
 from tests.plugins.netns import Lab, NetnsFactory
 
@@ -90,7 +91,7 @@ async def test_early_replies_leave_no_probe_behind() -> None:
                 nursery.start_soon(probe, f"127.0.{i // 250}.{i % 250 + 1}")
         assert len(pinger._timers) == 200  # the final waits, due in 60 s
         gc.collect()
-        alive = [o for o in gc.get_objects() if isinstance(o, icmp._Probe)]
+        alive = [o for o in gc.get_objects() if isinstance(o, EchoProbe)]
         assert alive == []
         assert pinger.in_flight == 0
     assert len(results) == 200
@@ -180,6 +181,61 @@ async def test_live_answer_and_dropped_time_out(netns_factory: NetnsFactory, v6:
         assert_timeout(results[ip], count)
     assert elapsed < (count - 1) * interval_s + timeout_s + SLACK_S
     assert elapsed >= (count - 1) * interval_s + timeout_s  # the dead ones waited it out
+
+
+class SpawnCounter(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.spawned = 0
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawned += 1
+
+
+@pytest.mark.netns
+async def test_a_batch_runs_in_one_task_with_per_probe_deadlines(
+    netns_factory: NetnsFactory,
+) -> None:
+    lab = netns_factory.make_lab(live=3, dead=2, live6=2, dead6=1)
+    ips = [*lab.live, *lab.dead, *lab.live6, *lab.dead6]
+    dead = {*lab.dead, *lab.dead6}
+    timeouts = [0.6 if ip == lab.dead[0] else 0.3 for ip in ips]
+    count, interval_s = 2, 0.05
+    spawns = SpawnCounter()
+    async with open_pinger(netns=lab.client) as pinger:
+        for ip in (lab.live[0], lab.live6[0]):  # receivers started outside the count
+            pinger.open_socket_for(ip)
+        trio.lowlevel.add_instrument(spawns)
+        start = trio.current_time()
+        results = await pinger.ping_batch(
+            ips, count=count, interval_s=interval_s, timeout_s=timeouts
+        )
+        elapsed = trio.current_time() - start
+        trio.lowlevel.remove_instrument(spawns)
+        assert pinger.in_flight == 0
+        # every probe live: the batch ends with its last reply, not at a deadline
+        start = trio.current_time()
+        live_only = await pinger.ping_batch([*lab.live, *lab.live6], count=1, timeout_s=30)
+        assert trio.current_time() - start < SLACK_S
+    assert spawns.spawned == 0
+    for ip, result in zip(ips, results, strict=True):
+        if ip in dead:
+            assert_timeout(result, count)
+        else:
+            assert_ok(result, count)
+    assert (count - 1) * interval_s + 0.6 <= elapsed < (count - 1) * interval_s + 0.6 + SLACK_S
+    for result in live_only:
+        assert_ok(result, 1)
+
+
+async def test_batch_arguments_are_checked_before_sending() -> None:
+    require_root()
+    async with open_pinger() as pinger:
+        with pytest.raises(ValueError, match="2 timeouts for 1 addresses"):
+            await pinger.ping_batch(["127.0.0.1"], timeout_s=[1.0, 2.0])
+        with pytest.raises(ValueError):
+            await pinger.ping_batch(["127.0.0.1", "nope"], count=1)
+        assert await pinger.ping_batch([], count=1) == []
+        assert pinger.in_flight == 0
 
 
 @pytest.mark.netns

@@ -1,0 +1,193 @@
+"""Which received ICMP datagrams count as answers to our echo probes. Pure: no sockets.
+
+The pinger (meshhealth.probe.icmp) owns the sockets and the waiting; for each family it
+keeps one `ReplyMatcher`, registers every echo request it sends (`allocate`, then
+`EchoProbe.mark_sent`) and feeds it every datagram the raw socket receives (`match`).
+The rules live here, so they are tested without root (tests/test_icmp_match.py).
+
+A datagram answers echo request *k* of a probe only if all of these hold:
+
+- it is an ICMP (ICMPv6) **echo reply**, IPv4 checksum correct, or a **destination
+  unreachable** error quoting that request (its quoted IP header and ICMP header);
+- it carries the pinger's **identifier** and a **sequence** number in flight, which
+  names the probe and *k* (sequences are unique among the requests in flight);
+- a reply comes **from the probed address** (an IPv6 scope `%eth0` aside); an error
+  quotes our request **to the probed address**, from any router;
+- a reply echoes the probe's random **cookie** exactly; an error quotes a prefix of it
+  (routers may quote only the first 8 bytes of our message, i.e. none of the cookie);
+- it arrives **before the request's deadline** (its send time + timeout; never before
+  it was sent);
+- the request is **still in flight**: the first answer retires the sequence, so
+  duplicates, and replies after the probe ended, count for nothing.
+
+Our own echo requests (a raw socket sees them on loopback) are neither echo replies nor
+errors, and nothing else (other types, truncated or corrupt datagrams) counts either.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import socket
+from typing import Any
+
+from meshhealth.model import ProbeResult, ProbeStatus
+from meshhealth.probe.icmp_packet import (
+    ECHO_HEADER_LEN,
+    ECHO_ID_SEQ,
+    ICMP_DEST_UNREACH,
+    ICMP_ECHO_REPLY,
+    ICMPV6_DEST_UNREACH,
+    ICMPV6_ECHO_REPLY,
+    Echo,
+    icmp_message,
+    parse_icmp,
+)
+
+SEQUENCES = 1 << 16
+ADDRESS_CACHE_SIZE = 16_384  # parsed target addresses kept (a mesh's node + health IPs)
+
+# A probe that ended in a local failure: (status, detail) for its result.
+LocalError = tuple[ProbeStatus, str]
+
+
+class EchoProbe:
+    """One probe: `count` echo requests to one address, and what came back for each."""
+
+    __slots__ = (
+        "batch",
+        "cookie",
+        "deadlines",
+        "errors",
+        "local_error",
+        "outstanding",
+        "rtts",
+        "send_times",
+        "sequences",
+        "target",
+    )
+
+    def __init__(self, target: str, count: int, cookie: bytes, batch: Any = None) -> None:
+        self.target = target  # canonical text form, as recvfrom() reports sources
+        self.cookie = cookie
+        self.batch: Any = batch  # the pinger's: what to wake when this probe's answers are in
+        self.sequences: list[int] = []  # allocated so far, released when the probe ends
+        self.send_times = [0.0] * count
+        self.deadlines = [-math.inf] * count  # -inf until sent: nothing can match early
+        self.rtts: list[float | None] = [None] * count
+        self.errors: list[str] = []
+        self.outstanding = 0  # sent, neither answered nor errored yet
+        self.local_error: LocalError | None = None  # a send failed: no more requests
+
+    def mark_sent(self, index: int, now: float, timeout_s: float) -> None:
+        """Request `index` left at `now`; an answer counts until `now + timeout_s`."""
+        self.send_times[index] = now
+        self.deadlines[index] = now + timeout_s
+        self.outstanding += 1
+
+    def result(self, started_at: float) -> ProbeResult:
+        """OK with one RTT per reply, else the local error, UNREACHABLE or TIMEOUT."""
+        rtts = tuple([rtt for rtt in self.rtts if rtt is not None])
+        if rtts:
+            status, detail = ProbeStatus.OK, ""
+        elif self.local_error is not None:
+            status, detail = self.local_error
+        elif self.errors:
+            status, detail = ProbeStatus.UNREACHABLE, self.errors[0]
+        else:
+            status, detail = ProbeStatus.TIMEOUT, ""
+        return ProbeResult(status, started_at, rtts, len(self.sequences), len(rtts), detail)
+
+
+class ReplyMatcher:
+    """One family's echo requests in flight (by sequence) and the rules for answers."""
+
+    __slots__ = ("error_type", "identifier", "ipv6", "next_sequence", "reply_type", "waiters")
+
+    def __init__(self, *, ipv6: bool, identifier: int, first_sequence: int = 0) -> None:
+        self.ipv6 = ipv6
+        self.identifier = identifier
+        self.reply_type = ICMPV6_ECHO_REPLY if ipv6 else ICMP_ECHO_REPLY
+        self.error_type = ICMPV6_DEST_UNREACH if ipv6 else ICMP_DEST_UNREACH
+        self.waiters: dict[int, tuple[EchoProbe, int]] = {}  # sequence -> (probe, index)
+        self.next_sequence = first_sequence & 0xFFFF
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.waiters)
+
+    def allocate(self, probe: EchoProbe, index: int) -> int | None:
+        """A sequence number not in flight, registered for (probe, index); None if full."""
+        waiters = self.waiters
+        if len(waiters) >= SEQUENCES:
+            return None
+        sequence = self.next_sequence
+        while sequence in waiters:
+            sequence = (sequence + 1) & 0xFFFF
+        self.next_sequence = (sequence + 1) & 0xFFFF
+        waiters[sequence] = (probe, index)
+        probe.sequences.append(sequence)
+        return sequence
+
+    def release(self, probe: EchoProbe) -> None:
+        """Forget every request of `probe` still in flight (it has ended)."""
+        waiters = self.waiters
+        for sequence in probe.sequences:
+            entry = waiters.get(sequence)
+            if entry is not None and entry[0] is probe:
+                del waiters[sequence]
+
+    def match(self, data: bytes, source: str, now: float) -> EchoProbe | None:
+        """Apply one received datagram (from `source`, at `now`): the probe it answers,
+        with that request retired and its RTT or error recorded; None if it counts for
+        nothing (see the module docstring)."""
+        message = icmp_message(data, ipv6=self.ipv6)
+        if message is None:
+            return None
+        if message[0] == self.reply_type:  # the hot path: no message object
+            identifier, sequence = ECHO_ID_SEQ.unpack_from(message, 4)
+            if identifier != self.identifier:
+                return None
+            entry = self.waiters.get(sequence)
+            if entry is None:
+                return None  # stray, duplicate, or late after the probe ended
+            probe, index = entry
+            if (
+                now > probe.deadlines[index]  # late (or not sent yet)
+                or message[ECHO_HEADER_LEN:] != probe.cookie
+                or (source != probe.target and source.partition("%")[0] != probe.target)
+            ):
+                return None
+            probe.rtts[index] = now - probe.send_times[index]
+        elif message[0] == self.error_type:  # (our own requests on loopback: neither type)
+            error = parse_icmp(message, ipv6=self.ipv6)
+            if error is None or isinstance(error, Echo) or error.identifier != self.identifier:
+                return None
+            sequence = error.sequence
+            entry = self.waiters.get(sequence)
+            if entry is None:
+                return None
+            probe, index = entry
+            if (
+                now > probe.deadlines[index]
+                or error.destination != probe.target
+                or not probe.cookie.startswith(error.quoted_payload)
+            ):
+                return None
+            probe.errors.append(f"{error.text} from {source.partition('%')[0]}")
+        else:
+            return None
+        del self.waiters[sequence]
+        probe.outstanding -= 1
+        return probe
+
+
+@functools.lru_cache(maxsize=ADDRESS_CACHE_SIZE)
+def canonical_ip(ip: str) -> tuple[int, str]:
+    """(family, the address as recvfrom() spells it); ValueError if not an IP address."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            return family, socket.inet_ntop(family, socket.inet_pton(family, ip))
+        except (OSError, ValueError):
+            continue
+    raise ValueError(f"not an IP address: {ip!r}")
