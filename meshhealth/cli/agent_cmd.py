@@ -6,11 +6,14 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Awaitable, Callable
 
 from meshhealth import defaults
-from meshhealth.agent.config import ConfigError
+from meshhealth.agent.config import AgentConfig, ConfigError
 from meshhealth.agent.config_sources import add_agent_arguments, load_agent_config
 from meshhealth.cli.common import print_error
+
+log = logging.getLogger("meshhealth.agent")
 
 DESCRIPTION = f"""\
 Run the meshhealth agent of this node: register it in etcd, discover peers, probe every
@@ -56,15 +59,50 @@ def run(args: argparse.Namespace) -> int:
         format=f"%(asctime)s %(levelname)s {config.cluster}/{config.node} %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    import trio
-
-    from meshhealth.agent.app import AgentStartError, run_agent_until_signal
+    from meshhealth.agent.app import run_agent_until_signal
     from meshhealth.gc_tuning import tune_gc_for_probing
 
     tune_gc_for_probing()  # probe rounds allocate many short-lived objects: see docs
+    return run_agent_process(config, run_agent_until_signal)
+
+
+def run_agent_process(config: AgentConfig, runner: Callable[[AgentConfig], Awaitable[None]]) -> int:
+    """trio.run the agent; a start-up error is one line and exit 2, whatever the timing.
+
+    A start-up error (socket in use, port taken, node name taken) cancels every other
+    task of the agent; one of them may fail on its way out at the same moment (a
+    `nursery.start` cut short, a child process gone), and then the error reaches us
+    inside an exception group next to that consequence. The start-up error is the cause:
+    it is what users read; the rest is logged at debug level.
+    """
+    import trio
+
     try:
-        trio.run(run_agent_until_signal, config)
-    except AgentStartError as exc:
-        print_error("agent", str(exc))
+        trio.run(runner, config)
+    except BaseException as exc:  # re-raised below unless it holds a start-up error
+        cause = start_error_in(exc)
+        if cause is None:
+            raise
+        for other in _leaves(exc):
+            if other is not cause:
+                log.debug("while the agent stopped: %r", other)
+        print_error("agent", str(cause))
         return 2
     return 0
+
+
+def start_error_in(error: BaseException) -> BaseException | None:
+    """The first start-up error among the leaves of `error` (itself when it is one)."""
+    from meshhealth.agent.app import AgentStartError
+    from meshhealth.agent.membership.registrar import NodeNameTaken
+
+    for leaf in _leaves(error):
+        if isinstance(leaf, AgentStartError | NodeNameTaken):
+            return leaf
+    return None
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for child in error.exceptions for leaf in _leaves(child)]
+    return [error]
