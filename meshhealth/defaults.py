@@ -138,3 +138,43 @@ WATCH_RETRY_MIN_S: Final = 0.2
 WATCH_RETRY_MAX_S: Final = 2.0
 # RTTs kept per path for the view's sparkline.
 WATCH_SPARKLINE_POINTS: Final = 20
+
+# --- suspicion (meshhealth.diagnosis.suspicion, docs/diagnosis.md) ------------------------
+# Shortest suspicion time, in probe intervals, scaled by max(1, log10(N)): half an interval
+# at N <= 10 (5 s), so the second failure in a row (one interval later, whatever the round
+# jitter) settles a confirmed path; 10 s at 100 nodes, 15 s at 1,000.
+SUSPICION_FLOOR_INTERVALS: Final = 0.5
+# Longest suspicion time = this x the shortest (Lifeguard's 6): with no confirmation a path
+# must fail for 30 s (4 rounds at 10 s) before it reads unreachable.
+SUSPICION_CEILING_FACTOR: Final = 6.0
+# Independent confirmations that bring the time down to the shortest (Lifeguard's K = 3):
+# three other observers seeing the same target fail are hard to explain by our own path.
+SUSPICION_CONFIRMATIONS: Final = 3
+# Failures in a row before "unreachable", whatever the time: one lost probe never is.
+SUSPICION_MIN_FAILURES: Final = 2
+
+# --- local health awareness (meshhealth.diagnosis.local_health) ---------------------------
+# Timeouts of an unwell agent stretch up to this factor (Lifeguard's 8); score 0..factor-1.
+LOCAL_HEALTH_MAX_MULTIPLIER: Final = 8
+# Event-loop lag below this is ordinary jitter on a busy node; from it each doubling adds
+# a point to the score (0.25 s: 1, 0.5 s: 2, >= 1 s: 3).
+LOCAL_HEALTH_LAG_S: Final = 0.25
+# This share of our own targets failing at once (with at least LOCAL_HEALTH_MIN_TARGETS)
+# points at us rather than at them: 3 points. Kept high so that both sides of a 2-vs-2
+# partition (2 of 3 failing) do not discount themselves.
+LOCAL_HEALTH_FAILING_SHARE: Final = 0.8
+LOCAL_HEALTH_MIN_TARGETS: Final = 3
+# Points when etcd is unreachable: our reports cannot be published, our view is cut off.
+LOCAL_HEALTH_ETCD_POINTS: Final = 2
+# From this score an agent marks its reports degraded (others discount its failures).
+LOCAL_HEALTH_DEGRADED_SCORE: Final = 2
+
+# --- diagnosis (meshhealth.diagnosis.diagnose, docs/diagnosis.md) ---------------------------
+# Share of a node's assessed row or column that must fail to blame the node rather than
+# single paths: tolerates one odd cell in four (a path still suspect, a late report).
+DIAGNOSIS_FAIL_SHARE: Final = 0.75
+# Distinct failing observers needed before a finding names a node other than the observer
+# itself: one observer's report is never evidence against another node.
+DIAGNOSIS_MIN_OBSERVERS: Final = 2
+# Each independent failing cell halves the doubt: confidence = share x (1 - 0.5^cells).
+DIAGNOSIS_DOUBT_PER_CELL: Final = 0.5

@@ -1,0 +1,193 @@
+"""Suspicion per path: ok -> suspect -> unreachable (pure, explicit timestamps).
+
+One probe that fails makes a path `suspect`, never `unreachable`. The path becomes
+`unreachable` once it has failed at least `min_failures` times in a row *and* has kept
+failing for the suspicion time, which shrinks as independent confirmations arrive
+(other observers whose own path to the same target fails, peers whose indirect probe
+of the target failed too). One success brings it back to `ok` (docs/diagnosis.md says
+why one is enough).
+
+The suspicion time follows Lifeguard (memberlist's implementation of it), written anew:
+
+    floor_s   = alpha * max(1, log10(cluster_size)) * interval_s * multiplier
+    ceiling_s = beta * floor_s
+    time_s(c) = max(floor_s, ceiling_s - (ceiling_s - floor_s) * log(c + 1) / log(k + 1))
+
+with `c` the confirmations so far and `k` the confirmations that bring the time down to
+the floor (fewer when fewer peers could confirm; none possible: the floor, since waiting
+for confirmations that cannot come only delays the verdict). `multiplier` is the local
+health factor (`local_health.timeout_multiplier`): an agent that is itself unwell waits
+longer before it calls others unreachable.
+
+    params = suspicion_params(cluster_size=4, interval_s=10.0)
+    state = PathSuspicion()
+    state = observe(state, ok=False, now=t0, params=params)   # suspect
+    state = observe(state, ok=False, now=t0 + 10, params=params,
+                    confirmers=frozenset({"c/node2"}), possible_confirmers=2)
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from meshhealth import defaults
+
+
+class PathVerdict(enum.StrEnum):
+    OK = "ok"
+    SUSPECT = "suspect"  # failing, not for long enough yet: neither reachable nor not
+    UNREACHABLE = "unreachable"
+
+
+@dataclass(frozen=True, slots=True)
+class SuspicionParams:
+    floor_s: float  # the shortest suspicion time (enough confirmations)
+    ceiling_s: float  # the longest (no confirmation at all)
+    confirmations_wanted: int  # confirmations that bring the time down to the floor
+    min_failures: int  # failures in a row before `unreachable`, whatever the time
+
+
+def suspicion_floor_s(
+    cluster_size: int,
+    interval_s: float,
+    *,
+    alpha: float = defaults.SUSPICION_FLOOR_INTERVALS,
+    multiplier: float = 1.0,
+) -> float:
+    """alpha * max(1, log10(N)) probe intervals, stretched by the local health factor."""
+    if interval_s <= 0 or alpha < 0 or multiplier < 1:
+        raise ValueError(
+            f"suspicion floor: interval_s {interval_s} must be > 0, alpha {alpha} >= 0, "
+            f"multiplier {multiplier} >= 1"
+        )
+    node_scale = max(1.0, math.log10(max(1, cluster_size)))
+    return alpha * node_scale * interval_s * multiplier
+
+
+def suspicion_params(
+    cluster_size: int,
+    interval_s: float,
+    *,
+    multiplier: float = 1.0,
+    alpha: float = defaults.SUSPICION_FLOOR_INTERVALS,
+    beta: float = defaults.SUSPICION_CEILING_FACTOR,
+    confirmations_wanted: int = defaults.SUSPICION_CONFIRMATIONS,
+    min_failures: int = defaults.SUSPICION_MIN_FAILURES,
+) -> SuspicionParams:
+    """The floor, ceiling and thresholds for a cluster of `cluster_size` nodes."""
+    if beta < 1 or confirmations_wanted < 0 or min_failures < 2:
+        raise ValueError(
+            f"suspicion: beta {beta} must be >= 1, confirmations {confirmations_wanted} "
+            f">= 0, min_failures {min_failures} >= 2 (never from one failure)"
+        )
+    floor_s = suspicion_floor_s(cluster_size, interval_s, alpha=alpha, multiplier=multiplier)
+    return SuspicionParams(floor_s, beta * floor_s, confirmations_wanted, min_failures)
+
+
+def suspicion_time_s(confirmations: int, wanted: int, floor_s: float, ceiling_s: float) -> float:
+    """How long a path must keep failing, given `confirmations` of `wanted` (Lifeguard).
+
+    The time falls logarithmically from the ceiling (no confirmation) to the floor
+    (`wanted` or more); with nothing to wait for (`wanted` 0) it is the floor.
+    """
+    if wanted <= 0:
+        return floor_s
+    confirmations = min(max(confirmations, 0), wanted)
+    fraction = math.log(confirmations + 1) / math.log(wanted + 1)
+    return max(floor_s, ceiling_s - fraction * (ceiling_s - floor_s))
+
+
+def remaining_suspicion_s(
+    confirmations: int, wanted: int, elapsed_s: float, floor_s: float, ceiling_s: float
+) -> float:
+    """Time left before `unreachable` after failing for `elapsed_s`; <= 0: it is due."""
+    return suspicion_time_s(confirmations, wanted, floor_s, ceiling_s) - elapsed_s
+
+
+@dataclass(frozen=True, slots=True)
+class PathSuspicion:
+    """One path's suspicion state (observer -> target, one path kind)."""
+
+    verdict: PathVerdict = PathVerdict.OK
+    since: float | None = None  # when the verdict was entered; None: never probed
+    failing_since: float | None = None  # first failure of the current run
+    failures: int = 0  # failures in a row
+    confirmers: frozenset[str] = field(default_factory=frozenset)  # distinct, this run
+
+
+def _wanted(params: SuspicionParams, possible_confirmers: int | None) -> int:
+    if possible_confirmers is None:
+        return params.confirmations_wanted
+    return min(params.confirmations_wanted, max(possible_confirmers, 0))
+
+
+def _settle(
+    state: PathSuspicion, now: float, params: SuspicionParams, possible: int | None
+) -> PathSuspicion:
+    """suspect -> unreachable when the failures and the time are both there."""
+    if state.verdict is not PathVerdict.SUSPECT or state.failing_since is None:
+        return state
+    if state.failures < params.min_failures:
+        return state
+    elapsed_s = max(0.0, now - state.failing_since)
+    left_s = remaining_suspicion_s(
+        len(state.confirmers), _wanted(params, possible), elapsed_s, params.floor_s,
+        params.ceiling_s,
+    )  # fmt: skip
+    if left_s > 0:
+        return state
+    return replace(state, verdict=PathVerdict.UNREACHABLE, since=now)
+
+
+def observe(
+    state: PathSuspicion,
+    *,
+    ok: bool,
+    now: float,
+    params: SuspicionParams,
+    confirmers: Iterable[str] = (),
+    possible_confirmers: int | None = None,
+) -> PathSuspicion:
+    """The state after one probe result at unix time `now`.
+
+    `confirmers`: who independently saw the target fail since (ids, counted once each;
+    the caller leaves itself out). `possible_confirmers`: how many could have (other
+    observers of the target plus peers asked for an indirect probe); None: as many as
+    wanted.
+    """
+    if ok:
+        if state.verdict is PathVerdict.OK and state.since is not None:
+            return state
+        return PathSuspicion(PathVerdict.OK, since=now)
+    if state.verdict is PathVerdict.OK:
+        suspect = PathSuspicion(
+            PathVerdict.SUSPECT, since=now, failing_since=now, failures=1,
+            confirmers=frozenset(confirmers),
+        )  # fmt: skip
+        return _settle(suspect, now, params, possible_confirmers)
+    failing = replace(
+        state, failures=state.failures + 1, confirmers=state.confirmers | frozenset(confirmers)
+    )
+    return _settle(failing, now, params, possible_confirmers)
+
+
+def confirm(
+    state: PathSuspicion,
+    *,
+    now: float,
+    params: SuspicionParams,
+    confirmers: Iterable[str],
+    possible_confirmers: int | None = None,
+) -> PathSuspicion:
+    """New confirmations between probes (another observer's report, an indirect answer).
+
+    They may make a suspect path unreachable now, if it has already failed
+    `min_failures` times; a path that is ok or unreachable is left as it is.
+    """
+    if state.verdict is not PathVerdict.SUSPECT:
+        return state
+    more = replace(state, confirmers=state.confirmers | frozenset(confirmers))
+    return _settle(more, now, params, possible_confirmers)
