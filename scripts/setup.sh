@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what meshhealth needs on a Debian machine, idempotently:
-#   - Debian packages (etcd, iproute2, nftables, fping, tmux) through apt-get when missing
+#   - Debian packages (etcd, iproute2, nftables, fping, tmux; for the tests of deploy/ and
+#     of the web page: promtool from prometheus, systemd-analyze from systemd, chromium)
+#     through apt-get when missing
 #   - uv, then the virtualenv .venv from pyproject.toml + uv.lock (locked, reproducible)
 # Sourced by scripts/test.sh and scripts/quickstart.sh; safe to run by itself.
 set -euo pipefail
@@ -16,6 +18,9 @@ declare -A NEEDED=(
   [nft]=nftables
   [fping]=fping
   [tmux]=tmux
+  [promtool]=prometheus
+  [systemd-analyze]=systemd
+  [chromium]=chromium
 )
 
 missing=()

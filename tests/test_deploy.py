@@ -1,0 +1,275 @@
+"""The operator kit in deploy/: alert rules, their unit tests, the Grafana dashboard and
+the systemd unit, checked with the real tools (promtool from Debian's `prometheus`,
+systemd-analyze from `systemd`; scripts/setup.sh installs both) and against the metrics
+a real agent exports."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agent_cluster import AgentCluster, wait_for
+from tests.plugins.etcd_server import EtcdServer, running_etcd
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "deploy" / "prometheus" / "meshhealth.rules.yml"
+RULES_TEST = ROOT / "deploy" / "prometheus" / "meshhealth.rules.test.yml"
+DASHBOARD = ROOT / "deploy" / "grafana" / "meshhealth.json"
+UNIT = ROOT / "deploy" / "systemd" / "meshhealth-agent.service"
+TROUBLESHOOTING = ROOT / "docs" / "troubleshooting.md"
+
+# Metrics that Prometheus itself makes for every scrape target.
+PROMETHEUS_METRICS = {"up"}
+METRIC_TOKEN_RE = re.compile(r"\b(meshhealth_[a-zA-Z0-9_]+)\b")
+# Grafana's built-in variables and the dashboard's own, with values that parse.
+GRAFANA_VARIABLES = {
+    "$__rate_interval": "1m",
+    "$__interval": "30s",
+    "$__range": "1h",
+    "$cluster": ".*",
+    "$source": ".*",
+    "$target": ".*",
+}
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    assert path, f"{name} is not installed: run scripts/setup.sh (it installs it)"
+    return path
+
+
+def _run(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, cwd=cwd)
+
+
+def _rules() -> list[dict[str, Any]]:
+    """alert, expr and runbook_url of every rule. promtool is the YAML parser of record
+    (test above); this line reader only picks three fields, without a YAML library."""
+    rules: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    lines = RULES.read_text().splitlines()
+    for index, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped.startswith("- alert: "):
+            current = {"alert": stripped.removeprefix("- alert: "), "expr": ""}
+            rules.append(current)
+        elif current is not None and stripped.startswith("expr:"):
+            rest = stripped.removeprefix("expr:").strip()
+            if rest == "|":
+                body = []
+                indent = len(line) - len(line.lstrip()) + 2
+                for follow in lines[index + 1 :]:
+                    if follow.strip() and len(follow) - len(follow.lstrip()) < indent:
+                        break
+                    body.append(follow.strip())
+                rest = " ".join(body)
+            current["expr"] = rest
+        elif current is not None and stripped.startswith("runbook_url:"):
+            current["runbook_url"] = stripped.split(":", 1)[1].strip().strip('"')
+    return rules
+
+
+def _dashboard() -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return doc
+
+
+def _dashboard_exprs(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """(panel title, PromQL) for every query target, rows' nested panels included."""
+    found: list[tuple[str, str]] = []
+
+    def walk(panels: list[dict[str, Any]]) -> None:
+        for panel in panels:
+            for target in panel.get("targets", []):
+                found.append((panel["title"], target["expr"]))
+            walk(panel.get("panels", []))
+
+    walk(doc["panels"])
+    return found
+
+
+def _with_variables(expr: str) -> str:
+    for name in sorted(GRAFANA_VARIABLES, key=len, reverse=True):
+        expr = expr.replace(name, GRAFANA_VARIABLES[name])
+    assert "$" not in expr, f"an unknown Grafana variable in {expr!r}"
+    return expr
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to dashes."""
+    anchors = set()
+    for line in markdown.splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            title = re.sub(r"[^\w\- ]", "", title)
+            anchors.add(title.replace(" ", "-"))
+    return anchors
+
+
+# --- alert rules ----------------------------------------------------------------------
+
+
+def test_promtool_check_rules_accepts_the_rule_file() -> None:
+    done = _run(_tool("promtool"), "check", "rules", str(RULES))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout
+    count = int(re.search(r"(\d+) rules found", done.stdout)[1])  # type: ignore[index]
+    assert count == len(_rules())
+
+
+def test_promtool_unit_tests_of_the_rules_pass() -> None:
+    done = _run(_tool("promtool"), "test", "rules", RULES_TEST.name, cwd=RULES_TEST.parent)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout
+
+
+def test_every_alert_has_a_unit_test() -> None:
+    tested = set(re.findall(r"alertname: (\w+)", RULES_TEST.read_text()))
+    assert {rule["alert"] for rule in _rules()} <= tested
+
+
+def test_every_runbook_points_to_a_section_of_troubleshooting() -> None:
+    anchors = _anchors(TROUBLESHOOTING.read_text())
+    rules = _rules()
+    assert len(rules) >= 7
+    for rule in rules:
+        url = rule.get("runbook_url", "")
+        page, _, anchor = url.partition("#")
+        assert page == "docs/troubleshooting.md", rule
+        assert anchor in anchors, f"{rule['alert']}: no section #{anchor} in {TROUBLESHOOTING}"
+
+
+# --- the dashboard --------------------------------------------------------------------
+
+
+def test_dashboard_is_in_grafanas_current_schema() -> None:
+    doc = _dashboard()
+    assert doc["schemaVersion"] >= 39  # Grafana 10.4 / 11
+    assert doc["uid"] == "meshhealth"
+    ids = [panel["id"] for panel in doc["panels"]]
+    assert len(ids) == len(set(ids))
+    variables = {v["name"]: v for v in doc["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    for panel in doc["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24, panel["title"]
+        if panel["type"] != "row":
+            assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+            assert panel["targets"], panel["title"]
+    titles = " ".join(panel["title"].lower() for panel in doc["panels"])
+    for subject in ("reachability", "loss", "rtt distribution", "round duration", "etcd"):
+        assert subject in titles
+
+
+def test_every_dashboard_expression_parses_with_promtool(tmp_path: Path) -> None:
+    """promtool has no offline `query`: each expression becomes a recording rule."""
+    exprs = _dashboard_exprs(_dashboard())
+    variables = [v["definition"] for v in _dashboard()["templating"]["list"] if "definition" in v]
+    lines = ["groups:", "  - name: dashboard", "    rules:"]
+    for index, (_title, expr) in enumerate(exprs):
+        lines += [f"      - record: dashboard:expr_{index}", f"        expr: {json.dumps(expr)}"]
+    for index, definition in enumerate(variables):
+        # label_values(SELECTOR, label): the selector must parse
+        selector = re.fullmatch(r"label_values\((.*), *\w+\)", definition)
+        assert selector, definition
+        lines += [
+            f"      - record: dashboard:variable_{index}",
+            f"        expr: {json.dumps(_with_variables(selector[1]))}",
+        ]
+    rule_file = tmp_path / "dashboard.rules.yml"
+    rule_file.write_text(
+        "\n".join(_with_variables(line) if "expr:" in line else line for line in lines) + "\n"
+    )
+    done = _run(_tool("promtool"), "check", "rules", str(rule_file))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{len(exprs) + len(variables)} rules found" in done.stdout
+
+
+@pytest.fixture(scope="module")
+def exported_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[set[str]]:
+    """Every metric name a real agent exposes on /metrics (histograms with their
+    _bucket/_sum/_count series), read from its `# TYPE` lines."""
+    workdir = tmp_path_factory.mktemp("deploy-agent")
+    with running_etcd(EtcdServer()) as etcd, AgentCluster(workdir, etcd.endpoint) as cluster:
+        agent = cluster.start("n1")
+        text, _ = wait_for(
+            agent.metrics_text,
+            lambda text: "# TYPE meshhealth_rounds_total" in text,
+            20.0,
+            what="the agent's /metrics",
+        )
+    names: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            names.add(name)
+            if kind == "histogram":
+                names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
+    assert "meshhealth_node_connectivity_status" in names
+    yield names
+
+
+def _unknown_metrics(expr: str, exported: set[str]) -> set[str]:
+    return set(METRIC_TOKEN_RE.findall(expr)) - exported
+
+
+def test_dashboard_names_only_metrics_the_agent_exports(exported_metrics: set[str]) -> None:
+    doc = _dashboard()
+    exprs = [expr for _title, expr in _dashboard_exprs(doc)]
+    exprs += [v["definition"] for v in doc["templating"]["list"] if "definition" in v]
+    used: set[str] = set()
+    for expr in exprs:
+        assert not _unknown_metrics(expr, exported_metrics), expr
+        used |= set(METRIC_TOKEN_RE.findall(expr))
+    assert len(used) >= 10  # it charts most of what the agent exports
+
+
+def test_rules_name_only_metrics_the_agent_exports(exported_metrics: set[str]) -> None:
+    for rule in _rules():
+        assert not _unknown_metrics(rule["expr"], exported_metrics), rule
+        bare = set(re.findall(r"\b([a-z_]+)\{", rule["expr"])) - set(
+            METRIC_TOKEN_RE.findall(rule["expr"])
+        )
+        assert bare <= PROMETHEUS_METRICS, rule
+
+
+# --- systemd unit ---------------------------------------------------------------------
+
+
+def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
+    """Verified as installed, with ExecStart pointing at this checkout's meshhealth
+    (verify checks the binary exists); any warning (unknown key, bad value) fails."""
+    meshhealth = Path(sys.executable).parent / "meshhealth"
+    assert meshhealth.exists(), meshhealth
+    text = UNIT.read_text()
+    assert "ExecStart=/usr/local/bin/meshhealth agent" in text
+    unit = tmp_path / UNIT.name
+    unit.write_text(text.replace("/usr/local/bin/meshhealth", str(meshhealth)))
+    done = _run(_tool("systemd-analyze"), "verify", str(unit))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout + done.stderr == ""
+
+
+def test_systemd_unit_keeps_only_the_capabilities_the_agent_needs() -> None:
+    settings: dict[str, str] = {}
+    for line in UNIT.read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            settings[key.strip()] = value.strip()
+    assert set(settings["CapabilityBoundingSet"].split()) == {
+        "CAP_NET_RAW",  # ICMP
+        "CAP_NET_ADMIN",  # veth, routes, forwarding sysctls of the health endpoint
+        "CAP_SYS_ADMIN",  # its network namespace
+    }
+    assert settings["NoNewPrivileges"] == "yes"
+    assert settings["ProtectSystem"] == "strict"
+    assert settings["RuntimeDirectory"] == "meshhealth"  # /run/meshhealth/health.sock
+    assert settings["StateDirectory"] == "meshhealth"
