@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from meshhealth.model import HealthReport, PathHealth, ProbeStatus, TargetHealth
 
@@ -85,3 +85,18 @@ def stale_and_missing() -> list[HealthReport]:
                               "lab1/node3": paths(), "lab2/node1": remote}),
         report("lab1/node2", {"lab1/node1": paths(), "lab1/node2": paths()}, age_s=45.0),
     ]  # fmt: skip
+
+
+def meshed() -> list[HealthReport]:
+    """Two clusters of two nodes, all healthy."""
+    return healthy(("lab1/node1", "lab1/node2", "lab2/node1", "lab2/node2"))
+
+
+# name -> reports; tests/golden/matrix_NAME.txt is the text of each
+STORIES: dict[str, Callable[[], list[HealthReport]]] = {
+    "healthy": healthy,
+    "node_unreachable": node_unreachable_by_all,
+    "endpoint_forward_drop": endpoint_forward_drop,
+    "stale": stale_and_missing,
+    "meshed": meshed,
+}

@@ -3,16 +3,13 @@ and of the `Clusters:` section of `meshhealth status` with clustermesh.
 
 After an intended change of the output, regenerate and review the diff:
 
-    MESHHEALTH_UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_format_documents/matrix.py
+    MESHHEALTH_UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_format_matrix.py
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
-from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -20,33 +17,12 @@ from meshhealth.cli.format_matrix import cell_text, format_matrix_json, format_m
 from meshhealth.cli.format_status import format_status_text
 from meshhealth.documents.matrix import build_matrix, matrix_document
 from meshhealth.documents.status import ClusterState, EtcdState, build_status_document
-from meshhealth.model import HealthReport, Target
+from meshhealth.model import Target
 from tests import matrix_stories as S
 from tests import status_stories
+from tests.golden_files import check_golden
 
-GOLDEN_DIR = Path(__file__).parent / "golden"
-UPDATE = os.environ.get("MESHHEALTH_UPDATE_GOLDEN") == "1"
-
-
-def _meshed() -> list[HealthReport]:
-    nodes = ("lab1/node1", "lab1/node2", "lab2/node1", "lab2/node2")
-    return S.healthy(nodes)
-
-
-STORIES: dict[str, Callable[[], list[HealthReport]]] = {
-    "healthy": S.healthy,
-    "node_unreachable": S.node_unreachable_by_all,
-    "endpoint_forward_drop": S.endpoint_forward_drop,
-    "stale": S.stale_and_missing,
-    "meshed": _meshed,
-}
-
-
-def _check_golden(name: str, text: str) -> None:
-    golden = GOLDEN_DIR / name
-    if UPDATE:
-        golden.write_text(text, encoding="utf-8")
-    assert text == golden.read_text(encoding="utf-8")
+STORIES = S.STORIES
 
 
 @pytest.mark.parametrize("story", sorted(STORIES))
@@ -55,7 +31,7 @@ def test_matrix_text_matches_golden(story: str) -> None:
     matrix = build_matrix(
         STORIES[story](), now=S.NOW, unavailable=unavailable if story == "meshed" else None
     )
-    _check_golden(f"matrix_{story}.txt", format_matrix_text(matrix_document(matrix)))
+    check_golden(f"matrix_{story}.txt", format_matrix_text(matrix_document(matrix)))
 
 
 def test_reference_lines() -> None:
@@ -135,7 +111,7 @@ def _meshed_status() -> dict:
 def test_status_clusters_section_matches_golden() -> None:
     doc = _meshed_status()
     assert [c["node_count"] for c in doc["clusters"]] == [3, 1, 0, 0]
-    _check_golden("status_meshed.txt", format_status_text(doc, verbose=False))
+    check_golden("status_meshed.txt", format_status_text(doc, verbose=False))
 
 
 def test_status_without_mesh_has_no_clusters_section() -> None:

@@ -8,17 +8,12 @@ intended change of the output, regenerate them and review the diff:
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from meshhealth.cli.format_status import format_status_text, path_line
 from meshhealth.documents.status import build_status_document
 from tests import status_stories
-
-GOLDEN_DIR = Path(__file__).parent / "golden"
-UPDATE = os.environ.get("MESHHEALTH_UPDATE_GOLDEN") == "1"
+from tests.golden_files import check_golden
 
 CASES = [
     ("healthy", False),
@@ -37,10 +32,7 @@ CASES = [
 def test_status_text_matches_golden(story: str, verbose: bool) -> None:
     doc = build_status_document(status_stories.STORIES[story]())
     text = format_status_text(doc, verbose=verbose)
-    golden = GOLDEN_DIR / f"status_{story}{'_verbose' if verbose else ''}.txt"
-    if UPDATE:
-        golden.write_text(text, encoding="utf-8")
-    assert text == golden.read_text(encoding="utf-8")
+    check_golden(f"status_{story}{'_verbose' if verbose else ''}.txt", text)
 
 
 def test_reference_shape_lines() -> None:

@@ -31,10 +31,9 @@ from meshhealth.cli.format_probe import (
 )
 from meshhealth.cli.main import main
 from meshhealth.timefmt import format_duration
+from tests.golden_files import check_golden
 from tests.plugins.netns import NetnsFactory
 
-GOLDEN_DIR = Path(__file__).parent / "golden"
-UPDATE = os.environ.get("MESHHEALTH_UPDATE_GOLDEN") == "1"
 ICMP = model.Protocol.ICMP
 HTTP = model.Protocol.HTTP
 S = model.ProbeStatus
@@ -134,10 +133,7 @@ def golden_paths() -> list[model.PathReport]:
 
 def test_text_matches_golden() -> None:
     text = format_probe_text(golden_paths())
-    golden = GOLDEN_DIR / "probe_text.txt"
-    if UPDATE:
-        golden.write_text(text, encoding="utf-8")
-    assert text == golden.read_text(encoding="utf-8")
+    check_golden("probe_text.txt", text)
     assert text.splitlines()[0] == "10.0.0.2    icmp  OK  rtt=412.3µs loss=0%"
 
 

@@ -14,7 +14,6 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from functools import partial
-from typing import Any
 
 import trio
 
@@ -40,7 +39,7 @@ from meshhealth.agent.serving.admin_api import AdminSocketError, EncodedJson, se
 from meshhealth.agent.serving.feed_server import FeedHub, serve_feed_tcp, serve_feed_unix
 from meshhealth.agent.serving.metrics_server import serve_metrics
 from meshhealth.documents.feed import feed_socket_path
-from meshhealth.documents.matrix import matrix_document
+from meshhealth.documents.matrix import MatrixDocument, matrix_document
 from meshhealth.documents.status import (
     EtcdState,
     LocalNode,
@@ -51,6 +50,7 @@ from meshhealth.documents.status import (
     build_status_document,
     encode_status_document,
 )
+from meshhealth.documents.status_schema import HealthzDocument, StatusDocument
 from meshhealth.kvstore import Etcd, open_etcd
 from meshhealth.matrix_source import MatrixSource, read_matrix
 from meshhealth.metrics import CounterSeries, Registry
@@ -221,7 +221,7 @@ class Agent:
         last_error = None if health.up else (health.last_error or None)
         return EtcdState(up=health.up, since=health.since, last_error=last_error)
 
-    def healthz(self) -> dict[str, Any]:
+    def healthz(self) -> HealthzDocument:
         doc = build_healthz_document(
             started_at=self.started_at, now=time.time(), etcd=self._etcd_state()
         )
@@ -247,7 +247,7 @@ class Agent:
             clusters=cluster_states(self.mesh),
         )
 
-    def status_document(self) -> dict[str, Any]:
+    def status_document(self) -> StatusDocument:
         """The status document (docs/status.md); its `nodes` are shared: read-only."""
         inputs = self._status_inputs()
         return build_status_document(
@@ -260,7 +260,7 @@ class Agent:
         nodes = self.status_nodes.get(inputs.targets, inputs.summaries)
         return EncodedJson(encode_status_document(inputs, nodes))
 
-    async def matrix(self) -> dict[str, Any]:
+    async def matrix(self) -> MatrixDocument:
         """GET /v1/matrix: read on request (no background watch: zero etcd load when
         nobody asks) from this cluster's etcd and every admitted remote's."""
         sources = [MatrixSource(self.config.cluster, self.etcd)]

@@ -17,9 +17,13 @@ text is a function of the document alone ("ago" is relative to `generated_at`).
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from meshhealth.documents.matrix import PATH_ORDER
+from meshhealth.documents.matrix import (
+    PATH_ORDER,
+    MatrixCellDocument,
+    MatrixDocument,
+    MatrixRowDocument,
+)
 from meshhealth.timefmt import format_age, format_duration
 
 OK, FAILED, UNKNOWN, NO_PATH, STALE = "✓", "✗", "?", "-", "~"
@@ -32,7 +36,7 @@ MIN_CELL_WIDTH = 12  # 4 path marks, a space, an RTT like 412.5µs
 GAP = "  "
 
 
-def path_marks(cell: dict[str, Any]) -> str:
+def path_marks(cell: MatrixCellDocument) -> str:
     """Four characters, one per path in PATH_ORDER."""
     if cell["state"] == "stale":
         return STALE * len(PATH_ORDER)
@@ -53,7 +57,7 @@ def path_marks(cell: dict[str, Any]) -> str:
     return "".join(marks)
 
 
-def cell_rtt_s(cell: dict[str, Any]) -> float | None:
+def cell_rtt_s(cell: MatrixCellDocument) -> float | None:
     for name in PATH_ORDER:
         path = cell["paths"].get(name)
         if path is not None and path["status"] == "ok" and path["rtt_s"] is not None:
@@ -61,7 +65,7 @@ def cell_rtt_s(cell: dict[str, Any]) -> float | None:
     return None
 
 
-def cell_text(cell: dict[str, Any]) -> str:
+def cell_text(cell: MatrixCellDocument) -> str:
     marks = path_marks(cell)
     rtt = cell_rtt_s(cell)
     if cell["state"] == "stale" or rtt is None:
@@ -69,14 +73,10 @@ def cell_text(cell: dict[str, Any]) -> str:
     return f"{marks} {format_duration(rtt)}"
 
 
-def _age(seconds: float) -> str:
-    return f"{format_age(seconds)} ago"
-
-
-def report_text(row: dict[str, Any]) -> str:
-    if row["probe_time"] is None:
+def report_text(row: MatrixRowDocument) -> str:
+    if row["probe_time"] is None or row["age_s"] is None:
         return "no report"
-    age = _age(row["age_s"])
+    age = f"{format_age(row['age_s'])} ago"
     return f"{age} STALE" if row["stale"] else age
 
 
@@ -84,7 +84,7 @@ def _pad(text: str, width: int) -> str:
     return text + " " * max(0, width - len(text))
 
 
-def format_matrix_text(doc: dict[str, Any]) -> str:
+def format_matrix_text(doc: MatrixDocument) -> str:
     """The whole text, ending with a newline."""
     nodes = [(n["cluster"], n["name"]) for n in doc["nodes"]]
     lines = [
@@ -135,5 +135,5 @@ def format_matrix_text(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def format_matrix_json(doc: dict[str, Any]) -> str:
+def format_matrix_json(doc: MatrixDocument) -> str:
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"

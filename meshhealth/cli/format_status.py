@@ -23,12 +23,18 @@ Input: the document of meshhealth.documents.status (docs/status.md).
 
 from __future__ import annotations
 
-from typing import Any
-
 from meshhealth.cli.format_probe import format_loss
+from meshhealth.documents.status_schema import (
+    ClusterDocument,
+    EtcdDocument,
+    NodeDocument,
+    PathDocument,
+    PrimaryAddressDocument,
+    StatusDocument,
+)
 from meshhealth.timefmt import format_age, format_duration, parse_iso_time
 
-PROTOCOL_LABELS = (("icmp", "ICMP to stack:   "), ("http", "HTTP to agent:   "))
+ICMP_LABEL, HTTP_LABEL = "ICMP to stack:   ", "HTTP to agent:   "
 
 
 def _ago(stamp: str | None, now: float | None) -> str:
@@ -39,7 +45,7 @@ def _ago(stamp: str | None, now: float | None) -> str:
     return f"{format_age(now - parse_iso_time(stamp))} ago"
 
 
-def path_line(path: dict[str, Any], *, verbose: bool, now: float | None) -> str:
+def path_line(path: PathDocument, *, verbose: bool, now: float | None) -> str:
     """`OK, RTT=412.5µs` or the failure text; verbose adds the window's figures."""
     head = str(path["text"])
     if path["status"] == "ok" and path["latency_s"] is not None:
@@ -48,8 +54,7 @@ def path_line(path: dict[str, Any], *, verbose: bool, now: float | None) -> str:
         return head
     parts = [head]
     parts.append(f"loss={format_loss(path['loss'])}")
-    for name in ("p50", "p95"):
-        value = path[f"rtt_{name}_s"]
+    for name, value in (("p50", path["rtt_p50_s"]), ("p95", path["rtt_p95_s"])):
         if value is not None:
             parts.append(f"{name}={format_duration(value)}")
     parts.append(f"last probed {_ago(path['last_probed'], now)}")
@@ -59,22 +64,22 @@ def path_line(path: dict[str, Any], *, verbose: bool, now: float | None) -> str:
     return ", ".join(parts)
 
 
-def node_title(node: dict[str, Any]) -> str:
+def node_title(node: NodeDocument) -> str:
     title = f"{node['cluster']}/{node['name']}"
     return f"{title} (localhost)" if node["is_local"] else title
 
 
 def _address_lines(
-    heading: str, address: dict[str, Any], *, verbose: bool, now: float | None
+    heading: str, address: PrimaryAddressDocument, *, verbose: bool, now: float | None
 ) -> list[str]:
     primary = address["primary_address"]
     lines = [f"    {heading} to {primary['ip']}:"]
-    for protocol, label in PROTOCOL_LABELS:
-        lines.append(f"      {label}{path_line(primary[protocol], verbose=verbose, now=now)}")
+    for label, path in ((ICMP_LABEL, primary["icmp"]), (HTTP_LABEL, primary["http"])):
+        lines.append(f"      {label}{path_line(path, verbose=verbose, now=now)}")
     return lines
 
 
-def _header_lines(doc: dict[str, Any], *, verbose: bool, now: float | None) -> list[str]:
+def _header_lines(doc: StatusDocument, *, verbose: bool, now: float | None) -> list[str]:
     probe_time = doc["probe_time"]
     if probe_time is None:
         waiting = "first round running" if doc["round"]["running"] else "no round yet"
@@ -93,7 +98,7 @@ def _header_lines(doc: dict[str, Any], *, verbose: bool, now: float | None) -> l
     return lines
 
 
-def _etcd_state(etcd: dict[str, Any]) -> str:
+def _etcd_state(etcd: EtcdDocument) -> str:
     """`connected since T` / `unreachable since T (error)`."""
     state = "connected" if etcd["up"] else "unreachable"
     since = f" since {etcd['since']}" if etcd["since"] else ""
@@ -101,7 +106,7 @@ def _etcd_state(etcd: dict[str, Any]) -> str:
     return f"{state}{since}{error}"
 
 
-def _table_lines(nodes: list[dict[str, Any]]) -> list[str]:
+def _table_lines(nodes: list[NodeDocument]) -> list[str]:
     """`cilium status --verbose`'s table: Name, IP, Node, Endpoints."""
     rows = [("Name", "IP", "Node", "Endpoints")]
     for node in nodes:
@@ -115,7 +120,7 @@ def _table_lines(nodes: list[dict[str, Any]]) -> list[str]:
     return ["  " + "   ".join([*cells, row[3]]) for cells, row in zip(padded, rows, strict=True)]
 
 
-def cluster_line(cluster: dict[str, Any]) -> str:
+def cluster_line(cluster: ClusterDocument) -> str:
     """`lab2 (id 200):   etcd connected, 2 nodes` (one line of the Clusters section)."""
     tags = ["local"] if cluster["local"] else []
     if cluster["id"] is not None:
@@ -135,9 +140,10 @@ def cluster_line(cluster: dict[str, Any]) -> str:
     return f"  {head}:   {body}"
 
 
-def format_status_text(doc: dict[str, Any], *, verbose: bool) -> str:
+def format_status_text(doc: StatusDocument, *, verbose: bool) -> str:
     """The whole text of `meshhealth status`, ending with a newline."""
-    now = parse_iso_time(doc["generated_at"]) if doc.get("generated_at") else None
+    generated_at = doc.get("generated_at")
+    now = parse_iso_time(generated_at) if generated_at else None
     lines = _header_lines(doc, verbose=verbose, now=now)
     lines.append("Nodes:")
     for node in doc["nodes"]:

@@ -12,9 +12,14 @@ import argparse
 import json
 import os
 import sys
+from typing import TYPE_CHECKING, cast
 
 from meshhealth import defaults
 from meshhealth.cli.common import print_error
+
+if TYPE_CHECKING:
+    from meshhealth.documents.matrix import MatrixDocument
+    from meshhealth.documents.status_schema import StatusDocument
 
 DESCRIPTION = """\
 Show what this node's agent sees: every node, its host (NodeIP) and health endpoint
@@ -103,15 +108,17 @@ def run(args: argparse.Namespace) -> int:
             "status", f"the agent at {socket_path} answered {status_code}: {doc.get('error', doc)}"
         )
         return 1
+    # The answer is read as the document it claims to be; a missing field or one of the
+    # wrong type is a KeyError / TypeError / ValueError here, one line for the user.
     try:
         if args.output == "json":
             text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
         elif args.matrix:
             from meshhealth.cli.format_matrix import format_matrix_text
 
-            text = format_matrix_text(doc)
+            text = format_matrix_text(cast("MatrixDocument", doc))
         else:
-            text = format_status_text(doc, verbose=args.verbose)
+            text = format_status_text(cast("StatusDocument", doc), verbose=args.verbose)
     except (KeyError, TypeError, ValueError) as exc:
         print_error(
             "status", f"the agent at {socket_path} sent a status this client cannot read: {exc!r}"

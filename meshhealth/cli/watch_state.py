@@ -16,10 +16,12 @@ import statistics
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from meshhealth import defaults
+from meshhealth.documents.feed import LaggingMessage, PathMessage, RoundMessage, SnapshotMessage
 from meshhealth.documents.reachability import Reachability, statuses_reachability
+from meshhealth.documents.status_schema import PathDocument, StatusDocument
 from meshhealth.model import STATUS_TEXT, HealthReport, ProbeStatus, Protocol, TargetType, path_name
 from meshhealth.timefmt import parse_iso_time
 
@@ -98,7 +100,7 @@ def _time(text: object) -> float | None:
     return parse_iso_time(text) if isinstance(text, str) else None
 
 
-def _path_from_document(doc: Mapping[str, Any], old: PathView | None) -> PathView:
+def _path_from_document(doc: PathDocument, old: PathView | None) -> PathView:
     view = PathView(
         status=str(doc.get("status", ProbeStatus.UNKNOWN.value)),
         text=str(doc.get("text", STATUS_TEXT[ProbeStatus.UNKNOWN])),
@@ -140,15 +142,15 @@ def _node(state: WatchState, cluster: str, name: str) -> NodeView:
     return node
 
 
-def _apply_header(state: WatchState, doc: Mapping[str, Any]) -> None:
+def _apply_header(state: WatchState, doc: StatusDocument | RoundMessage) -> None:
     state.probe_time = _time(doc.get("probe_time"))
     state.probe_interval_s = doc.get("probe_interval_s")
-    etcd = doc.get("etcd") or {}
-    state.etcd_up = etcd.get("up")
-    state.etcd_error = etcd.get("last_error")
+    etcd = doc.get("etcd")
+    state.etcd_up = None if etcd is None else etcd.get("up")
+    state.etcd_error = None if etcd is None else etcd.get("last_error")
 
 
-def _apply_snapshot(state: WatchState, status: Mapping[str, Any]) -> list[Change]:
+def _apply_snapshot(state: WatchState, status: StatusDocument) -> list[Change]:
     _apply_header(state, status)
     changes: list[Change] = []
     seen: set[NodeRef] = set()
@@ -162,18 +164,17 @@ def _apply_snapshot(state: WatchState, status: Mapping[str, Any]) -> list[Change
         for target_type, section in (("node", doc["host"]), ("endpoint", endpoint)):
             if section is None:
                 continue
-            for protocol in ("icmp", "http"):
+            address = section["primary_address"]
+            for protocol, doc_path in (("icmp", address["icmp"]), ("http", address["http"])):
                 name = f"{target_type}/{protocol}"
-                path = _path_from_document(
-                    section["primary_address"][protocol], node.paths.get(name)
-                )
+                path = _path_from_document(doc_path, node.paths.get(name))
                 changes += _update_path(state, node, name, path, add_point=False)
     for key in set(state.nodes) - seen:
         del state.nodes[key]
     return changes
 
 
-def _apply_round(state: WatchState, message: Mapping[str, Any]) -> None:
+def _apply_round(state: WatchState, message: RoundMessage) -> None:
     _apply_header(state, message)
     seen: set[NodeRef] = set()
     for doc in message.get("nodes", []):
@@ -189,7 +190,9 @@ def _apply_round(state: WatchState, message: Mapping[str, Any]) -> None:
 def apply_feed_message(
     state: WatchState, message: Mapping[str, Any], *, now: float
 ) -> list[Change]:
-    """Apply one decoded feed message; ValueError for a message this viewer cannot read."""
+    """Apply one decoded feed message (meshhealth.documents.feed; read as the type it
+    names, fields checked as they are used); ValueError for a message this viewer
+    cannot read."""
     if message.get("v") != 1:
         raise ValueError(f"feed version {message.get('v')!r} is not supported (expected 1)")
     state.last_update = now
@@ -197,17 +200,19 @@ def apply_feed_message(
     try:
         if kind == "snapshot":
             state.note = ""
-            return _apply_snapshot(state, message["status"])
+            return _apply_snapshot(state, cast(SnapshotMessage, message)["status"])
         if kind == "path":
-            node = _node(state, message["cluster"], message["node"])
-            name = f"{message['target_type']}/{message['protocol']}"
-            path = _path_from_document(message["path"], node.paths.get(name))
+            update = cast(PathMessage, message)
+            node = _node(state, update["cluster"], update["node"])
+            name = f"{update['target_type']}/{update['protocol']}"
+            path = _path_from_document(update["path"], node.paths.get(name))
             return _update_path(state, node, name, path, add_point=True)
         if kind == "round":
-            _apply_round(state, message)
+            _apply_round(state, cast(RoundMessage, message))
             return []
         if kind == "lagging":
-            state.note = f"the agent dropped this viewer: {message.get('reason', 'lagging')}"
+            reason = cast(LaggingMessage, message).get("reason", "lagging")
+            state.note = f"the agent dropped this viewer: {reason}"
             return []
     except (KeyError, TypeError) as exc:
         raise ValueError(f"malformed {kind} message: missing {exc}") from None

@@ -28,11 +28,20 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, TypedDict
 
+from meshhealth.documents.reachability import Reachability
 from meshhealth.documents.status import path_document
+from meshhealth.documents.status_schema import (
+    EtcdDocument,
+    LocalDocument,
+    PathDocument,
+    RoundDocument,
+    StatusDocument,
+    SummaryDocument,
+)
 from meshhealth.model import PathKey, PathSummary, ProbeResult, RoundReport
 from meshhealth.probe.stats import StatsBook
 
@@ -87,17 +96,82 @@ def path_changes(previous: ProbeResult | None, current: ProbeResult) -> list[str
     return changed
 
 
-def encode(message: Mapping[str, Any]) -> str:
+class SnapshotMessage(TypedDict):
+    """On connect: the whole status document."""
+
+    v: int
+    type: Literal["snapshot"]
+    seq: int
+    status: StatusDocument
+
+
+class PathMessage(TypedDict):
+    """One path's newest result, as soon as its probe ends."""
+
+    v: int
+    type: Literal["path"]
+    seq: int
+    cluster: str
+    node: str
+    target_type: str  # node | endpoint
+    protocol: str  # icmp | http
+    ip: str
+    changed: list[str]  # status, rtt_bucket (see the module doc)
+    path: PathDocument
+
+
+class RoundNodeDocument(TypedDict):
+    """A node of the probe set in a `round` message (no paths)."""
+
+    cluster: str
+    name: str
+    is_local: bool
+    node_ip: str
+    health_ip: str | None
+    state: Reachability
+
+
+class RoundMessage(TypedDict):
+    """A round finished: the status document's head and summary, and the probe set."""
+
+    v: int
+    type: Literal["round"]
+    seq: int
+    generated_at: str | None
+    probe_time: str | None
+    probe_interval_s: float
+    duration_s: float
+    local: LocalDocument
+    etcd: EtcdDocument
+    round: RoundDocument
+    summary: SummaryDocument
+    nodes: list[RoundNodeDocument]
+
+
+class LaggingMessage(TypedDict):
+    """The client fell too far behind; the connection is closed next."""
+
+    v: int
+    type: Literal["lagging"]
+    seq: int | None
+    reason: str
+    dropped: int
+
+
+FeedMessage = SnapshotMessage | PathMessage | RoundMessage | LaggingMessage
+
+
+def encode(message: FeedMessage) -> str:
     return json.dumps(message, ensure_ascii=False, separators=(",", ":"))
 
 
-def snapshot_message(status: Mapping[str, Any], seq: int) -> dict[str, Any]:
-    return {"v": FEED_VERSION, "type": "snapshot", "seq": seq, "status": dict(status)}
+def snapshot_message(status: StatusDocument, seq: int) -> SnapshotMessage:
+    return {"v": FEED_VERSION, "type": "snapshot", "seq": seq, "status": status}
 
 
 def path_message(
     key: PathKey, ip: str, summary: PathSummary, changed: list[str], seq: int
-) -> dict[str, Any]:
+) -> PathMessage:
     return {
         "v": FEED_VERSION,
         "type": "path",
@@ -112,9 +186,9 @@ def path_message(
     }
 
 
-def round_message(status: Mapping[str, Any], duration_s: float, seq: int) -> dict[str, Any]:
+def round_message(status: StatusDocument, duration_s: float, seq: int) -> RoundMessage:
     """From the status document after the round: everything but the per-path details."""
-    nodes = [
+    nodes: list[RoundNodeDocument] = [
         {
             "cluster": node["cluster"],
             "name": node["name"],
@@ -145,7 +219,7 @@ def round_message(status: Mapping[str, Any], duration_s: float, seq: int) -> dic
     }
 
 
-def lagging_message(reason: str, dropped: int, seq: int | None = None) -> dict[str, Any]:
+def lagging_message(reason: str, dropped: int, seq: int | None = None) -> LaggingMessage:
     return {"v": FEED_VERSION, "type": "lagging", "seq": seq, "reason": reason, "dropped": dropped}
 
 
@@ -211,7 +285,7 @@ class PathUpdate:
     """What the feed sends for one path result."""
 
     key: PathKey
-    message: dict[str, Any]
+    message: PathMessage
 
 
 class FeedTracker:

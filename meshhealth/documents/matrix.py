@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from meshhealth import defaults
 from meshhealth.documents.reachability import statuses_reachability
@@ -230,11 +230,67 @@ def _unreachable_by_all(
 # --- JSON ------------------------------------------------------------------------------
 
 
-def _path_json(path: PathHealth) -> dict[str, Any]:
+class MatrixPathDocument(TypedDict):
+    status: str  # a ProbeStatus value
+    rtt_s: float | None
+    loss: float
+
+
+class MatrixCellDocument(TypedDict):
+    cluster: str  # the target
+    name: str
+    state: CellState
+    paths: dict[str, MatrixPathDocument]  # PATH_ORDER names; a path not reported is absent
+
+
+class MatrixRowDocument(TypedDict):
+    cluster: str  # the source
+    name: str
+    probe_time: str | None  # None: the node has no report
+    interval_s: float | None
+    age_s: float | None
+    stale: bool
+    cells: list[MatrixCellDocument]  # one per entry of `nodes`, in that order
+
+
+class MatrixNodeDocument(TypedDict):
+    cluster: str
+    name: str
+
+
+class UnavailableClusterDocument(TypedDict):
+    cluster: str
+    error: str
+
+
+class MatrixSummaryDocument(TypedDict):
+    sources: int
+    stale_sources: int
+    cells: int
+    reachable: int
+    unreachable: int
+    stale: int
+    unknown: int
+    lines: list[str]
+
+
+class MatrixDocument(TypedDict):
+    """`GET /v1/matrix`, `meshhealth matrix -o json` (docs/clustermesh.md)."""
+
+    v: int
+    generated_at: str | None
+    stale_after_intervals: float
+    nodes: list[MatrixNodeDocument]  # the columns
+    unavailable_clusters: list[UnavailableClusterDocument]
+    rows: list[MatrixRowDocument]
+    summary: MatrixSummaryDocument
+
+
+def _path_json(path: PathHealth) -> MatrixPathDocument:
     return {"status": path.status.value, "rtt_s": path.rtt_s, "loss": path.loss}
 
 
-def matrix_document(matrix: Matrix) -> dict[str, Any]:
+def matrix_document(matrix: Matrix) -> MatrixDocument:
     """The JSON document (docs/clustermesh.md, "Matrix JSON"); plain types only."""
     counts = matrix.counts()
     return {
@@ -273,7 +329,10 @@ def matrix_document(matrix: Matrix) -> dict[str, Any]:
             "sources": sum(1 for row in matrix.rows if row.probe_time is not None),
             "stale_sources": sum(1 for row in matrix.rows if row.stale),
             "cells": sum(counts.values()),
-            **counts,
+            "reachable": counts["reachable"],
+            "unreachable": counts["unreachable"],
+            "stale": counts["stale"],
+            "unknown": counts["unknown"],
             "lines": list(matrix.lines),
         },
     }

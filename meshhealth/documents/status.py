@@ -33,13 +33,25 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from meshhealth.documents.reachability import (
     REACHABILITY_STATES,
     Reachability,
     combined_reachability,
     status_reachability,
+)
+from meshhealth.documents.status_schema import (
+    AddressDocument,
+    ClusterDocument,
+    EtcdDocument,
+    HealthzDocument,
+    NodeDocument,
+    PathDocument,
+    PrimaryAddressDocument,
+    StatusDocument,
+    StatusHeadDocument,
+    StatusTailDocument,
+    SummaryDocument,
 )
 from meshhealth.model import (
     STATUS_TEXT,
@@ -57,9 +69,6 @@ SCHEMA_VERSION = 1
 
 PathState = Reachability
 PATH_STATES: tuple[PathState, ...] = REACHABILITY_STATES
-
-# Nodes of a degraded mesh part are still listed; JSON values are plain types only.
-StatusDocument = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +137,7 @@ def combined_state(states: Iterable[PathState]) -> PathState:
     return combined_reachability(states)
 
 
-def path_document(summary: PathSummary | None) -> dict[str, Any]:
+def path_document(summary: PathSummary | None) -> PathDocument:
     """The PATH object of the schema (status, text, latency, loss, percentiles, times)."""
     if summary is None or summary.last is None:
         status = ProbeStatus.UNKNOWN
@@ -157,27 +166,26 @@ def path_document(summary: PathSummary | None) -> dict[str, Any]:
 def _address_document(
     target: Target,
     target_type: TargetType,
+    ip: str,
     summaries: Mapping[PathKey, PathSummary],
-) -> tuple[dict[str, Any], list[PathState]]:
-    ip = target.address(target_type)
-    doc: dict[str, Any] = {"ip": ip}
-    states: list[PathState] = []
-    for protocol in (Protocol.ICMP, Protocol.HTTP):
-        summary = summaries.get(PathKey(target.cluster, target.node, target_type, protocol))
-        doc[protocol.value] = path_document(summary)
-        states.append(path_state(summary))
-    return {"primary_address": doc}, states
+) -> tuple[PrimaryAddressDocument, list[PathState]]:
+    icmp = summaries.get(PathKey(target.cluster, target.node, target_type, Protocol.ICMP))
+    http = summaries.get(PathKey(target.cluster, target.node, target_type, Protocol.HTTP))
+    doc: AddressDocument = {"ip": ip, "icmp": path_document(icmp), "http": path_document(http)}
+    return {"primary_address": doc}, [path_state(icmp), path_state(http)]
 
 
 def node_document(
     target: Target, summaries: Mapping[PathKey, PathSummary], *, is_local: bool
-) -> dict[str, Any]:
+) -> NodeDocument:
     """One entry of `nodes`."""
-    host, host_states = _address_document(target, TargetType.NODE, summaries)
-    endpoint: dict[str, Any] | None = None
+    host, host_states = _address_document(target, TargetType.NODE, target.node_ip, summaries)
+    endpoint: PrimaryAddressDocument | None = None
     endpoint_states: list[PathState] = []
     if target.health_ip is not None:
-        endpoint, endpoint_states = _address_document(target, TargetType.ENDPOINT, summaries)
+        endpoint, endpoint_states = _address_document(
+            target, TargetType.ENDPOINT, target.health_ip, summaries
+        )
     host_state = combined_state(host_states)
     endpoint_state = combined_state(endpoint_states)
     node_state = combined_state(host_states + endpoint_states)
@@ -211,9 +219,9 @@ class NodesPart:
     """The part of the document that only changes with a round: `nodes` (also encoded,
     compact JSON) and `summary`. Treat it as read-only: it is shared between answers."""
 
-    nodes: list[dict[str, Any]]
+    nodes: list[NodeDocument]
     nodes_json: bytes  # `nodes` as compact UTF-8 JSON
-    summary: dict[str, int]
+    summary: SummaryDocument
     node_counts: dict[str, int]  # cluster name -> nodes listed
 
 
@@ -271,12 +279,12 @@ class NodesCache:
         return self._part
 
 
-def encode_json(value: Any) -> bytes:
+def encode_json(value: object) -> bytes:
     """Compact UTF-8 JSON, as the admin API sends documents."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def _head_document(inputs: StatusInputs) -> StatusDocument:
+def _head_document(inputs: StatusInputs) -> StatusHeadDocument:
     """The fields before `nodes`: the request's time, the agent's state."""
     local = inputs.local
     return {
@@ -311,11 +319,18 @@ def build_status_document(inputs: StatusInputs, nodes: NodesPart | None = None) 
     part built before from `inputs.targets` and `inputs.summaries` (NodesCache), else it
     is built here. The document shares `nodes` lists with the part: read-only."""
     part = _nodes_part(inputs, nodes)
+    head = _head_document(inputs)
     return {
-        **_head_document(inputs),
+        "v": head["v"],
+        "generated_at": head["generated_at"],
+        "probe_time": head["probe_time"],
+        "probe_interval_s": head["probe_interval_s"],
+        "local": head["local"],
+        "etcd": head["etcd"],
+        "round": head["round"],
         "nodes": part.nodes,
         "clusters": clusters_document(inputs, part.node_counts),
-        "summary": dict(part.summary),
+        "summary": SummaryDocument(**part.summary),
     }
 
 
@@ -325,13 +340,17 @@ def encode_status_document(inputs: StatusInputs, nodes: NodesPart | None = None)
     head (time, etcd, round) and tail (clusters, summary)."""
     part = _nodes_part(inputs, nodes)
     head = encode_json(_head_document(inputs))
-    tail = encode_json(
-        {"clusters": clusters_document(inputs, part.node_counts), "summary": part.summary}
-    )
+    tail_doc: StatusTailDocument = {
+        "clusters": clusters_document(inputs, part.node_counts),
+        "summary": part.summary,
+    }
+    tail = encode_json(tail_doc)
     return b"".join((head[:-1], b',"nodes":', part.nodes_json, b",", tail[1:]))
 
 
-def clusters_document(inputs: StatusInputs, node_counts: Mapping[str, int]) -> list[Any]:
+def clusters_document(
+    inputs: StatusInputs, node_counts: Mapping[str, int]
+) -> list[ClusterDocument]:
     """The `clusters` list: the local cluster, then each remote one, with etcd state;
     `node_counts`: cluster name -> nodes listed in `nodes`."""
     clusters = list(inputs.clusters) or [
@@ -357,11 +376,11 @@ def clusters_document(inputs: StatusInputs, node_counts: Mapping[str, int]) -> l
     ]
 
 
-def etcd_document(etcd: EtcdState) -> dict[str, Any]:
+def etcd_document(etcd: EtcdState) -> EtcdDocument:
     return {"up": etcd.up, "since": iso_time(etcd.since), "last_error": etcd.last_error}
 
 
-def build_healthz_document(*, started_at: float, now: float, etcd: EtcdState) -> dict[str, Any]:
+def build_healthz_document(*, started_at: float, now: float, etcd: EtcdState) -> HealthzDocument:
     """What `GET /v1/healthz` answers: the agent is up (it answered), and etcd's state."""
     return {
         "status": "ok",

@@ -19,13 +19,16 @@ is removed on exit (meshhealth.agent.serving.unix_socket).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import trio
 
 from meshhealth import defaults
 from meshhealth.agent.serving.unix_socket import AdminSocketError, unix_listener
+from meshhealth.documents.matrix import MatrixDocument
+from meshhealth.documents.status_schema import HealthzDocument, StatusDocument
 from meshhealth.http_server import HttpRequest, HttpResponse, ServerLimits, serve_http
 
 __all__ = [  # AdminSocketError lives in unix_socket (shared with the feed), re-exported
@@ -68,13 +71,13 @@ class AdminHandler(Protocol):
     its deadline passes (or on shutdown), and that cancel must only stop the waiting.
     """
 
-    def healthz(self) -> dict[str, Any]: ...
+    def healthz(self) -> HealthzDocument: ...
 
-    def status(self) -> dict[str, Any] | EncodedJson: ...
+    def status(self) -> StatusDocument | EncodedJson: ...
 
-    async def probe_now(self) -> dict[str, Any] | EncodedJson: ...
+    async def probe_now(self) -> StatusDocument | EncodedJson: ...
 
-    async def matrix(self) -> dict[str, Any]:
+    async def matrix(self) -> MatrixDocument:
         """The cluster-wide matrix document (meshhealth.documents.matrix.matrix_document), read
         from the health entries in etcd of this cluster and every meshed one."""
         ...
@@ -82,7 +85,7 @@ class AdminHandler(Protocol):
 
 def json_response(
     status_code: int,
-    doc: dict[str, Any] | EncodedJson,
+    doc: Mapping[str, object] | EncodedJson,
     headers: tuple[tuple[str, str], ...] = (),
 ) -> HttpResponse:
     if isinstance(doc, EncodedJson):

@@ -44,6 +44,7 @@ from meshhealth.documents.feed import (
     round_message,
     snapshot_message,
 )
+from meshhealth.documents.status_schema import StatusDocument
 from meshhealth.model import PathReport, RoundReport
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ class FeedHub:
 
     def __init__(
         self,
-        status: Callable[[], dict[str, Any]],
+        status: Callable[[], StatusDocument],
         *,
         window: int = defaults.STATS_WINDOW,
         limits: FeedLimits | None = None,

@@ -1,0 +1,130 @@
+"""The shape of the status document and of the healthz answer, field by field.
+
+These are JSON objects (plain types only) and the product's public API: `GET /v1/status`,
+`meshhealth status -o json`, the feed's snapshot and docs/status.md all show them. The
+builders are in meshhealth.documents.status; the key order of each TypedDict below is
+the order of the JSON. A new field goes here, in the builder and in docs/status.md (a
+test checks that every field is documented).
+"""
+
+from __future__ import annotations
+
+from typing import NotRequired, TypedDict
+
+from meshhealth.documents.reachability import Reachability
+
+
+class PathDocument(TypedDict):
+    """One path (an address over ICMP or HTTP): the newest result and the window's
+    figures. Times are RFC 3339 UTC (meshhealth.timefmt.iso_time), durations seconds."""
+
+    status: str  # a ProbeStatus value: ok, timeout, refused, ..., unknown
+    text: str  # what cilium-health users read: OK, Connection timed out, HTTP 503
+    detail: str
+    latency_s: float | None  # the newest RTT
+    loss: float  # 0..1 over the window
+    rtt_p50_s: float | None
+    rtt_p95_s: float | None
+    rtt_max_s: float | None
+    samples: int
+    last_probed: str | None
+    last_success: str | None
+    consecutive_failures: int
+
+
+class AddressDocument(TypedDict):
+    ip: str
+    icmp: PathDocument
+    http: PathDocument
+
+
+class PrimaryAddressDocument(TypedDict):
+    """cilium-health's `host` / `health-endpoint` object: one `primary_address`."""
+
+    primary_address: AddressDocument
+
+
+class NodeDocument(TypedDict):
+    cluster: str
+    name: str
+    is_local: bool
+    host: PrimaryAddressDocument
+    health_endpoint: PrimaryAddressDocument | None  # None: the node has no HealthIP
+    reachable: bool
+    state: Reachability
+    host_state: Reachability  # the Node column of `cilium status --verbose`
+    health_endpoint_state: Reachability | None  # the Endpoints column
+
+
+class LocalDocument(TypedDict):
+    cluster: str
+    name: str
+    node_ip: str
+    health_ip: str | None
+
+
+class EtcdDocument(TypedDict):
+    up: bool
+    since: str | None  # when `up` last changed
+    last_error: str | None  # one line, when down
+
+
+class RoundDocument(TypedDict):
+    running: bool
+    last_started_at: str | None
+    last_duration_s: float | None
+    completed: int
+
+
+class ClusterDocument(TypedDict):
+    name: str
+    id: int | None
+    local: bool
+    state: str  # ok | etcd_down | waiting | refused
+    error: str | None
+    etcd: EtcdDocument
+    node_count: int
+
+
+class SummaryDocument(TypedDict):
+    reachable: int
+    unreachable: int
+    unknown: int
+    total: int
+
+
+class StatusHeadDocument(TypedDict):
+    """The fields before `nodes`: they change with every request."""
+
+    v: int
+    generated_at: str | None
+    probe_time: str | None
+    probe_interval_s: float
+    local: LocalDocument
+    etcd: EtcdDocument
+    round: RoundDocument
+
+
+class StatusDocument(StatusHeadDocument):
+    """`GET /v1/status`: the head, then every node (local first), clusters, summary."""
+
+    nodes: list[NodeDocument]
+    clusters: list[ClusterDocument]
+    summary: SummaryDocument
+
+
+class StatusTailDocument(TypedDict):
+    """The fields after `nodes` (encoded apart when the cached nodes are spliced in)."""
+
+    clusters: list[ClusterDocument]
+    summary: SummaryDocument
+
+
+class HealthzDocument(TypedDict):
+    """`GET /v1/healthz`: the agent answers, and etcd's state."""
+
+    status: str  # always "ok": the agent answered
+    started_at: str | None
+    uptime_s: float
+    etcd: EtcdDocument
+    registered: NotRequired[bool]  # the agent adds whether its node lease is alive
