@@ -189,3 +189,57 @@ def test_relative_imports_resolve_to_absolute_names() -> None:
         )
     ]
     assert got == ["meshhealth.kvstore.client"]
+
+
+# documents/ is the public API's pure core: it builds and reads JSON documents, it does
+# no I/O. Of meshhealth it imports the foundation and itself (and, for the feed's own
+# stats window, probe.stats); of the outside world no I/O library.
+DOCUMENTS_MAY_IMPORT = frozenset({"meshhealth.probe.stats"})
+IO_LIBRARIES = frozenset(
+    {"trio", "trio_websocket", "socket", "h11", "wsproto", "etcd3", "grpc", "pyroute2",
+     "subprocess", "asyncio", "urllib", "http"}
+)  # fmt: skip
+
+
+def document_violations(module: str, source: str) -> list[str]:
+    found = []
+    for line, target in imported_modules(source, module, is_package=False):
+        top = target.split(".")[0]
+        if top in IO_LIBRARIES:
+            found.append(f"{module}:{line} -> {target}: documents/ does no I/O")
+        elif top == "meshhealth" and target != "meshhealth":
+            other = layer(target)
+            allowed = other in FOUNDATION or other == "documents"
+            if not allowed and target not in DOCUMENTS_MAY_IMPORT:
+                found.append(f"{module}:{line} -> {target}: documents/ imports only the foundation")
+    return found
+
+
+def test_documents_are_pure() -> None:
+    paths = sorted((PACKAGE_DIR / "documents").glob("*.py"))
+    assert len(paths) >= 4
+    broken = [
+        line for path in paths for line in document_violations(module_name(path), path.read_text())
+    ]
+    assert broken == [], "\n".join(broken)
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("import trio", "no I/O"),
+        ("from urllib.parse import urlsplit", "no I/O"),
+        ("from meshhealth.kvstore import Etcd", "only the foundation"),
+        ("from meshhealth.matrix_source import read_matrix", "only the foundation"),
+        ("from meshhealth.agent.app import Agent", "only the foundation"),
+        ("from meshhealth.timefmt import iso_time", None),
+        ("from .reachability import Reachability", None),
+        ("from meshhealth.probe.stats import StatsBook", None),
+    ],
+)
+def test_document_rule_catches(source: str, expected: str | None) -> None:
+    found = document_violations("meshhealth.documents.example", source)
+    if expected is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and expected in found[0], found
