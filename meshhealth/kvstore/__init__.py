@@ -1,5 +1,6 @@
-"""etcd adapter on trio: client (requests, leases, liveness), prefix watch with resume,
-and a local etcd server for tests and the quick start (local_server, imported on its own).
+"""etcd adapter on trio: client (requests, leases, liveness) and prefix watch with resume.
+
+(The tests' local etcd server is a fixture: tests/plugins/local_etcd.py.)
 """
 
 from meshhealth.backoff import Backoff

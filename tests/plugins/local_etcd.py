@@ -5,8 +5,10 @@
         server.kill()                     # SIGKILL; server.restart() brings it back
                                           # on the same ports with the same data
 
-Used by the tests' `etcd_server` fixture, the README quick start and the lab. It only
-ever signals the process it started, by PID. Synchronous (subprocess + polling).
+A test fixture: used by the `etcd_server` fixture (tests/plugins/etcd_server.py) and by
+tests that need an etcd of their own or a free loopback port. (The lab runs its etcds
+itself: meshhealth/lab/etcd_proc.py.) It only ever signals the process it started, by
+PID. Synchronous (subprocess + polling).
 """
 
 from __future__ import annotations
