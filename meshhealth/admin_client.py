@@ -17,9 +17,8 @@ from typing import Any
 import h11
 import trio
 
-from meshhealth import __version__
+from meshhealth import __version__, defaults
 
-MAX_ANSWER_BYTES = 64 * 1024 * 1024
 _CHECK = "is `meshhealth agent` running? check `systemctl status meshhealth` / the lab"
 
 
@@ -76,8 +75,8 @@ async def _exchange(socket_path: str, method: str, path: str) -> tuple[int, byte
                 status_code = event.status_code
             elif isinstance(event, h11.Data):
                 body += event.data
-                if len(body) > MAX_ANSWER_BYTES:
-                    raise ValueError(f"answer over {MAX_ANSWER_BYTES} bytes")
+                if len(body) > defaults.ADMIN_MAX_ANSWER_BYTES:
+                    raise ValueError(f"answer over {defaults.ADMIN_MAX_ANSWER_BYTES} bytes")
             elif isinstance(event, h11.EndOfMessage):
                 return status_code, bytes(body)
             elif isinstance(event, h11.ConnectionClosed):

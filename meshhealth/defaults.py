@@ -1,13 +1,18 @@
-"""The one table of defaults. Each value says why it is what it is.
+"""The one table of defaults and tunables. Each value says why it is what it is.
 
-CLI help and docs/configuration.md are checked against this module by tests.
+One section per module (or group of modules) that uses the values, named in the section
+header; the comment above a value (or above a group of values) is its reason. A new
+tunable goes into the section of its module, with its reason, and the module imports it
+from here. docs/configuration.md is generated from this file and from the agent's option
+table (`python -m meshhealth.agent.config_doc`); tests/test_configuration_doc.py fails
+when it is out of step, and when a value has no reason.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-# --- probing -------------------------------------------------------------------------
+# --- probing (meshhealth.probe: scheduler, ICMP, stats) -------------------------------
 # Short enough to notice breakage within seconds, cheap at small N. cilium-health used
 # ~60 s; operators asked for faster feedback.
 PROBE_INTERVAL_S: Final = 10.0
@@ -24,7 +29,7 @@ ICMP_INTERVAL_S: Final = 0.1
 # Results kept per path for loss and percentiles (5 minutes at the default interval).
 STATS_WINDOW: Final = 30
 
-# --- HTTP responder ------------------------------------------------------------------
+# --- HTTP responder (meshhealth.probe.responder, `meshhealth responder`) --------------
 # Same port and path as Cilium, so firewall rules written for it keep working.
 HTTP_PORT: Final = 4240
 HTTP_PATH: Final = "/hello"
@@ -32,8 +37,30 @@ HTTP_PATH: Final = "/hello"
 RESPONDER_READ_TIMEOUT_S: Final = 2.0
 # Bounds file descriptors used by peers' probes (and by a flood).
 RESPONDER_MAX_CONNECTIONS: Final = 512
+# Largest request line + headers; a probe sends ~100 bytes.
+RESPONDER_MAX_HEAD_BYTES: Final = 8 * 1024
+# Nothing we serve takes a body; a small one is read and ignored, more gets 413.
+RESPONDER_MAX_BODY_BYTES: Final = 4 * 1024
+# Bytes asked of the socket per read: a whole probe request fits in one.
+RESPONDER_RECEIVE_CHUNK_BYTES: Final = 4 * 1024
+# After an error reply, what the client still sends is read and discarded for this long
+# (and at most this much) before closing, so the reply is not lost to a TCP reset.
+RESPONDER_LINGER_S: Final = 0.5
+RESPONDER_LINGER_MAX_BYTES: Final = 256 * 1024
+# `meshhealth responder --exit-with-parent`: how often the parent PID is checked (an
+# orphaned endpoint exits within this).
+RESPONDER_PARENT_POLL_S: Final = 0.5
 
-# --- etcd ----------------------------------------------------------------------------
+# --- HTTP server of the admin API and /metrics (meshhealth.http_server) ---------------
+# Largest request line + headers; the admin API's requests are a few hundred bytes.
+HTTP_SERVER_MAX_HEAD_BYTES: Final = 16 * 1024
+# Bytes asked of the socket per read: a whole admin request fits in one.
+HTTP_SERVER_RECEIVE_CHUNK_BYTES: Final = 16 * 1024
+# accept() failing for lack of resources (EMFILE, ENOBUFS...): pause this long instead
+# of spinning, then try again.
+HTTP_SERVER_ACCEPT_BACKOFF_S: Final = 0.1
+
+# --- etcd client (meshhealth.kvstore) -------------------------------------------------
 # A killed node leaves every probe set within ~TTL.
 LEASE_TTL_S: Final = 15
 # Every etcd request has a deadline; a stuck etcd must not stall the agent.
@@ -49,16 +76,27 @@ ETCD_RECONNECT_MIN_S: Final = 0.2
 ETCD_RECONNECT_MAX_S: Final = 5.0
 # Threads used for blocking gRPC calls (our own CapacityLimiter, not trio's default).
 ETCD_THREADS: Final = 8
+# Where the agent and the commands look for etcd without --etcd: a local one, as the
+# quick start runs it.
 DEFAULT_ETCD: Final = "http://127.0.0.1:2379"
 # Largest value we accept from etcd; bigger ones are skipped as invalid.
 MAX_VALUE_BYTES: Final = 1024 * 1024
 # gRPC's own reconnect back-off grows to 120 s: after an etcd restart the agent would
 # wait that long. Capped so a restarted etcd is used again within about a second.
 ETCD_CHANNEL_RECONNECT_MAX_S: Final = 1.0
+# The trio deadline of a request is its gRPC deadline plus this margin: gRPC should
+# always fire first, trio's deadline only catches a call stuck outside gRPC's control.
+ETCD_TRIO_DEADLINE_MARGIN_S: Final = 1.0
+# Concurrent watch streams per etcd client (each holds a thread while it waits); an
+# agent needs one per meshed cluster and kind of entry.
+ETCD_MAX_WATCHES: Final = 64
 
-# --- agent ---------------------------------------------------------------------------
+# --- agent (meshhealth.agent, its admin API; `meshhealth status`) ---------------------
+# The cluster of an agent started without --cluster: a one-cluster setup needs no name.
 DEFAULT_CLUSTER: Final = "default"
+# Where `meshhealth status` finds the agent without flags: under /run, like Cilium's.
 ADMIN_SOCKET: Final = "/run/meshhealth/health.sock"
+# Owner and group may talk to the agent (give operators the group), nobody else.
 ADMIN_SOCKET_MODE: Final = 0o660
 # A client must send a whole request within this time (the admin API and /metrics).
 ADMIN_READ_TIMEOUT_S: Final = 5.0
@@ -69,12 +107,16 @@ ADMIN_MAX_CONNECTIONS: Final = 64
 ADMIN_PROBE_TIMEOUT_S: Final = 30.0
 # `meshhealth status` waits this long for a GET answer (the agent answers in ms).
 ADMIN_REQUEST_TIMEOUT_S: Final = 5.0
+# The environment variable both the agent and `meshhealth status` read the socket from.
 ADMIN_SOCKET_ENV: Final = "MESHHEALTH_SOCKET"
+# Largest answer the CLI accepts from the admin API (meshhealth.admin_client): a status
+# document of thousands of nodes fits; a runaway answer does not eat the memory.
+ADMIN_MAX_ANSWER_BYTES: Final = 64 * 1024 * 1024
 # /metrics: a scrape is one short request; a few scrapers at once are plenty.
 METRICS_READ_TIMEOUT_S: Final = 5.0
 METRICS_MAX_CONNECTIONS: Final = 16
 
-# --- health endpoint (meshhealth.agent.health_endpoint.supervisor) -------------------------
+# --- health endpoint (meshhealth.agent.health_endpoint.supervisor) --------------------
 # How often the netns endpoint's namespace and veth are checked: "re-created within a few
 # seconds" of being deleted, for one stat + one netlink lookup per second.
 ENDPOINT_CHECK_INTERVAL_S: Final = 1.0
@@ -87,10 +129,18 @@ ENDPOINT_STABLE_S: Final = 10.0
 ENDPOINT_READY_TIMEOUT_S: Final = 20.0
 # SIGTERM, then SIGKILL after this long, when the endpoint stops.
 ENDPOINT_STOP_GRACE_S: Final = 2.0
+# Stopping the endpoint (child, namespace, veth) is shielded from cancellation but must
+# end: after this long the agent exits anyway and logs what was left.
+ENDPOINT_TEARDOWN_TIMEOUT_S: Final = 10.0
+# Last lines of a dead endpoint's stderr that the agent logs: enough for a traceback's
+# message, not a flood.
+ENDPOINT_STDERR_TAIL_LINES: Final = 3
+# Longest line read from the endpoint's output; a longer one is cut.
+ENDPOINT_MAX_LINE_BYTES: Final = 4096
 # Host side of the endpoint's veth: Cilium's name, so its users find it.
 ENDPOINT_HOST_IFACE: Final = "lxc_health"
 
-# --- routes to peers' CIDRs (meshhealth.agent.health_endpoint.routes) ----------------------
+# --- routes to peers' CIDRs (meshhealth.agent.health_endpoint.routes) -----------------
 # Route protocol number marking routes the agent programs (`ip route show proto 164`):
 # crash leftovers are found and removed by it, other routes are never touched.
 ROUTE_PROTO: Final = 0xA4
@@ -111,7 +161,7 @@ PUBLISH_REFRESH_INTERVALS: Final = 2
 # together (a round's results, a probe-now round right after) make one write.
 PUBLISH_DEBOUNCE_S: Final = 0.5
 
-# --- clustermesh (meshhealth.agent.membership.clustermesh) ---------------------------------
+# --- clustermesh (meshhealth.agent.membership.clustermesh) ----------------------------
 # A remote cluster refused (id clash, wrong name) or without a cluster-config entry yet
 # is checked again this often: fixing the remote needs no agent restart.
 MESH_RECHECK_S: Final = 5.0
@@ -119,7 +169,7 @@ MESH_RECHECK_S: Final = 5.0
 # that is down costs the answer this long at most.
 MATRIX_READ_TIMEOUT_S: Final = 2.0
 
-# --- live feed (meshhealth.agent.serving.feed_server, `meshhealth watch`) ------------------
+# --- live feed (meshhealth.agent.serving.feed_server, `meshhealth watch`) -------------
 # Viewers at once on one agent (each costs a task and a queue); more are answered 503.
 FEED_MAX_CLIENTS: Final = 256
 # A viewer that has not received a round message for this many rounds is told it is
@@ -139,7 +189,7 @@ WATCH_RETRY_MAX_S: Final = 2.0
 # RTTs kept per path for the view's sparkline.
 WATCH_SPARKLINE_POINTS: Final = 20
 
-# --- suspicion (meshhealth.diagnosis.suspicion, docs/diagnosis.md) ------------------------
+# --- suspicion (meshhealth.diagnosis.suspicion, docs/diagnosis.md) --------------------
 # Shortest suspicion time, in probe intervals, scaled by max(1, log10(N)): half an interval
 # at N <= 10 (5 s), so the second failure in a row (one interval later, whatever the round
 # jitter) settles a confirmed path; 10 s at 100 nodes, 15 s at 1,000.
@@ -153,7 +203,7 @@ SUSPICION_CONFIRMATIONS: Final = 3
 # Failures in a row before "unreachable", whatever the time: one lost probe never is.
 SUSPICION_MIN_FAILURES: Final = 2
 
-# --- local health awareness (meshhealth.diagnosis.local_health) ---------------------------
+# --- local health awareness (meshhealth.diagnosis.local_health) -----------------------
 # Timeouts of an unwell agent stretch up to this factor (Lifeguard's 8); score 0..factor-1.
 LOCAL_HEALTH_MAX_MULTIPLIER: Final = 8
 # Event-loop lag below this is ordinary jitter on a busy node; from it each doubling adds
@@ -169,7 +219,7 @@ LOCAL_HEALTH_ETCD_POINTS: Final = 2
 # From this score an agent marks its reports degraded (others discount its failures).
 LOCAL_HEALTH_DEGRADED_SCORE: Final = 2
 
-# --- diagnosis (meshhealth.diagnosis.diagnose, docs/diagnosis.md) ---------------------------
+# --- diagnosis (meshhealth.diagnosis.diagnose, docs/diagnosis.md) ---------------------
 # Share of a node's assessed row or column that must fail to blame the node rather than
 # single paths: tolerates one odd cell in four (a path still suspect, a late report).
 DIAGNOSIS_FAIL_SHARE: Final = 0.75
@@ -178,3 +228,26 @@ DIAGNOSIS_FAIL_SHARE: Final = 0.75
 DIAGNOSIS_MIN_OBSERVERS: Final = 2
 # Each independent failing cell halves the doubt: confidence = share x (1 - 0.5^cells).
 DIAGNOSIS_DOUBT_PER_CELL: Final = 0.5
+
+# --- garbage collector (meshhealth.gc_tuning) -----------------------------------------
+# Young-generation threshold of the agent and `meshhealth probe` (CPython's default is
+# 700): a round allocates a few short-lived containers per probe; with the default a
+# 20,000-probe round spent 20-30 % of its CPU in the collector (docs/performance.md).
+GC_GEN0_THRESHOLD: Final = 10_000
+
+# --- lab (meshhealth.lab, `meshhealth lab`) -------------------------------------------
+# Namespace and lab prefix when --prefix is not given; a prefix keeps labs apart.
+LAB_PREFIX: Final = "mh"
+# A lab big enough to show a matrix and a fault, small enough to start in seconds.
+LAB_NODES: Final = 4
+LAB_CLUSTERS: Final = 1
+# Probe interval of the lab's agents: short, so faults show within seconds.
+LAB_INTERVAL_S: Final = 2.0
+# Each lab agent serves /metrics on NodeIP:this port (Cilium's agent metrics port).
+LAB_METRICS_PORT: Final = 9962
+# `lab up` waits this long for a cluster's etcd to answer.
+LAB_ETCD_READY_TIMEOUT_S: Final = 20.0
+# `lab up` waits this long, plus LAB_AGENT_READY_PER_NODE_S per node, for every agent
+# to answer on its admin socket.
+LAB_AGENT_READY_TIMEOUT_S: Final = 30.0
+LAB_AGENT_READY_PER_NODE_S: Final = 0.2

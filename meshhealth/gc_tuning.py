@@ -14,15 +14,12 @@ library code never does.
 from __future__ import annotations
 
 import gc
-from typing import Final
 
-# Young-generation threshold: allocations (minus frees) of container objects between
-# collections. CPython's default is 700.
-GC_GEN0_THRESHOLD: Final = 10_000
+from meshhealth import defaults
 
 
 def tune_gc_for_probing() -> None:
     """Collect less often, and move everything alive now out of the collector's way."""
     _, gen1, gen2 = gc.get_threshold()
-    gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
+    gc.set_threshold(defaults.GC_GEN0_THRESHOLD, gen1, gen2)
     gc.freeze()  # objects from start-up (modules, config) are never scanned again

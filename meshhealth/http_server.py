@@ -32,16 +32,13 @@ from typing import Any
 import h11
 import trio
 
-from meshhealth import __version__
+from meshhealth import __version__, defaults
 
 log = logging.getLogger(__name__)
 
-MAX_REQUEST_HEAD_BYTES = 16 * 1024
-RECEIVE_CHUNK_BYTES = 16 * 1024
 SERVER_HEADER = f"meshhealth/{__version__}"
 # accept() errors that mean "out of resources": wait a little instead of spinning.
 _ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
-_ACCEPT_BACKOFF_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +164,13 @@ async def accept_connections(
                 if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:
                     raise
                 counters.accept_errors += 1
-                log.warning("%s: accept failed (%s); pausing %.1fs", name, exc, _ACCEPT_BACKOFF_S)
-                await trio.sleep(_ACCEPT_BACKOFF_S)
+                log.warning(
+                    "%s: accept failed (%s); pausing %.1fs",
+                    name,
+                    exc,
+                    defaults.HTTP_SERVER_ACCEPT_BACKOFF_S,
+                )
+                await trio.sleep(defaults.HTTP_SERVER_ACCEPT_BACKOFF_S)
                 continue
             if counters.active_connections >= max_connections:
                 counters.connections_rejected += 1
@@ -186,7 +188,7 @@ async def _serve_connection(
     limits: ServerLimits,
     name: str,
 ) -> None:
-    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_HEAD_BYTES)
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=defaults.HTTP_SERVER_MAX_HEAD_BYTES)
     try:
         while True:
             try:
@@ -226,7 +228,9 @@ async def _next_event(stream: trio.abc.Stream, conn: h11.Connection) -> Any:
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
-            conn.receive_data(bytes(await stream.receive_some(RECEIVE_CHUNK_BYTES)))
+            conn.receive_data(
+                bytes(await stream.receive_some(defaults.HTTP_SERVER_RECEIVE_CHUNK_BYTES))
+            )
             continue
         if event is h11.PAUSED:  # pragma: no cover - we never read past a request's end
             raise RuntimeError("h11 paused: read past the end of a request")

@@ -49,9 +49,9 @@ examples:
 def _prefix_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prefix",
-        default=os.environ.get("MESHHEALTH_LAB_PREFIX", P.DEFAULT_PREFIX),
+        default=os.environ.get("MESHHEALTH_LAB_PREFIX", defaults.LAB_PREFIX),
         help="name prefix of the lab's namespaces and its directory "
-        f"[MESHHEALTH_LAB_PREFIX; default: {P.DEFAULT_PREFIX}]",
+        f"[MESHHEALTH_LAB_PREFIX; default: {defaults.LAB_PREFIX}]",
     )
 
 
@@ -72,10 +72,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Build the lab: fabric, etcd, nodes, agents.\n\nexample:\n"
         "  meshhealth lab up --nodes 4 --clusters 2",
     )
-    up.add_argument("--nodes", type=int, default=P.DEFAULT_NODES, help="nodes per cluster")
-    up.add_argument("--clusters", type=int, default=P.DEFAULT_CLUSTERS, help="clusters (meshed)")
+    up.add_argument("--nodes", type=int, default=defaults.LAB_NODES, help="nodes per cluster")
+    up.add_argument("--clusters", type=int, default=defaults.LAB_CLUSTERS, help="clusters (meshed)")
     up.add_argument(
-        "--interval", type=float, default=P.DEFAULT_INTERVAL_S, help="agents' probe interval, s"
+        "--interval", type=float, default=defaults.LAB_INTERVAL_S, help="agents' probe interval, s"
     )
     up.add_argument("--no-agents", action="store_true", help="topology and etcd only")
     _prefix_arg(up)
@@ -164,7 +164,7 @@ def run_up(args: argparse.Namespace) -> int:
     except _errors() as exc:
         return _err(str(exc))
     first = plan.nodes[0]
-    pre = "" if args.prefix == P.DEFAULT_PREFIX else f" --prefix {args.prefix}"
+    pre = "" if args.prefix == defaults.LAB_PREFIX else f" --prefix {args.prefix}"
     if st.agents:
         n = len(plan.nodes)
         print(f"  waiting until {first.qualified} sees {n}/{n} reachable", flush=True)

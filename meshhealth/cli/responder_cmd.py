@@ -16,8 +16,6 @@ if TYPE_CHECKING:
     import trio
     from trio import TaskStatus
 
-# --exit-with-parent: how often the parent PID is checked (an orphan exits within this).
-PARENT_POLL_INTERVAL_S = 0.5
 
 DESCRIPTION = f"""\
 Serve GET {defaults.HTTP_PATH} (200, small JSON body) so that peers' HTTP probes find this
@@ -99,7 +97,7 @@ async def _exit_when_orphaned(parent_pid: int, scope: trio.CancelScope) -> None:
     import trio
 
     while True:  # no event to wait on: the kernel only changes what getppid() says
-        await trio.sleep(PARENT_POLL_INTERVAL_S)
+        await trio.sleep(defaults.RESPONDER_PARENT_POLL_S)
         if os.getppid() != parent_pid:
             break
     with contextlib.suppress(OSError):  # stderr was a pipe to the dead parent

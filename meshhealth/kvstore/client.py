@@ -62,11 +62,6 @@ _T = TypeVar("_T")
 
 # Key the liveness check reads (count only): any key works, this one says who asks.
 LIVENESS_KEY = b"meshhealth/.liveness"
-# The trio deadline of a request is its gRPC deadline plus this margin: gRPC should
-# always fire first, trio's deadline only catches a call stuck outside gRPC's control.
-_TRIO_DEADLINE_MARGIN_S = 1.0
-# Maximum concurrent watch streams per Etcd (each holds a thread while it waits).
-MAX_WATCHES = 64
 
 _CONNECTIVITY_CODES = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
@@ -102,7 +97,7 @@ class Etcd:
         self.liveness_running = False  # without it, watches do not wait for `health.up`
         self._limiter = trio.CapacityLimiter(threads)
         self._liveness_limiter = trio.CapacityLimiter(len(self.endpoints))
-        self.watch_limiter = trio.CapacityLimiter(MAX_WATCHES)
+        self.watch_limiter = trio.CapacityLimiter(defaults.ETCD_MAX_WATCHES)
         self.watch_lock = threading.Lock()  # guards stats.watch_threads_busy
         self._url_by_netloc = {e.netloc: e.url for e in self.endpoints}
         reconnect_ms = int(defaults.ETCD_CHANNEL_RECONNECT_MAX_S * 1000)
@@ -175,7 +170,7 @@ class Etcd:
         timeout = self.request_timeout_s if timeout_s is None else timeout_s
         self.stats.requests += 1
         try:
-            with trio.fail_after(timeout + _TRIO_DEADLINE_MARGIN_S):
+            with trio.fail_after(timeout + defaults.ETCD_TRIO_DEADLINE_MARGIN_S):
                 result = await trio.to_thread.run_sync(
                     self._blocking, call, timeout, limiter=self._limiter, abandon_on_cancel=True
                 )
@@ -364,7 +359,7 @@ class Etcd:
                 etcdrpc.KVStub(channel).Range(request, timeout, **self._meta())
 
             try:
-                with trio.fail_after(timeout + _TRIO_DEADLINE_MARGIN_S):
+                with trio.fail_after(timeout + defaults.ETCD_TRIO_DEADLINE_MARGIN_S):
                     await trio.to_thread.run_sync(
                         ask, limiter=self._liveness_limiter, abandon_on_cancel=True
                     )

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from meshhealth import defaults
 from meshhealth.lab import etcd_proc, neigh_table, netns_ops, processes
 from meshhealth.lab import plan as P
 from meshhealth.lab import state as S
@@ -22,7 +23,6 @@ Say = Callable[[str], None]
 # which `lab up` fails (and cleans up), or crashes without cleaning up.
 FAIL_AT_ENV = "MESHHEALTH_LAB_FAIL_AT"
 CRASH_AT_ENV = "MESHHEALTH_LAB_CRASH_AT"
-AGENT_READY_TIMEOUT_S = 30.0
 REQUIRED_TOOLS = ("ip", "nft", "etcd", "nsenter")
 
 
@@ -225,7 +225,7 @@ def _build(st: S.LabState, plan: P.LabPlan, say: Say) -> None:
             plan.fabric_netns,
             cluster,
             st.processes[f"etcd/{cluster.name}"],
-            etcd_proc.ETCD_READY_TIMEOUT_S,
+            defaults.LAB_ETCD_READY_TIMEOUT_S,
         )
     say(f"  etcd answering: {', '.join(c.etcd_url for c in plan.clusters)}")
     if st.agents:
@@ -233,7 +233,12 @@ def _build(st: S.LabState, plan: P.LabPlan, say: Say) -> None:
             start_agent(st, plan, node)
         say(f"  {total} agent(s) started, waiting for their sockets")
         _hook("agents")
-        wait_agents(st, list(plan.nodes), AGENT_READY_TIMEOUT_S + 0.2 * total, say)
+        wait_agents(
+            st,
+            list(plan.nodes),
+            defaults.LAB_AGENT_READY_TIMEOUT_S + defaults.LAB_AGENT_READY_PER_NODE_S * total,
+            say,
+        )
     st.phase = "ready"
     S.save(st)
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from meshhealth import defaults
 from meshhealth.lab import etcd_proc, faults, processes
 from meshhealth.lab import plan as P
 from meshhealth.lab import state as S
@@ -83,7 +84,7 @@ def _start_etcd(st: S.LabState, plan: P.LabPlan, cluster_name: str) -> str:
         rec = etcd_proc.start_etcd(plan.fabric_netns, cluster)
         st.processes[key] = rec
         S.save(st)
-        etcd_proc.wait_etcd(plan.fabric_netns, cluster, rec, etcd_proc.ETCD_READY_TIMEOUT_S)
+        etcd_proc.wait_etcd(plan.fabric_netns, cluster, rec, defaults.LAB_ETCD_READY_TIMEOUT_S)
         msg = f"etcd of {cluster_name} started on {cluster.etcd_url} (pid {rec.pid})"
     st.faults = [
         f for f in st.faults if not (f.kind == faults.STOP_ETCD and f.target == cluster_name)

@@ -10,8 +10,6 @@ from meshhealth.lab import plan as P
 from meshhealth.lab.processes import start_detached
 from meshhealth.lab.state import ProcessRecord
 
-ETCD_READY_TIMEOUT_S = 20.0
-
 
 def start_etcd(fabric_ns: str, cluster: P.ClusterPlan) -> ProcessRecord:
     """Start (or restart, on the same data dir) the cluster's etcd; does not wait."""

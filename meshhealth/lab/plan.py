@@ -21,11 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-DEFAULT_PREFIX: Final = "mh"
-DEFAULT_NODES: Final = 4
-DEFAULT_CLUSTERS: Final = 1
-# Probe interval of the lab's agents: short, so faults show within seconds.
-DEFAULT_INTERVAL_S: Final = 2.0
+from meshhealth import defaults
+
 # NodeIPs use the 4th octet (1..250) of 10.77.(k-1).0; .251-.254 stay free.
 MAX_NODES: Final = 250
 # CIDRs use the second octet 78..(78+C-1): keep well below 10.255.
@@ -39,7 +36,6 @@ BRIDGE: Final = "br0"
 NODE_IFACE: Final = "eth0"  # the node's fabric link, inside the node namespace
 ETCD_CLIENT_PORT: Final = 2379
 ETCD_PEER_PORT: Final = 2380
-METRICS_PORT: Final = 9962
 NFT_TABLE: Final = "meshhealth_lab"  # `table inet meshhealth_lab` in each namespace
 
 _PREFIX_RE: Final = re.compile(r"^[a-z][a-z0-9]*$")
@@ -168,9 +164,9 @@ def veth_name(cluster_index: int, node_index: int) -> str:
 
 
 def make_plan(
-    prefix: str = DEFAULT_PREFIX,
-    nodes: int = DEFAULT_NODES,
-    clusters: int = DEFAULT_CLUSTERS,
+    prefix: str = defaults.LAB_PREFIX,
+    nodes: int = defaults.LAB_NODES,
+    clusters: int = defaults.LAB_CLUSTERS,
     root: Path = LAB_ROOT,
 ) -> LabPlan:
     validate_prefix(prefix)
@@ -211,7 +207,7 @@ def make_plan(
                     veth_fabric=veth_name(k, i),
                     socket=cdir / f"node{i}.sock",
                     log=cdir / f"node{i}.log",
-                    metrics_listen=f"{nip}:{METRICS_PORT}",
+                    metrics_listen=f"{nip}:{defaults.LAB_METRICS_PORT}",
                 )
             )
     return LabPlan(
@@ -228,7 +224,7 @@ def agent_argv(
     plan: LabPlan,
     node: NodePlan,
     python: str,
-    interval_s: float | None = DEFAULT_INTERVAL_S,
+    interval_s: float | None = defaults.LAB_INTERVAL_S,
 ) -> list[str]:
     """The agent's command line (run inside the node's namespace by the caller).
 

@@ -46,15 +46,6 @@ from meshhealth.http_server import (
     send_response,
 )
 
-# Largest request line + headers; a probe sends ~100 bytes.
-MAX_REQUEST_HEAD_BYTES = 8 * 1024
-# Nothing we serve takes a body; a small one is read and ignored, more gets 413.
-MAX_REQUEST_BODY_BYTES = 4 * 1024
-RECEIVE_CHUNK_BYTES = 4 * 1024
-# After an error reply: how long and how much we read and discard before closing.
-LINGER_S = 0.5
-LINGER_MAX_BYTES = 256 * 1024
-
 
 @dataclass(slots=True)
 class ResponderStats(ConnectionStats):
@@ -168,7 +159,9 @@ async def _serve_connection(
 ) -> None:
     """Serve requests until the client closes or a cycle runs out of time. The caller
     (accept_connections) counts the connection and closes the stream."""
-    conn = h11.Connection(our_role=h11.SERVER, max_incomplete_event_size=MAX_REQUEST_HEAD_BYTES)
+    conn = h11.Connection(
+        our_role=h11.SERVER, max_incomplete_event_size=defaults.RESPONDER_MAX_HEAD_BYTES
+    )
     try:
         while True:
             with trio.move_on_after(read_timeout_s) as cycle:
@@ -190,7 +183,7 @@ async def _serve_one_request(
 ) -> _After:
     """Read one request and answer it."""
     try:
-        request = await read_request(stream, conn, MAX_REQUEST_BODY_BYTES)
+        request = await read_request(stream, conn, defaults.RESPONDER_MAX_BODY_BYTES)
     except RequestRejectedError as exc:
         if isinstance(exc, MalformedRequestError):
             stats.protocol_errors += 1
@@ -207,7 +200,7 @@ async def _serve_one_request(
 
 
 async def _lingering_close(stream: trio.SocketStream) -> None:
-    """Half-close, then discard what the client still sends, briefly (LINGER_S).
+    """Half-close, then discard what the client still sends, briefly (RESPONDER_LINGER_S).
 
     Closing a socket with unread input makes the kernel send RST, which can destroy our
     error response before the client reads it. As HTTP servers do (Apache's lingering
@@ -215,9 +208,9 @@ async def _lingering_close(stream: trio.SocketStream) -> None:
     """
     await stream.send_eof()
     drained = 0
-    with trio.move_on_after(LINGER_S):
-        while drained < LINGER_MAX_BYTES:
-            chunk = await stream.receive_some(RECEIVE_CHUNK_BYTES)
+    with trio.move_on_after(defaults.RESPONDER_LINGER_S):
+        while drained < defaults.RESPONDER_LINGER_MAX_BYTES:
+            chunk = await stream.receive_some(defaults.RESPONDER_RECEIVE_CHUNK_BYTES)
             if not chunk:
                 return
             drained += len(chunk)

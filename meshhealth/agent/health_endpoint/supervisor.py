@@ -45,9 +45,6 @@ T = TypeVar("T")
 
 MODES = ("loopback", "netns")
 READY_MARKER = b"responder listening on"  # first line `meshhealth responder` prints
-STDERR_TAIL_LINES = 3
-TEARDOWN_TIMEOUT_S = 10.0
-_MAX_LINE_BYTES = 4096
 
 # Restart reasons (label values of meshhealth_endpoint_restarts_total).
 REASON_EXITED = "exited"  # the responder exited after it was ready
@@ -207,7 +204,7 @@ class HealthEndpoint:
         finally:
             self._running_task = False
             with trio.CancelScope(shield=True) as scope:
-                scope.deadline = trio.current_time() + TEARDOWN_TIMEOUT_S
+                scope.deadline = trio.current_time() + defaults.ENDPOINT_TEARDOWN_TIMEOUT_S
                 await self._destroy()
 
     # --- one responder's life -----------------------------------------------------------
@@ -230,7 +227,9 @@ class HealthEndpoint:
         self.state.pid = proc.pid
         outcome: list[tuple[str, str]] = []
         ready = trio.Event()
-        stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        stderr_tail: collections.deque[str] = collections.deque(
+            maxlen=defaults.ENDPOINT_STDERR_TAIL_LINES
+        )
         stderr_done = trio.Event()
         try:
             async with trio.open_nursery() as nursery:
@@ -425,7 +424,7 @@ async def _pump_lines(
     try:
         while True:
             try:
-                chunk = await stream.receive_some(_MAX_LINE_BYTES)
+                chunk = await stream.receive_some(defaults.ENDPOINT_MAX_LINE_BYTES)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 break
             if not chunk:
@@ -434,7 +433,7 @@ async def _pump_lines(
             *lines, buffer = buffer.split(b"\n")
             for line in lines:
                 on_line(line)
-            if len(buffer) > _MAX_LINE_BYTES:
+            if len(buffer) > defaults.ENDPOINT_MAX_LINE_BYTES:
                 on_line(buffer)
                 buffer = b""
         if buffer:
