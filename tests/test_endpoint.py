@@ -19,6 +19,7 @@ import trio
 
 from meshhealth.agent.config import resolve_config
 from meshhealth.agent.health_endpoint import namespace as endpoint_netns
+from meshhealth.agent.health_endpoint.child import responder_argv
 from meshhealth.agent.health_endpoint.routes import RouteProgrammer
 from meshhealth.agent.health_endpoint.supervisor import (
     REASON_EXITED,
@@ -29,7 +30,6 @@ from meshhealth.agent.health_endpoint.supervisor import (
     HealthEndpoint,
     RestartBackoff,
     endpoint_from_config,
-    responder_argv,
 )
 from meshhealth.model import Node
 from meshhealth.netns import socket_in_netns

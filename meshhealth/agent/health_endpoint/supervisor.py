@@ -33,8 +33,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 
 from meshhealth import defaults
-from meshhealth.addresses import format_address
 from meshhealth.agent.health_endpoint import namespace as endpoint_netns
+from meshhealth.agent.health_endpoint.child import (
+    pump_lines,
+    ready_watcher,
+    responder_argv,
+    stderr_logger,
+    stop_process,
+)
 from meshhealth.backoff import Backoff
 
 if TYPE_CHECKING:
@@ -44,7 +50,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MODES = ("loopback", "netns")
-READY_MARKER = b"responder listening on"  # first line `meshhealth responder` prints
 
 # Restart reasons (label values of meshhealth_endpoint_restarts_total).
 REASON_EXITED = "exited"  # the responder exited after it was ready
@@ -88,21 +93,6 @@ class EndpointState:
     restarts_by_reason: collections.Counter[str] = field(default_factory=collections.Counter)
     last_error: str | None = None
     running_since: float | None = None  # unix seconds the current responder got ready
-
-
-def responder_argv(python: str, health_ip: str, port: int, node_name: str) -> list[str]:
-    """The endpoint's responder command line (without `ip netns exec`). Pure."""
-    return [
-        python,
-        "-m",
-        "meshhealth",
-        "responder",
-        "--listen",
-        format_address(health_ip, port),
-        "--passive",
-        "--node-name",
-        node_name,
-    ]
 
 
 class HealthEndpoint:
@@ -240,10 +230,8 @@ class HealthEndpoint:
                     nursery.cancel_scope.cancel()
 
                 assert proc.stdout is not None and proc.stderr is not None
-                nursery.start_soon(_pump_lines, proc.stdout, _ready_watcher(ready), None)
-                nursery.start_soon(
-                    _pump_lines, proc.stderr, _stderr_logger(stderr_tail), stderr_done
-                )
+                nursery.start_soon(pump_lines, proc.stdout, ready_watcher(ready), None)
+                nursery.start_soon(pump_lines, proc.stderr, stderr_logger(stderr_tail), stderr_done)
                 nursery.start_soon(self._watch_exit, proc, ready, stderr_tail, stderr_done, finish)
                 with trio.move_on_after(self._ready_timeout_s):
                     await ready.wait()
@@ -261,7 +249,7 @@ class HealthEndpoint:
         finally:
             self.state.running = False
             self.state.running_since = None
-            await _stop_process(proc, self._stop_grace_s)
+            await stop_process(proc, self._stop_grace_s)
             self.state.pid = None
         return outcome[0]
 
@@ -375,69 +363,3 @@ def endpoint_from_config(
         netns=netns,
         node_netns=node_netns,
     )
-
-
-# --- child process helpers ------------------------------------------------------------
-
-
-async def _stop_process(proc: trio.Process, grace_s: float) -> None:
-    """SIGTERM by PID, SIGKILL after `grace_s`, reap; shielded (runs on cancel too)."""
-    with trio.CancelScope(shield=True):
-        if proc.returncode is None:
-            proc.terminate()
-            with trio.move_on_after(grace_s):
-                await proc.wait()
-        if proc.returncode is None:
-            log.warning("health endpoint: responder pid %d ignored SIGTERM; killing", proc.pid)
-            proc.kill()
-            with trio.move_on_after(grace_s):
-                await proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
-                await trio.aclose_forcefully(stream)
-
-
-def _ready_watcher(ready: trio.Event) -> Callable[[bytes], None]:
-    def on_line(line: bytes) -> None:
-        if READY_MARKER in line:
-            ready.set()
-        log.debug("health endpoint responder: %s", line.decode(errors="replace"))
-
-    return on_line
-
-
-def _stderr_logger(tail: collections.deque[str]) -> Callable[[bytes], None]:
-    def on_line(line: bytes) -> None:
-        text = line.decode(errors="replace").strip()
-        if text:
-            tail.append(text)
-            log.warning("health endpoint responder: %s", text)
-
-    return on_line
-
-
-async def _pump_lines(
-    stream: trio.abc.ReceiveStream, on_line: Callable[[bytes], None], done: trio.Event | None
-) -> None:
-    """Read `stream` to its end, calling `on_line` per line (long lines are cut)."""
-    buffer = b""
-    try:
-        while True:
-            try:
-                chunk = await stream.receive_some(defaults.ENDPOINT_MAX_LINE_BYTES)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                break
-            if not chunk:
-                break
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                on_line(line)
-            if len(buffer) > defaults.ENDPOINT_MAX_LINE_BYTES:
-                on_line(buffer)
-                buffer = b""
-        if buffer:
-            on_line(buffer)
-    finally:
-        if done is not None:
-            done.set()
