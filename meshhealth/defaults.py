@@ -26,6 +26,13 @@ ROUND_SPREAD_FRACTION: Final = 0.2
 # ICMP echo requests per probe and their spacing: the same as Cilium 1.17+.
 ICMP_COUNT: Final = 3
 ICMP_INTERVAL_S: Final = 0.1
+# `meshhealth probe --loop`: a round every second, as `fping -l` sends; a summary every
+# 10 s, often enough to follow a long run without drowning the per-round lines.
+PROBE_LOOP_PERIOD_S: Final = 1.0
+PROBE_LOOP_SUMMARY_S: Final = 10.0
+# Host names given to `meshhealth probe` resolved at once in worker threads: a file of
+# names resolves in about one resolver round trip, without flooding the resolver.
+RESOLVE_CONCURRENCY: Final = 16
 # Results kept per path for loss and percentiles (5 minutes at the default interval).
 STATS_WINDOW: Final = 30
 

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -23,9 +24,12 @@ import trio
 from meshhealth import model
 from meshhealth.cli import probe_cmd
 from meshhealth.cli.format_probe import (
+    SummaryBook,
     format_loss,
     format_probe_json,
     format_probe_text,
+    format_summary,
+    fping_ms,
     probe_line,
     status_text,
 )
@@ -141,6 +145,56 @@ def test_text_of_nothing_is_empty() -> None:
     assert format_probe_text([]) == ""
 
 
+LABELS = {"10.0.0.2": "node-a (10.0.0.2)"}
+
+
+def test_text_with_names_matches_golden() -> None:
+    text = format_probe_text(golden_paths(), LABELS)
+    check_golden("probe_text_names.txt", text)
+    assert text.splitlines()[0] == "node-a (10.0.0.2)  icmp  OK  rtt=412.3µs loss=0%"
+
+
+def summary_book() -> SummaryBook:
+    book = SummaryBook()
+    book.add(golden_paths())
+    later = golden_paths()  # a second round: 10.0.0.2 slower, fd00:99::2 answered twice
+    later[0] = model.PathReport(later[0].path, later[0].ip, result(S.OK, 12.5, 130, sent=3))
+    later[4] = model.PathReport(later[4].path, later[4].ip, result(S.OK, 2.5, 2.9, sent=3))
+    book.add(later)
+    return book
+
+
+def test_summary_matches_golden() -> None:
+    text = format_summary(summary_book(), LABELS)
+    check_golden("probe_summary.txt", text)
+    lines = text.splitlines()
+    # fping -c: xmt/rcv/%loss, min/avg/max in ms
+    assert lines[0] == (
+        "node-a (10.0.0.2)  icmp : xmt/rcv/%loss = 6/5/16%, min/avg/max = 0.400/28.75/130.0"
+    )
+    assert lines[2] == "10.0.0.9           icmp : xmt/rcv/%loss = 6/0/100%"
+
+
+def test_summary_counts_what_failed() -> None:
+    book = summary_book()
+    assert book.not_ok == 6  # 10.0.0.9 twice over both protocols, fd00:99::2 http twice
+    assert format_summary(SummaryBook()) == ""
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0.000032, "0.032"),
+        (0.0012345, "1.23"),
+        (0.09999, "99.99"),
+        (0.1234, "123.4"),
+        (2.5, "2500"),
+    ],
+)
+def test_fping_ms(seconds: float, text: str) -> None:
+    assert fping_ms(seconds) == text
+
+
 def test_json_fields() -> None:
     records = json.loads(format_probe_json(golden_paths()))
     assert [(r["ip"], r["protocol"], r["status"]) for r in records] == [
@@ -188,17 +242,6 @@ def test_parse_target_lines(text: str, words: list[str]) -> None:
     assert probe_cmd.parse_target_lines(text) == words
 
 
-def test_validate_targets_normalises_and_dedupes() -> None:
-    got = probe_cmd.validate_targets(["10.0.0.1", "FD00::0:1", "10.0.0.1", "fd00::1"])
-    assert got == ["10.0.0.1", "fd00::1"]
-
-
-@pytest.mark.parametrize("bad", ["x", "10.0.0.256", "example.com", "10.0.0.1/24", ""])
-def test_validate_targets_rejects(bad: str) -> None:
-    with pytest.raises(ValueError, match=r"^invalid IP address "):
-        probe_cmd.validate_targets(["127.0.0.1", bad])
-
-
 @pytest.mark.parametrize(
     ("icmp", "http", "expected"),
     [
@@ -215,10 +258,13 @@ def test_chosen_protocols(icmp: bool, http: bool, expected: set[model.Protocol])
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["probe", "x"], "meshhealth probe: invalid IP address 'x'\n"),
+        (
+            ["probe", "bad_name"],
+            "meshhealth probe: invalid target 'bad_name': not an IP address or host name\n",
+        ),
         (
             ["probe", "127.0.0.1", "10.0.0.300"],
-            "meshhealth probe: invalid IP address '10.0.0.300'\n",
+            "meshhealth probe: invalid target '10.0.0.300': not an IP address or host name\n",
         ),
         (["probe"], "meshhealth probe: no targets given (TARGET... or -f FILE)\n"),
         (
@@ -242,6 +288,8 @@ def test_usage_errors_exit_2(
         ["probe", "--timeout", "0", "127.0.0.1"],
         ["probe", "--count", "0", "127.0.0.1"],
         ["probe", "-o", "yaml", "127.0.0.1"],
+        ["probe", "--interval", "-1", "127.0.0.1"],
+        ["probe", "--loop", "--period", "x", "127.0.0.1"],
     ],
 )
 def test_bad_options_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -326,6 +374,15 @@ async def test_icmp_and_http_of_loopback() -> None:
         nursery.cancel_scope.cancel()
     lines = done.stdout.decode().splitlines()
     assert done.returncode == 1, done.stderr  # nothing listens on [::1]:port
+    lines, summary = lines[:4], lines[4:]  # --count: a summary line per path follows
+    assert [line.split()[:3] for line in summary] == [
+        ["127.0.0.2", "icmp", ":"],
+        ["127.0.0.2", "http", ":"],
+        ["::1", "icmp", ":"],
+        ["::1", "http", ":"],
+    ]
+    assert "xmt/rcv/%loss = 2/2/0%, min/avg/max = " in summary[0]
+    assert summary[3].endswith("xmt/rcv/%loss = 1/0/100%")
     assert [line.split()[:2] for line in lines] == [
         ["127.0.0.2", "icmp"],
         ["127.0.0.2", "http"],
@@ -401,3 +458,107 @@ def test_probe_in_namespace_live_and_dead(netns_factory: NetnsFactory) -> None:
     assert got == expected
     # ICMP budget: 2 * 0.1 s + 0.5 s; plus interpreter start-up (generous).
     assert wall_s < 0.7 + 3.0
+
+
+@pytest.mark.netns
+def test_host_names_resolve_once_to_both_families(netns_factory: NetnsFactory) -> None:
+    # The name lives in a hosts file of the client namespace only (`ip netns exec` puts
+    # /etc/netns/NS/hosts over /etc/hosts); its resolver points at the namespace's own
+    # loopback, so nothing leaves it.
+    lab = netns_factory.make_lab(live=1, dead=1, live6=1)
+    etc = Path("/etc/netns") / lab.client
+    made_root = not etc.parent.exists()
+    etc.mkdir(parents=True)
+    try:
+        (etc / "hosts").write_text(
+            f"{lab.live[0]} dual.test\n{lab.live6[0]} dual.test\n{lab.dead[0]} gone.test\n"
+        )
+        (etc / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+        done = netns_factory.run(
+            lab.client,
+            sys.executable,
+            "-m",
+            "meshhealth",
+            "probe",
+            "--icmp",
+            "--count",
+            "2",
+            "--interval",
+            "0",
+            "--timeout",
+            "0.3",
+            "dual.test",
+            "gone.test",
+            lab.live[0],  # the same address as a name's: probed once
+            check=False,
+        )
+        unknown = netns_factory.run(
+            lab.client, sys.executable, "-m", "meshhealth", "probe", "nowhere.test", check=False
+        )
+    finally:
+        shutil.rmtree(etc)
+        if made_root:
+            etc.parent.rmdir()
+    assert done.returncode == 1, done.stderr  # gone.test times out
+    lines = done.stdout.splitlines()
+    assert [line.split("  ")[0] for line in lines[:3]] == [
+        f"dual.test ({lab.live[0]})",
+        f"dual.test ({lab.live6[0]})",
+        f"gone.test ({lab.dead[0]})",
+    ]
+    assert lines[0].endswith("OK  rtt=" + lines[0].split("rtt=")[1])
+    assert "loss=0%" in lines[1]
+    assert "Connection timed out" in lines[2]
+    summary = [" ".join(line.split()) for line in lines[3:]]  # padding aside
+    assert len(summary) == 3
+    assert summary[0].startswith(f"dual.test ({lab.live[0]}) icmp : xmt/rcv/%loss = 2/2/0%")
+    assert summary[1].startswith(f"dual.test ({lab.live6[0]}) icmp : xmt/rcv/%loss = 2/2/0%")
+    assert summary[2] == f"gone.test ({lab.dead[0]}) icmp : xmt/rcv/%loss = 2/0/100%"
+    assert unknown.returncode == 2
+    assert unknown.stdout == ""
+    assert unknown.stderr.startswith("meshhealth probe: cannot resolve 'nowhere.test': ")
+    assert unknown.stderr.count("\n") == 1
+
+
+@needs_root
+def test_loop_prints_rounds_and_a_final_summary_on_sigint() -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "meshhealth",
+            "probe",
+            "--icmp",
+            "--loop",
+            "--period",
+            "0.02",
+            "--summary-every",
+            "0.05",
+            "127.0.0.1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+    )
+    try:
+        assert proc.stdout is not None
+        seen: list[str] = []
+        while not any(line.startswith("[") for line in seen):  # a periodic summary
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read() if proc.stderr else ""
+            seen.append(line)
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert err == ""
+    rounds = [line for line in seen if line.startswith("127.0.0.1  icmp  OK  rtt=")]
+    assert len(rounds) >= 2
+    final = rest.splitlines()[-1]
+    sent = int(final.split(" = ")[1].split("/")[0])
+    assert sent >= len(rounds)
+    assert final.startswith(f"127.0.0.1  icmp : xmt/rcv/%loss = {sent}/{sent}/0%, min/avg/max = ")

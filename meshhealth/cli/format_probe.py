@@ -31,7 +31,9 @@ JSON (`-o json`): a list, one object per line above, with these fields:
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from meshhealth import model
@@ -39,12 +41,17 @@ from meshhealth.model import status_text
 from meshhealth.timefmt import format_duration
 
 __all__ = [  # status_text lives in meshhealth.model, re-exported for its callers
+    "PathTally",
+    "SummaryBook",
     "format_loss",
     "format_probe_json",
     "format_probe_text",
+    "format_summary",
+    "fping_ms",
     "probe_line",
     "probe_record",
     "status_text",
+    "summary_line",
 ]
 
 
@@ -73,12 +80,21 @@ def probe_line(
     return line
 
 
-def format_probe_text(paths: Sequence[model.PathReport]) -> str:
-    """All lines, in the order given, ending with a newline (empty string for none)."""
+def format_probe_text(
+    paths: Sequence[model.PathReport], labels: Mapping[str, str] | None = None
+) -> str:
+    """All lines, in the order given, ending with a newline (empty string for none).
+
+    `labels` maps an address to what the user called it (`localhost (127.0.0.1)`);
+    addresses not in it are shown as they are."""
     if not paths:
         return ""
-    width = max(len(p.ip) for p in paths)
-    lines = [probe_line(p.ip, p.path.protocol, p.result, width) for p in paths]
+    names = [(labels or {}).get(p.ip, p.ip) for p in paths]
+    width = max(len(name) for name in names)
+    lines = [
+        probe_line(name, p.path.protocol, p.result, width)
+        for name, p in zip(names, paths, strict=True)
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -102,3 +118,85 @@ def probe_record(path: model.PathReport) -> dict[str, Any]:
 
 def format_probe_json(paths: Sequence[model.PathReport]) -> str:
     return json.dumps([probe_record(p) for p in paths], indent=2, ensure_ascii=False) + "\n"
+
+
+# --- fping-style summaries (`--count`, `--loop`, `-q`) --------------------------------
+
+
+@dataclass(slots=True)
+class PathTally:
+    """What one (target, protocol) path got over a run: requests, replies, RTTs."""
+
+    sent: int = 0
+    received: int = 0
+    min_s: float = math.inf
+    max_s: float = 0.0
+    total_s: float = 0.0
+
+    def add(self, result: model.ProbeResult) -> None:
+        self.sent += result.sent
+        self.received += len(result.rtts_s)
+        for rtt in result.rtts_s:
+            self.total_s += rtt
+            self.min_s = min(self.min_s, rtt)
+            self.max_s = max(self.max_s, rtt)
+
+
+class SummaryBook:
+    """Tallies per (ip, protocol) in the order paths were first seen. Pure."""
+
+    def __init__(self) -> None:
+        self.tallies: dict[tuple[str, model.Protocol], PathTally] = {}
+        self.not_ok = 0  # probes whose status was not OK (the exit status)
+
+    def add(self, paths: Sequence[model.PathReport]) -> None:
+        for p in paths:
+            if not p.result.ok:
+                self.not_ok += 1
+            key = (p.ip, p.path.protocol)
+            tally = self.tallies.get(key)
+            if tally is None:
+                tally = self.tallies[key] = PathTally()
+            tally.add(p.result)
+
+
+def fping_ms(seconds: float) -> str:
+    """An RTT in milliseconds as fping prints it: 0.412, 12.35, 123.5, 1234."""
+    ms = seconds * 1000.0
+    if ms < 1.0:
+        return f"{ms:.3f}"
+    if ms < 100.0:
+        return f"{ms:.2f}"
+    if ms < 1000.0:
+        return f"{ms:.1f}"
+    return f"{ms:.0f}"
+
+
+def summary_line(
+    label: str, protocol: model.Protocol, tally: PathTally, label_width: int = 0
+) -> str:
+    """`10.0.0.2  icmp : xmt/rcv/%loss = 3/3/0%, min/avg/max = 0.032/0.040/0.054` (ms),
+    as `fping -c` prints it, with the protocol after the target."""
+    loss = 100 * (tally.sent - tally.received) // tally.sent if tally.sent else 100
+    line = (
+        f"{label:<{label_width}}  {protocol.value:<4} : "
+        f"xmt/rcv/%loss = {tally.sent}/{tally.received}/{loss}%"
+    )
+    if tally.received:
+        avg_s = tally.total_s / tally.received
+        line += f", min/avg/max = {fping_ms(tally.min_s)}/{fping_ms(avg_s)}/{fping_ms(tally.max_s)}"
+    return line
+
+
+def format_summary(book: SummaryBook, labels: Mapping[str, str] | None = None) -> str:
+    """One summary line per path, ending with a newline ("" for none). `labels` maps an
+    address to what the user called it (default: the address)."""
+    if not book.tallies:
+        return ""
+    names = {ip: (labels or {}).get(ip, ip) for ip, _ in book.tallies}
+    width = max(len(name) for name in names.values())
+    lines = [
+        summary_line(names[ip], protocol, tally, width)
+        for (ip, protocol), tally in book.tallies.items()
+    ]
+    return "\n".join(lines) + "\n"

@@ -3,25 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import functools
-import ipaddress
 import sys
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
 from meshhealth import defaults, model
-
-if TYPE_CHECKING:
-    from meshhealth.probe.scheduler import SupportsPing
 
 PROG = "meshhealth probe"
 NO_RAW_SOCKET = f"{PROG}: ICMP needs root or CAP_NET_RAW; use --http to probe without it"
 
 DESCRIPTION = f"""\
-Probe each TARGET once over ICMP (echo, {defaults.ICMP_COUNT} requests \
-{defaults.ICMP_INTERVAL_S * 1000:.0f} ms apart) and HTTP (GET {defaults.HTTP_PATH}, \
-200 = OK), all at once, each under its own deadline, and print one line per target and
-protocol. Exit status: 0 when every probe is OK, 1 when any is not, 2 on usage errors.
+Probe each TARGET (IP address or host name) over ICMP (echo, {defaults.ICMP_COUNT} \
+requests {defaults.ICMP_INTERVAL_S * 1000:.0f} ms apart) and HTTP (GET \
+{defaults.HTTP_PATH}, 200 = OK), all at once, each under its own deadline, and print one
+line per target and protocol. A host name is resolved once, at start, to its first
+IPv4 and first IPv6 address (both are probed). Exit status: 0 when every probe is OK,
+1 when any is not, 2 on usage errors.
 
 examples:
   meshhealth probe 10.0.0.2 10.0.0.9
@@ -29,14 +24,28 @@ examples:
       10.0.0.2  http  OK  rtt=1.02ms
       10.0.0.9  icmp  Connection timed out
       10.0.0.9  http  Connection timed out
-  meshhealth probe --http --port 8080 127.0.0.1 ::1
+  meshhealth probe --http --port 8080 127.0.0.1 ::1 localhost
   meshhealth probe --icmp --count 1 -f hosts.txt -o json
   printf '10.0.0.2\\n10.0.0.3\\n' | meshhealth probe -f -
+
+fping habits:
+  meshhealth probe --icmp -q --count 5 10.0.0.2 10.0.0.9     (like fping -q -c 5)
+      10.0.0.2  icmp : xmt/rcv/%loss = 5/5/0%, min/avg/max = 0.041/0.052/0.078
+      10.0.0.9  icmp : xmt/rcv/%loss = 5/0/100%
+  meshhealth probe --icmp --loop 10.0.0.2        (like fping -l; Ctrl-C: final summary)
+  meshhealth probe --icmp --count 100 --interval 0 -f hosts.txt -q   (a burst)
+
+With --count N, --loop or -q, a summary line per target and protocol follows (-q: only
+the summaries): requests sent / replies / loss, and min/avg/max RTT in milliseconds as
+fping prints them. --loop runs a round every --period seconds (one request per target
+unless --count says more), prints a summary every --summary-every seconds and a final
+one when interrupted (Ctrl-C, SIGINT). With -o json the summaries go to stderr.
 
 JSON (-o json) is a list of objects, one per line of text output, with the fields
 ip, protocol ("icmp"|"http"), status (ok, timeout, refused, reset, unreachable,
 http_error, invalid, error), text (as in the text output), detail, rtt_s (mean, null
-without reply), rtts_s, sent, received, loss (0..1), started_at (unix seconds).
+without reply), rtts_s, sent, received, loss (0..1), started_at (unix seconds). With
+--loop, one such list per round.
 ICMP needs root or CAP_NET_RAW.
 """
 
@@ -47,24 +56,6 @@ def parse_target_lines(text: str) -> list[str]:
     for line in text.splitlines():
         words.extend(line.split("#", 1)[0].split())
     return words
-
-
-def validate_targets(raw: Iterable[str]) -> list[str]:
-    """Normalised IP addresses, duplicates dropped, order kept. Pure.
-
-    Raises ValueError("invalid IP address 'x'") for the first word that is not one.
-    """
-    seen: set[str] = set()
-    out: list[str] = []
-    for word in raw:
-        try:
-            ip = str(ipaddress.ip_address(word))
-        except ValueError:
-            raise ValueError(f"invalid IP address {word!r}") from None
-        if ip not in seen:
-            seen.add(ip)
-            out.append(ip)
-    return out
 
 
 def chosen_protocols(icmp: bool, http: bool) -> frozenset[model.Protocol]:
@@ -89,10 +80,6 @@ def _find(exc: BaseException, kind: type[OSError]) -> OSError | None:
     return None
 
 
-def exit_code(report: model.RoundReport) -> int:
-    return 0 if all(p.result.ok for p in report.paths) else 1
-
-
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -104,9 +91,13 @@ def _positive_float(text: str) -> float:
 
 
 def _non_negative_float(text: str) -> float:
-    if text.strip() in ("0", "0.0"):
-        return 0.0
-    return _positive_float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -133,7 +124,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("targets", nargs="*", metavar="TARGET", help="IPv4 or IPv6 address")
+    parser.add_argument(
+        "targets", nargs="*", metavar="TARGET", help="IPv4 or IPv6 address, or host name"
+    )
     parser.add_argument("--icmp", action="store_true", help="probe over ICMP (only)")
     parser.add_argument("--http", action="store_true", help="probe over HTTP (only)")
     parser.add_argument(
@@ -149,15 +142,42 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--count",
         type=_positive_int,
-        default=defaults.ICMP_COUNT,
-        help="ICMP echo requests per target (default %(default)s)",
+        default=None,
+        help=f"ICMP echo requests per target and round, and print summaries (default "
+        f"{defaults.ICMP_COUNT}; with --loop 1)",
     )
     parser.add_argument(
         "--interval",
         type=_non_negative_float,
         default=defaults.ICMP_INTERVAL_S,
         metavar="SECONDS",
-        help="between a target's ICMP requests (default %(default)s)",
+        help="between a target's ICMP requests; 0: a burst (default %(default)s)",
+    )
+    parser.add_argument(
+        "-l",
+        "--loop",
+        action="store_true",
+        help="probe in rounds until interrupted (Ctrl-C), with periodic summaries",
+    )
+    parser.add_argument(
+        "--period",
+        type=_non_negative_float,
+        default=defaults.PROBE_LOOP_PERIOD_S,
+        metavar="SECONDS",
+        help="with --loop: from one round's start to the next (default %(default)s)",
+    )
+    parser.add_argument(
+        "--summary-every",
+        type=_positive_float,
+        default=defaults.PROBE_LOOP_SUMMARY_S,
+        metavar="SECONDS",
+        help="with --loop: print the summary this often (default %(default)s)",
+    )
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="print only the summaries, not a line per probe",
     )
     parser.add_argument(
         "-f",
@@ -171,8 +191,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=run)
 
 
-def _read_targets(args: argparse.Namespace) -> list[str]:
-    """Targets from the arguments and --file. Raises ValueError for users."""
+def _read_words(args: argparse.Namespace) -> list[str]:
+    """Targets as written, from the arguments and --file. Raises ValueError for users."""
     words = list(args.targets)
     if args.file is not None:
         if args.file == "-":
@@ -184,39 +204,44 @@ def _read_targets(args: argparse.Namespace) -> list[str]:
             except (OSError, UnicodeDecodeError) as exc:
                 reason = exc.strerror if isinstance(exc, OSError) else str(exc)
                 raise ValueError(f"cannot read {args.file}: {reason}") from None
-    targets = validate_targets(words)
-    if not targets:
+    if not words:
         raise ValueError("no targets given (TARGET... or -f FILE)")
-    return targets
+    from meshhealth.probe.resolve import parse_target
+
+    for word in words:  # syntax now, before anything is resolved or probed
+        parse_target(word)
+    return words
 
 
 def run(args: argparse.Namespace) -> int:
     import trio
 
-    from meshhealth.cli.format_probe import format_probe_json, format_probe_text
+    from meshhealth.cli.probe_session import ProbeSession
     from meshhealth.probe.icmp import PingerPermissionError
 
     try:
-        ips = _read_targets(args)
+        words = _read_words(args)
     except ValueError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
-    protocols = chosen_protocols(args.icmp, args.http)
     from meshhealth.gc_tuning import tune_gc_for_probing
 
     tune_gc_for_probing()  # thousands of targets from -f: see docs/performance.md
+    session = ProbeSession(
+        protocols=chosen_protocols(args.icmp, args.http),
+        port=args.port,
+        timeout_s=args.timeout,
+        count=args.count if args.count is not None else (1 if args.loop else defaults.ICMP_COUNT),
+        interval_s=args.interval,
+        loop=args.loop,
+        period_s=args.period,
+        summary_every_s=args.summary_every,
+        summaries=args.count is not None or args.loop or args.quiet,
+        quiet=args.quiet,
+        json=args.output == "json",
+    )
     try:
-        report = trio.run(
-            functools.partial(
-                probe_ips,
-                ips,
-                protocols=protocols,
-                port=args.port,
-                timeout_s=args.timeout,
-                count=args.count,
-                interval_s=args.interval,
-            )
-        )
+        return trio.run(session.run, words)
     except (OSError, ExceptionGroup) as exc:
         # Only opening the raw socket raises (probes report their own failures); trio
         # may hand it over wrapped in an ExceptionGroup.
@@ -228,46 +253,3 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"{PROG}: cannot open ICMP socket: {error.strerror or error}", file=sys.stderr)
         return 2
-    if args.output == "json":
-        sys.stdout.write(format_probe_json(report.paths))
-    else:
-        sys.stdout.write(format_probe_text(report.paths))
-    sys.stdout.flush()
-    return exit_code(report)
-
-
-async def probe_ips(
-    ips: Sequence[str],
-    *,
-    protocols: frozenset[model.Protocol],
-    port: int,
-    timeout_s: float,
-    count: int,
-    interval_s: float,
-) -> model.RoundReport:
-    """Probe every address once over `protocols`; the report lists them in order."""
-    from meshhealth.probe.icmp import open_pinger
-
-    targets = [model.Target("", ip, ip) for ip in ips]
-
-    async def round_with(pinger: SupportsPing | None) -> model.RoundReport:
-        from meshhealth.probe.scheduler import run_round
-
-        return await run_round(
-            targets,
-            pinger=pinger,
-            http_port=port,
-            timeout_s=timeout_s,
-            icmp_count=count,
-            icmp_interval_s=interval_s,
-            protocols=protocols,
-        )
-
-    if model.Protocol.ICMP not in protocols:
-        return await round_with(None)
-    async with open_pinger() as pinger:
-        # Open the raw sockets now: no permission is a usage error, not a failed path.
-        one_per_family = {ipaddress.ip_address(ip).version: ip for ip in ips}
-        for ip in one_per_family.values():
-            pinger.open_socket_for(ip)
-        return await round_with(pinger)
