@@ -258,3 +258,18 @@ LAB_ETCD_READY_TIMEOUT_S: Final = 20.0
 # to answer on its admin socket.
 LAB_AGENT_READY_TIMEOUT_S: Final = 30.0
 LAB_AGENT_READY_PER_NODE_S: Final = 0.2
+
+# --- probe plan (meshhealth.probe.assignment; docs/scale.md) -------------------------
+# Targets per node past the full-mesh size, and so probers per node. 5 observers let a
+# diagnosis outvote two bad ones, or one bad one while two are silent (restarting);
+# costs 2 probes/s per node at 10 s whatever N (bench/plan_sim.py).
+PLAN_PROBE_TARGETS: Final = 5
+# Probe intervals one plan lasts (1 minute at 10 s): each path gets 6 results before the
+# ring is redrawn; shorter covers pairs sooner, longer churns per-target stats less.
+PLAN_ROTATION_ROUNDS: Final = 6
+# Lists up to this size are a full mesh (every pair every round, as before subset
+# probing): at most 6 probes/s per node and 15 targets (about 3.6 KB) per health entry.
+PLAN_FULL_MESH_MAX_NODES: Final = 16
+# The pair-coverage bound reported by docs and bench: every ordered pair is probed
+# within the bound but with this probability.
+PLAN_COVER_MISS_PROBABILITY: Final = 1e-6
