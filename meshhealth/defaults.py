@@ -259,7 +259,7 @@ LAB_ETCD_READY_TIMEOUT_S: Final = 20.0
 LAB_AGENT_READY_TIMEOUT_S: Final = 30.0
 LAB_AGENT_READY_PER_NODE_S: Final = 0.2
 
-# --- probe plan (meshhealth.probe.assignment; docs/scale.md) -------------------------
+# --- probe plan (meshhealth.probe.assignment, docs/scale.md) -------------------------
 # Targets per node past the full-mesh size, and so probers per node. 5 observers let a
 # diagnosis outvote two bad ones, or one bad one while two are silent (restarting);
 # costs 2 probes/s per node at 10 s whatever N (bench/plan_sim.py).
