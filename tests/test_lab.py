@@ -64,6 +64,7 @@ class Lab:
     def __init__(self, prefix: str, nodes: int) -> None:
         self.prefix = prefix
         self.plan = P.make_plan(prefix, nodes)
+        self.up_output = ""
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return lab(*args[:1], "--prefix", self.prefix, *args[1:])
@@ -101,7 +102,9 @@ def lab3() -> Iterator[Lab]:
     try:
         done = lab("up", "--nodes", "3", "--no-agents", "--prefix", prefix)
         assert done.returncode == 0, done.stdout + done.stderr
-        yield Lab(prefix, 3)
+        built = Lab(prefix, 3)
+        built.up_output = done.stdout
+        yield built
     finally:
         _down(prefix)
     assert leftovers(prefix, []) == []
@@ -115,6 +118,22 @@ def wait_until(cond: object, timeout_s: float = 10.0) -> bool:
             return True
         time.sleep(0.1)
     return bool(cond())
+
+
+def test_up_ends_with_commands_that_run_as_shown(lab3: Lab) -> None:
+    """The "next:" lines name the program as the user's shell can run it: here, without
+    the virtualenv on PATH (a new user's shell after scripts/quickstart.sh)."""
+    steps = lab3.up_output.split("next:\n", 1)[1].splitlines()
+    status_cmd = steps[0].strip()
+    assert status_cmd.endswith(f"lab status --prefix {lab3.prefix}")
+    assert not status_cmd.startswith("meshhealth ")
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
+    done = subprocess.run(
+        status_cmd, shell=True, env=env, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"lab {lab3.prefix}: ready, 1 cluster(s) x 3 node(s)" in done.stdout
 
 
 def test_up_builds_namespaces_and_etcd(lab3: Lab) -> None:

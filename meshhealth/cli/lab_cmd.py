@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from meshhealth import defaults
+from meshhealth.cli.invocation import this_program
 from meshhealth.lab import plan as P
 
 DESCRIPTION = """\
@@ -165,23 +166,29 @@ def run_up(args: argparse.Namespace) -> int:
         return _err(str(exc))
     first = plan.nodes[0]
     pre = "" if args.prefix == defaults.LAB_PREFIX else f" --prefix {args.prefix}"
+    # Commands printed for the user's shell: the program as it can be run there (inside
+    # `lab exec`, `meshhealth` is on PATH: exec_env puts it first).
+    me = this_program()
     if st.agents:
         n = len(plan.nodes)
         print(f"  waiting until {first.qualified} sees {n}/{n} reachable", flush=True)
         _wait_converged(first.socket, n, args.interval, 3 * args.interval + 10)
-        print(f"\n$ meshhealth lab exec{pre} {first.qualified} -- meshhealth status", flush=True)
+        print(f"\n$ {me} lab exec{pre} {first.qualified} -- meshhealth status", flush=True)
         _exec(plan, first, ["meshhealth", "status"])
-    print(
-        f"""
-next:
-  meshhealth lab status{pre}
-  meshhealth lab exec{pre} node2 -- meshhealth status
-  meshhealth lab exec{pre} node1 -- etcdctl get --prefix --keys-only meshhealth/
-  meshhealth lab exec{pre} node1 -- meshhealth watch
-  meshhealth lab fault{pre} endpoint-forward-drop node2     (then: lab fault{pre} clear)
-  meshhealth lab down{pre}"""
-    )
+    print("\n" + next_steps(me, pre))
     return 0
+
+
+def next_steps(me: str, pre: str) -> str:
+    """The closing "next:" lines of `lab up`: commands that run as shown. Pure."""
+    return f"""\
+next:
+  {me} lab status{pre}
+  {me} lab exec{pre} node2 -- meshhealth status
+  {me} lab exec{pre} node1 -- etcdctl get --prefix --keys-only meshhealth/
+  {me} lab exec{pre} node1 -- meshhealth watch
+  {me} lab fault{pre} endpoint-forward-drop node2     (then: {me} lab fault{pre} clear)
+  {me} lab down{pre}"""
 
 
 def _wait_converged(sock: Path, total: int, interval_s: float, timeout_s: float) -> None:
