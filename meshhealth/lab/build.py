@@ -170,15 +170,25 @@ def up(
 
 
 def _size_neigh_table(st: S.LabState, nodes: int, say: Say) -> None:
-    """Raise the kernel-wide ARP table limits when this lab would overflow them."""
-    current = neigh_table.read_thresholds()
-    wanted = neigh_table.thresholds_for(neigh_table.entries_needed(nodes), current)
-    if wanted is None:
-        return
-    st.neigh_thresholds = current
-    S.save(st)
-    neigh_table.write_thresholds(wanted)
-    say(f"  host ARP table limits raised for {nodes} nodes: {wanted} (restored by lab down)")
+    """Raise the kernel-wide ARP table limits when this lab would overflow them and they
+    can be set here; otherwise say once what the limit allows."""
+
+    def record(previous: dict[str, int]) -> None:
+        st.neigh_thresholds = previous
+        S.save(st)
+
+    sizing = neigh_table.size_for_lab(nodes, before_write=record)
+    if sizing.previous is None:
+        if st.neigh_thresholds:  # recorded, but the write failed: nothing to restore
+            st.neigh_thresholds = {}
+            S.save(st)
+    else:
+        say(
+            f"  host ARP table limits raised for {nodes} nodes: {sizing.raised_to} "
+            "(restored by lab down)"
+        )
+    if sizing.note is not None:
+        say(f"  {sizing.note}")
 
 
 def _other_labs_up(prefix: str, root: Path) -> bool:
@@ -340,8 +350,11 @@ def down(prefix: str, say: Say, root: Path = P.LAB_ROOT) -> DownReport:
         # Keep the state file: `lab down` again retries what is left.
         raise LabError(f"lab {prefix} only partly removed: {'; '.join(errors)}")
     if st is not None and st.neigh_thresholds and not _other_labs_up(prefix, root):
-        neigh_table.write_thresholds(st.neigh_thresholds)
-        say(f"  host ARP table limits restored: {st.neigh_thresholds}")
+        try:
+            neigh_table.write_thresholds(st.neigh_thresholds)
+            say(f"  host ARP table limits restored: {st.neigh_thresholds}")
+        except OSError as exc:  # the lab is gone; the limits stay raised, say so
+            say(f"  host ARP table limits not restored to {st.neigh_thresholds}: {exc}")
     if base.exists():
         shutil.rmtree(base)
         report.dir_removed = True
