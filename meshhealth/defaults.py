@@ -235,6 +235,9 @@ DIAGNOSIS_FAIL_SHARE: Final = 0.75
 DIAGNOSIS_MIN_OBSERVERS: Final = 2
 # Each independent failing cell halves the doubt: confidence = share x (1 - 0.5^cells).
 DIAGNOSIS_DOUBT_PER_CELL: Final = 0.5
+# Confidence of observer-degraded when an agent says so itself: its own word is good
+# evidence, but lag can be a passing burst.
+DIAGNOSIS_DEGRADED_CONFIDENCE: Final = 0.9
 
 # --- garbage collector (meshhealth.gc_tuning) -----------------------------------------
 # Young-generation threshold of the agent and `meshhealth probe` (CPython's default is

@@ -1,0 +1,123 @@
+"""The matrix as diagnosis reads it: observers, targets, one state per path kind (pure).
+
+These types are diagnosis's own input, independent of how the matrix document is
+stored or published: an adapter builds a `MatrixView` from the document.
+
+- a `MatrixCell` is what one observer knows about one target, one `PathObservation` per
+  path kind; a kind missing from `paths` is unassigned;
+- `stale`: the observer's report is too old to count (its agent is not publishing);
+- `unassigned`: the observer does not probe that path (subset probing, no HealthIP, not
+  probed yet): not evidence either way;
+- an `Observer` is a node with a report; `degraded_since` set when its own local health
+  says it is unwell (its failures are then discounted, its successes still count).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+class NodeId(NamedTuple):
+    """A node, `cluster/node`. A tuple: hashed and compared at C speed, which matters
+    when a 200-node matrix is indexed by pairs of them."""
+
+    cluster: str
+    node: str
+
+    def __str__(self) -> str:
+        return f"{self.cluster}/{self.node}"
+
+
+class PathKind(enum.StrEnum):
+    NODE_ICMP = "node/icmp"  # NodeIP, ICMP echo: the target's kernel
+    NODE_HTTP = "node/http"  # NodeIP:4240 GET /hello: the target's agent
+    ENDPOINT_ICMP = "endpoint/icmp"  # HealthIP, ICMP echo: the health endpoint's namespace
+    ENDPOINT_HTTP = "endpoint/http"  # HealthIP:4240: the health endpoint's responder
+    NODE_ICMP_DF = "node/icmp-df"  # NodeIP, big don't-fragment ICMP (link MTU)
+
+
+class PathState(enum.StrEnum):
+    OK = "ok"
+    SUSPECT = "suspect"
+    UNREACHABLE = "unreachable"
+    STALE = "stale"
+    UNASSIGNED = "unassigned"
+
+
+FRESH_STATES = frozenset({PathState.OK, PathState.SUSPECT, PathState.UNREACHABLE})
+
+
+@dataclass(frozen=True, slots=True)
+class PathObservation:
+    state: PathState
+    since: float  # unix seconds: when the path entered this state
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixCell:
+    observer: NodeId
+    target: NodeId
+    paths: Mapping[PathKind, PathObservation] = field(default_factory=dict)
+
+    def state(self, kind: PathKind) -> PathState:
+        seen = self.paths.get(kind)
+        return PathState.UNASSIGNED if seen is None else seen.state
+
+    def since(self, kind: PathKind) -> float:
+        seen = self.paths.get(kind)
+        return 0.0 if seen is None else seen.since
+
+    @property
+    def fresh(self) -> bool:
+        """Whether any path of the cell is evidence (ok, suspect or unreachable)."""
+        return any(p.state in FRESH_STATES for p in self.paths.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Observer:
+    node: NodeId
+    degraded_since: float | None = None  # None: not degraded
+
+    @property
+    def degraded(self) -> bool:
+        return self.degraded_since is not None
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixView:
+    """Everything diagnosis looks at. Order does not matter; duplicates are refused."""
+
+    observers: tuple[Observer, ...] = ()
+    cells: tuple[MatrixCell, ...] = ()
+    nodes: tuple[NodeId, ...] = ()  # known nodes that may appear in no cell
+
+    @staticmethod
+    def of(
+        cells: Iterable[MatrixCell],
+        observers: Iterable[Observer] = (),
+        nodes: Iterable[NodeId] = (),
+    ) -> MatrixView:
+        return MatrixView(tuple(observers), tuple(cells), tuple(nodes))
+
+    def all_nodes(self) -> tuple[NodeId, ...]:
+        found = set(self.nodes) | {o.node for o in self.observers}
+        for cell in self.cells:
+            found.update((cell.observer, cell.target))
+        return tuple(sorted(found))
+
+    def validate(self) -> None:
+        """ValueError naming the first duplicate cell or observer."""
+        seen: set[tuple[NodeId, NodeId]] = set()
+        for cell in self.cells:
+            pair = (cell.observer, cell.target)
+            if pair in seen:
+                raise ValueError(f"matrix: two cells for {cell.observer} -> {cell.target}")
+            seen.add(pair)
+        observers: set[NodeId] = set()
+        for observer in self.observers:
+            if observer.node in observers:
+                raise ValueError(f"matrix: observer {observer.node} listed twice")
+            observers.add(observer.node)

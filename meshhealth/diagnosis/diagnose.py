@@ -1,0 +1,223 @@
+"""From the matrix to findings: whose fault it is (pure, no I/O).
+
+    findings = diagnose(view, now=time.time())
+    doc = findings_json(findings, generated_at=now)
+
+In order:
+1. a partition: groups of nodes that reach each other and not the other groups;
+2. per layer (connectivity, agent, endpoint, mtu), failures not explained by the
+   partition are localised (007-style votes, `localise`) and each blamed node becomes a
+   finding whose kind follows from its row and column: node-down, node-isolated,
+   ingress-blocked, egress-blocked, agent-down, endpoint-down, mtu-blackhole;
+3. failures no node explains are `path` findings (observer -> target);
+4. observers whose own report says they are unwell, or whose report is stale while
+   their agent answers, are `observer-degraded` (unless already named).
+
+Findings are sorted by confidence (highest first), then kind and nodes: the same matrix
+gives the same findings whatever the order of its cells.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Set
+
+from meshhealth import defaults
+from meshhealth.diagnosis.cells import MatrixView, NodeId
+from meshhealth.diagnosis.findings import Finding, FindingKind, names
+from meshhealth.diagnosis.layers import Grid, Layer, LayerEvidence, Pair, build_grid
+from meshhealth.diagnosis.localise import Blame, localise
+from meshhealth.diagnosis.partition import Partition, find_partition
+
+# What a failing pair means in each layer, for the evidence line.
+_FAILS_AS = {
+    Layer.CONNECTIVITY: "nothing answers (ICMP and HTTP, NodeIP and HealthIP)",
+    Layer.AGENT: "its NodeIP answers ICMP but HTTP to its agent fails",
+    Layer.ENDPOINT: "host paths are ok but its health endpoint (HealthIP) fails",
+    Layer.MTU: "small ICMP passes but big don't-fragment ICMP is lost",
+}
+
+
+def confidence(
+    failing: int,
+    ok: int,
+    *,
+    extra: int = 0,
+    doubt: float = defaults.DIAGNOSIS_DOUBT_PER_CELL,
+) -> float:
+    """share x (1 - doubt^(failing + extra)): the share of failing cells among the
+    assessed ones, and how much independent evidence there is (`extra`: witnesses that
+    are not cells, such as the node's own stale report)."""
+    if failing <= 0:
+        return 0.0
+    return failing / (failing + ok) * (1.0 - doubt ** (failing + extra))
+
+
+def diagnose(
+    view: MatrixView,
+    *,
+    min_observers: int = defaults.DIAGNOSIS_MIN_OBSERVERS,
+    share: float = defaults.DIAGNOSIS_FAIL_SHARE,
+) -> tuple[Finding, ...]:
+    """The findings of `view` (ValueError on duplicate cells or observers)."""
+    grid = build_grid(view)
+    findings: list[Finding] = []
+    connectivity = grid.layers[Layer.CONNECTIVITY]
+    partition = find_partition(
+        grid.nodes, connectivity.fails.keys(), connectivity.oks, min_nodes=min_observers
+    )
+    explained: set[Pair] = set()
+    if partition is not None:
+        findings.append(_partition_finding(partition, connectivity))
+        explained = set(partition.across)
+    for layer in Layer:
+        evidence = grid.layers[layer]
+        witnesses = grid.silent if layer in (Layer.CONNECTIVITY, Layer.AGENT) else frozenset()
+        found = localise(
+            grid.nodes,
+            evidence.fails.keys() - explained,
+            evidence.oks,
+            own_fails=evidence.own_fails.keys() - explained,
+            witnesses=witnesses,
+            min_witnesses=min_observers,
+            share=share,
+        )
+        findings += [_blame_finding(layer, blame, grid, evidence) for blame in found.blames]
+        findings += [_path_finding(layer, pair, evidence) for pair in found.paths]
+    named = {node for finding in findings for node in finding.nodes}
+    findings += _observer_findings(grid, named, min_observers)
+    return tuple(sorted(findings, key=lambda f: (-f.confidence, f.kind.value, f.nodes)))
+
+
+def _since(pairs: Set[Pair], fails: Mapping[Pair, float]) -> float:
+    return max(fails[pair] for pair in pairs)
+
+
+def _partition_finding(partition: Partition, evidence: LayerEvidence) -> Finding:
+    across = set(partition.across)
+    groups = " | ".join(f"[{names(g, limit=8)}]" for g in partition.groups)
+    return Finding(
+        FindingKind.PARTITION,
+        partition.cut_off,
+        confidence(len(across), 0),
+        _since(across, evidence.own_fails),
+        f"{len(partition.groups)} groups that do not reach each other: {groups}; "
+        f"{len(across)} probed pairs across fail, none across succeeds",
+        tuple(sorted(across)),
+        partition.groups,
+    )
+
+
+def _kind(layer: Layer, blame: Blame, grid: Grid) -> FindingKind:
+    if layer is Layer.MTU:
+        return FindingKind.MTU_BLACKHOLE
+    if not blame.column_failing:
+        return FindingKind.EGRESS_BLOCKED
+    if layer is Layer.AGENT:
+        return FindingKind.AGENT_DOWN
+    if layer is Layer.ENDPOINT:
+        return FindingKind.ENDPOINT_DOWN
+    if blame.row_failing:
+        return FindingKind.NODE_ISOLATED
+    if blame.node in grid.silent:
+        return FindingKind.NODE_DOWN
+    return FindingKind.INGRESS_BLOCKED
+
+
+def _blame_finding(layer: Layer, blame: Blame, grid: Grid, evidence: LayerEvidence) -> Finding:
+    kind = _kind(layer, blame, grid)
+    cells = blame.column | blame.row
+    ok = (blame.column_ok if blame.column_failing else 0) + (
+        blame.row_ok if blame.row_failing else 0
+    )
+    score = confidence(len(cells), ok, extra=1 if blame.witness else 0)
+    observers = sorted({o for o, _ in blame.column})
+    targets = sorted({t for _, t in blame.row})
+    parts: list[str] = []
+    if blame.column:
+        parts.append(
+            f"{_FAILS_AS[layer]} from {len(observers)} of "
+            f"{len(observers) + blame.column_ok} observers ({names(observers)})"
+        )
+    if blame.row:
+        parts.append(
+            f"its own probes fail to {len(targets)} of {len(targets) + blame.row_ok} "
+            f"targets ({names(targets)}): {_FAILS_AS[layer]}"
+        )
+    one_sided = False
+    if kind is FindingKind.NODE_DOWN:
+        parts.append("its own report is stale or missing")
+    elif kind is FindingKind.INGRESS_BLOCKED:
+        one_sided = blame.row_ok == 0
+        parts.append(
+            "its own probes say nothing (none assigned)"
+            if one_sided
+            else f"yet its own probes reach {blame.row_ok} nodes"
+        )
+    elif kind is FindingKind.EGRESS_BLOCKED:
+        one_sided = blame.column_ok == 0
+        parts.append(
+            "nobody else probes it" if one_sided else f"while {blame.column_ok} observers reach it"
+        )
+    elif kind is FindingKind.NODE_ISOLATED and not blame.row:
+        parts.append("its own report (degraded) says it reaches none of its targets")
+    if one_sided:
+        score *= 0.5  # the other side is not known: half as sure which kind it is
+    return Finding(
+        kind, (blame.node,), score, _since(cells, evidence.own_fails), "; ".join(parts),
+        tuple(sorted(cells)),
+    )  # fmt: skip
+
+
+def _path_finding(layer: Layer, pair: Pair, evidence: LayerEvidence) -> Finding:
+    observer, target = pair
+    kinds = ", ".join(k.value for k in evidence.kinds.get(pair, ()))
+    kind = FindingKind.MTU_BLACKHOLE if layer is Layer.MTU else FindingKind.PATH
+    reaches = evidence.row_ok.get(observer, 0)
+    reached = evidence.col_ok.get(target, 0)
+    return Finding(
+        kind,
+        (observer, target),
+        confidence(1, 0),
+        evidence.own_fails[pair],
+        f"{observer} -> {target} only: {_FAILS_AS[layer]} ({kinds} unreachable); "
+        f"{observer} reaches {reaches} other nodes, {reached} other observers reach {target}",
+        (pair,),
+    )
+
+
+def _observer_findings(grid: Grid, named: Set[NodeId], min_observers: int) -> list[Finding]:
+    findings = []
+    for node, since in sorted(grid.degraded.items()):
+        if node in named:
+            continue
+        findings.append(
+            Finding(
+                FindingKind.OBSERVER_DEGRADED,
+                (node,),
+                defaults.DIAGNOSIS_DEGRADED_CONFIDENCE,
+                since,
+                "its own report says it is unwell (event-loop lag, most of its targets "
+                "failing at once, or etcd unreachable): its failures are discounted",
+            )
+        )
+    agent = grid.layers[Layer.AGENT]
+    for node, since in sorted(grid.stale_since.items()):
+        if node in named or node in grid.degraded:
+            continue
+        reach = sorted({o for o, t in agent.oks if t == node})
+        fail = {o for o, t in agent.fails if t == node}
+        if len(reach) < min_observers:
+            continue
+        findings.append(
+            Finding(
+                FindingKind.OBSERVER_DEGRADED,
+                (node,),
+                confidence(len(reach), len(fail)),
+                since,
+                f"its report is stale while {len(reach)} observers reach its agent over "
+                f"HTTP ({names(reach)}): the agent runs but does not publish (can it reach "
+                "etcd?)",
+                tuple((o, node) for o in reach),
+            )
+        )
+    return findings

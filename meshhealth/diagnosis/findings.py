@@ -1,0 +1,87 @@
+"""Findings: what diagnosis concludes, and their JSON (pure).
+
+    {"findings": [{"kind": "node-down", "nodes": ["lab1/node3"], "confidence": 0.88,
+                   "since": "2026-11-23T10:00:00Z", "evidence": "..."}],
+     "generated_at": "2026-11-23T10:00:12Z"}
+
+`nodes` are the culprits: one node for most kinds; for `path` (and a path's
+`mtu-blackhole`) the observer then the target; for `partition` the nodes cut off from
+the main group, with `groups` listing every group.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import NotRequired, TypedDict
+
+from meshhealth.diagnosis.cells import NodeId
+from meshhealth.diagnosis.layers import Pair
+from meshhealth.timefmt import iso_time
+
+
+class FindingKind(enum.StrEnum):
+    NODE_DOWN = "node-down"  # nothing of the node answers, its report is not fresh
+    AGENT_DOWN = "agent-down"  # the kernel answers ICMP, its agent does not answer HTTP
+    ENDPOINT_DOWN = "endpoint-down"  # host paths fine, the health endpoint fails
+    NODE_ISOLATED = "node-isolated"  # reaches nobody and nobody reaches it
+    EGRESS_BLOCKED = "egress-blocked"  # only its row fails
+    INGRESS_BLOCKED = "ingress-blocked"  # only its column fails
+    PATH = "path"  # one observer -> target pair
+    PARTITION = "partition"  # groups that do not reach each other
+    OBSERVER_DEGRADED = "observer-degraded"  # its own reports are not to be trusted
+    MTU_BLACKHOLE = "mtu-blackhole"  # small probes pass, big don't-fragment ones are lost
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    kind: FindingKind
+    nodes: tuple[NodeId, ...]
+    confidence: float  # 0 .. 1
+    since: float  # unix seconds: since when all of the evidence holds
+    evidence: str  # one line, for people
+    cells: tuple[Pair, ...] = ()  # the (observer, target) cells it rests on, sorted
+    groups: tuple[tuple[NodeId, ...], ...] = ()  # partition only
+
+
+class FindingJSON(TypedDict):
+    kind: str
+    nodes: list[str]
+    confidence: float
+    since: str | None
+    evidence: str
+    groups: NotRequired[list[list[str]]]
+
+
+class FindingsJSON(TypedDict):
+    findings: list[FindingJSON]
+    generated_at: str | None
+
+
+def finding_json(finding: Finding) -> FindingJSON:
+    out: FindingJSON = {
+        "kind": finding.kind.value,
+        "nodes": [str(n) for n in finding.nodes],
+        "confidence": round(finding.confidence, 2),
+        "since": iso_time(finding.since),
+        "evidence": finding.evidence,
+    }
+    if finding.kind is FindingKind.PARTITION:
+        out["groups"] = [[str(n) for n in group] for group in finding.groups]
+    return out
+
+
+def findings_json(findings: Iterable[Finding], generated_at: float) -> FindingsJSON:
+    """The document of `meshhealth diagnose -o json`."""
+    return {
+        "findings": [finding_json(f) for f in findings],
+        "generated_at": iso_time(generated_at),
+    }
+
+
+def names(nodes: Sequence[NodeId], limit: int = 5) -> str:
+    """`lab1/a, lab1/b` (at most `limit`, then `and 3 more`)."""
+    shown = ", ".join(str(n) for n in nodes[:limit])
+    more = len(nodes) - limit
+    return f"{shown} and {more} more" if more > 0 else shown

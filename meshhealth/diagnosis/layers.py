@@ -1,0 +1,186 @@
+"""One verdict per observer -> target pair and layer: the evidence diagnosis votes with.
+
+A layer asks one question of a pair's paths:
+
+- `connectivity`: does anything of the target answer? (ok if any path is ok, fail when
+  every probed path is unreachable: the node, or the network in between, is gone);
+- `agent`: the kernel answers ICMP on the NodeIP; does the agent answer HTTP there?
+- `endpoint`: the host paths are fine; do the health endpoint's paths work?
+- `mtu`: small ICMP passes; does the big don't-fragment probe?
+
+The layers are disjoint for failures: agent, endpoint and mtu need the NodeIP to answer
+ICMP, so a pair fails in at most one of them. `suspect` paths make a pair `unsure`:
+neither evidence of failure nor of health.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from meshhealth.diagnosis.cells import (
+    MatrixCell,
+    MatrixView,
+    NodeId,
+    PathKind,
+    PathState,
+)
+
+Pair = tuple[NodeId, NodeId]  # (observer, target)
+
+
+class Layer(enum.StrEnum):
+    CONNECTIVITY = "connectivity"
+    AGENT = "agent"
+    ENDPOINT = "endpoint"
+    MTU = "mtu"
+
+
+class Verdict(enum.Enum):
+    OK = "ok"
+    FAIL = "fail"
+    UNSURE = "unsure"
+    NONE = "none"
+
+
+_LAYERS = tuple(Layer)  # iterating an Enum class is slow; this is per cell
+_KINDS = tuple(PathKind)  # index order of a cell's states tuple
+_KIND_INDEX = {kind: i for i, kind in enumerate(_KINDS)}
+# The path kinds each layer's verdict rests on (by index into the states tuple).
+_LAYER_KINDS = {
+    Layer.CONNECTIVITY: (0, 1, 2, 3),  # every path but the big DF one
+    Layer.AGENT: (1,),  # node/http
+    Layer.ENDPOINT: (2, 3),  # endpoint/icmp, endpoint/http
+    Layer.MTU: (4,),  # node/icmp-df
+}
+_OK, _SUSPECT, _UNREACHABLE = PathState.OK, PathState.SUSPECT, PathState.UNREACHABLE
+
+
+def cell_states(cell: MatrixCell) -> tuple[PathState, ...]:
+    """The cell's state per path kind, in `PathKind` order (unassigned when missing)."""
+    states = [PathState.UNASSIGNED] * len(_KINDS)
+    for kind, seen in cell.paths.items():
+        states[_KIND_INDEX[kind]] = seen.state
+    return tuple(states)
+
+
+def _any_answers(states: Iterable[PathState]) -> Verdict:
+    found = set(states)
+    if _OK in found:
+        return Verdict.OK
+    if _SUSPECT in found:
+        return Verdict.UNSURE
+    if _UNREACHABLE in found:
+        return Verdict.FAIL
+    return Verdict.NONE
+
+
+def _all_answer(states: Iterable[PathState]) -> Verdict:
+    found = set(states)
+    if _UNREACHABLE in found:
+        return Verdict.FAIL
+    if _SUSPECT in found:
+        return Verdict.UNSURE
+    if _OK in found:
+        return Verdict.OK
+    return Verdict.NONE
+
+
+def pair_verdict(layer: Layer, states: tuple[PathState, ...]) -> Verdict:
+    """The answer of `layer`'s question for one cell's `cell_states`."""
+    mine = [states[i] for i in _LAYER_KINDS[layer]]
+    if layer is Layer.CONNECTIVITY:
+        return _any_answers(mine)
+    if states[0] is not _OK:  # the NodeIP must answer ICMP for the other questions
+        return Verdict.NONE
+    if layer is Layer.ENDPOINT and states[1] in (_SUSPECT, _UNREACHABLE):
+        return Verdict.NONE  # the agent layer's business
+    return _all_answer(mine)
+
+
+def failing_kinds(layer: Layer, states: tuple[PathState, ...]) -> tuple[PathKind, ...]:
+    """The path kinds whose failure makes the pair fail in `layer`."""
+    return tuple(_KINDS[i] for i in _LAYER_KINDS[layer] if states[i] is _UNREACHABLE)
+
+
+@dataclass(frozen=True, slots=True)
+class LayerEvidence:
+    """One layer's pairs. `fails` leaves out degraded observers (discounted); `own_fails`
+    keeps them, for what a node's own report says about itself."""
+
+    layer: Layer
+    fails: Mapping[Pair, float]  # pair -> since (the latest of its failing paths)
+    own_fails: Mapping[Pair, float]
+    oks: frozenset[Pair]
+    kinds: Mapping[Pair, tuple[PathKind, ...]] = field(default_factory=dict)
+    row_ok: Mapping[NodeId, int] = field(default_factory=dict)  # targets each node reaches
+    col_ok: Mapping[NodeId, int] = field(default_factory=dict)  # observers reaching each node
+
+
+@dataclass(frozen=True, slots=True)
+class Grid:
+    """The matrix indexed for diagnosis."""
+
+    nodes: tuple[NodeId, ...]
+    fresh_rows: frozenset[NodeId]  # observers with at least one fresh path
+    degraded: Mapping[NodeId, float]  # observer -> degraded since
+    stale_since: Mapping[NodeId, float]  # non-fresh reporting rows -> latest stale since
+    silent: frozenset[NodeId]  # no fresh report: stale, or no report at all
+    layers: Mapping[Layer, LayerEvidence]
+
+
+def build_grid(view: MatrixView) -> Grid:
+    """Index `view` (ValueError on duplicate cells or observers)."""
+    view.validate()
+    cells = [c for c in view.cells if c.observer != c.target]  # self-probes prove nothing
+    degraded = {o.node: o.degraded_since for o in view.observers if o.degraded_since is not None}
+    fresh_rows = frozenset(c.observer for c in cells if c.fresh)
+    stale_since: dict[NodeId, float] = {}
+    for cell in cells:
+        if cell.observer in fresh_rows:
+            continue
+        for seen in cell.paths.values():
+            if seen.state is PathState.STALE:
+                prev = stale_since.get(cell.observer, seen.since)
+                stale_since[cell.observer] = max(prev, seen.since)
+    layers = _layers(cells, degraded)
+    nodes = view.all_nodes()
+    reporting = {o.node for o in view.observers} | {c.observer for c in view.cells}
+    silent = frozenset(n for n in nodes if n in stale_since or n not in reporting)
+    return Grid(nodes, fresh_rows, degraded, stale_since, silent, layers)
+
+
+def _layers(
+    cells: Iterable[MatrixCell], degraded: Mapping[NodeId, float]
+) -> dict[Layer, LayerEvidence]:
+    fails: dict[Layer, dict[Pair, float]] = {layer: {} for layer in Layer}
+    own_fails: dict[Layer, dict[Pair, float]] = {layer: {} for layer in Layer}
+    oks: dict[Layer, set[Pair]] = {layer: set() for layer in Layer}
+    kinds: dict[Layer, dict[Pair, tuple[PathKind, ...]]] = {layer: {} for layer in Layer}
+    for cell in cells:
+        pair = (cell.observer, cell.target)
+        states = cell_states(cell)
+        for layer in _LAYERS:
+            verdict = pair_verdict(layer, states)
+            if verdict is Verdict.OK:
+                oks[layer].add(pair)
+            elif verdict is Verdict.FAIL:
+                failing = failing_kinds(layer, states)
+                since = max(cell.since(k) for k in failing)
+                own_fails[layer][pair] = since
+                kinds[layer][pair] = failing
+                if cell.observer not in degraded:
+                    fails[layer][pair] = since
+    out = {}
+    for layer in Layer:
+        row_ok: dict[NodeId, int] = {}
+        col_ok: dict[NodeId, int] = {}
+        for observer, target in oks[layer]:
+            row_ok[observer] = row_ok.get(observer, 0) + 1
+            col_ok[target] = col_ok.get(target, 0) + 1
+        out[layer] = LayerEvidence(
+            layer, fails[layer], own_fails[layer], frozenset(oks[layer]), kinds[layer],
+            row_ok, col_ok,
+        )  # fmt: skip
+    return out

@@ -1,0 +1,103 @@
+"""Small matrices for the diagnosis tests, written as cell patterns.
+
+    view = mesh("abcd", cells={("a", "d"): "down"}, stale=("d",))
+
+Nodes are one-letter names in cluster `lab1` unless written `cluster/name`. Every
+ordered pair of distinct nodes gets the `default` pattern unless `cells` says otherwise;
+`-` leaves the pair unassigned (no cell). A stale row has every path `stale`; a missing
+row has no cells at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from meshhealth.diagnosis.cells import (
+    MatrixCell,
+    MatrixView,
+    NodeId,
+    Observer,
+    PathKind,
+    PathObservation,
+    PathState,
+)
+
+NOW = 1_800_000_000.0
+SINCE = NOW - 60.0
+
+OK, SUS, UNR = PathState.OK, PathState.SUSPECT, PathState.UNREACHABLE
+STALE, UNA = PathState.STALE, PathState.UNASSIGNED
+K = PathKind
+
+# pattern -> states of node/icmp, node/http, endpoint/icmp, endpoint/http, node/icmp-df
+PATTERNS: dict[str, tuple[PathState, ...]] = {
+    "ok": (OK, OK, OK, OK, OK),
+    "down": (UNR, UNR, UNR, UNR, UNR),  # nothing answers
+    "agent": (OK, UNR, OK, OK, OK),  # kernel answers, agent does not
+    "agent+ep": (OK, UNR, UNR, UNR, OK),  # agent and its endpoint gone
+    "endpoint": (OK, OK, UNR, UNR, OK),  # host fine, endpoint gone
+    "ep-http": (OK, OK, OK, UNR, OK),  # endpoint's responder gone
+    "mtu": (OK, OK, OK, OK, UNR),  # big DF probes lost
+    "suspect": (SUS, SUS, SUS, SUS, SUS),
+    "half": (SUS, UNR, SUS, UNR, UNA),  # settling: not evidence yet
+    "stale": (STALE, STALE, STALE, STALE, STALE),
+    "host-only": (OK, OK, UNA, UNA, UNA),  # a node without HealthIP
+}
+
+
+def node(name: str) -> NodeId:
+    cluster, _, short = name.rpartition("/")
+    return NodeId(cluster or "lab1", short)
+
+
+def cell(
+    observer: str, target: str, states: str | tuple[PathState, ...], since: float = SINCE
+) -> MatrixCell:
+    row = PATTERNS[states] if isinstance(states, str) else states
+    paths = {
+        kind: PathObservation(state, since)
+        for kind, state in zip(PathKind, row, strict=True)
+        if state is not UNA
+    }
+    return MatrixCell(node(observer), node(target), paths)
+
+
+def mesh(
+    nodes: Iterable[str],
+    *,
+    cells: Mapping[tuple[str, str], str] | None = None,
+    default: str = "ok",
+    stale: Iterable[str] = (),
+    missing: Iterable[str] = (),
+    degraded: Iterable[str] = (),
+    since: Mapping[tuple[str, str], float] | None = None,
+) -> MatrixView:
+    names = list(nodes)
+    stale_rows, missing_rows, degraded_rows = set(stale), set(missing), set(degraded)
+    out = []
+    for o in names:
+        if o in missing_rows:
+            continue
+        for t in names:
+            if o == t:
+                continue
+            pattern = (cells or {}).get((o, t), default)
+            if o in stale_rows:
+                pattern = "stale"
+            if pattern == "-":
+                continue
+            out.append(cell(o, t, pattern, (since or {}).get((o, t), SINCE)))
+    observers = [
+        Observer(node(o), SINCE if o in degraded_rows else None)
+        for o in names
+        if o not in missing_rows
+    ]
+    return MatrixView.of(out, observers, [node(n) for n in names])
+
+
+def column(target: str, observers: Iterable[str], pattern: str) -> dict[tuple[str, str], str]:
+    return {(o, target): pattern for o in observers if o != target}
+
+
+def row(observer: str, targets: Iterable[str], pattern: str) -> dict[tuple[str, str], str]:
+    return {(observer, t): pattern for t in targets if t != observer}

@@ -1,0 +1,205 @@
+"""meshhealth.diagnosis.diagnose: one table row per cell pattern and the finding it gives."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshhealth.diagnosis.cells import MatrixView, NodeId
+from meshhealth.diagnosis.diagnose import confidence, diagnose
+from meshhealth.diagnosis.findings import FindingKind
+from tests.diagnosis_builders import SINCE, cell, column, mesh, node, row
+
+ABCD = "abcd"
+ABCDE = "abcde"
+
+
+def _summary(view: MatrixView) -> list[tuple[str, tuple[str, ...]]]:
+    return [(f.kind.value, tuple(str(n) for n in f.nodes)) for f in diagnose(view)]
+
+
+def _n(*names: str) -> tuple[str, ...]:
+    return tuple(str(node(n)) for n in names)
+
+
+def _split(nodes: str, groups: list[str]) -> dict[tuple[str, str], str]:
+    """Every pair not inside one group fails (a node in no group is cut off alone)."""
+    return {
+        (o, t): "down"
+        for o in nodes
+        for t in nodes
+        if o != t and not any(o in g and t in g for g in groups)
+    }
+
+
+CASES: list[tuple[str, MatrixView, list[tuple[str, tuple[str, ...]]]]] = [
+    ("healthy", mesh(ABCD), []),
+    ("healthy, no endpoints", mesh(ABCD, default="host-only"), []),
+    ("settling paths are not evidence", mesh(ABCD, cells=column("d", ABCD, "half")), []),
+    ("suspect everywhere is not evidence", mesh(ABCD, default="suspect"), []),
+    # nothing of d answers, d does not publish
+    ("node-down, stale report", mesh(ABCD, cells=column("d", ABCD, "down"), stale="d"),
+     [("node-down", _n("d"))]),
+    ("node-down, no report", mesh(ABCD, cells=column("d", ABCD, "down"), missing="d"),
+     [("node-down", _n("d"))]),
+    # two nodes: one observer plus the node's own stale report are two witnesses
+    ("node-down, 2 nodes", mesh("ad", cells=column("d", "ad", "down"), stale="d"),
+     [("node-down", _n("d"))]),
+    ("two nodes down", mesh(ABCDE, cells={**column("d", ABCDE, "down"),
+                                          **column("e", ABCDE, "down")}, stale="de"),
+     [("node-down", _n("d")), ("node-down", _n("e"))]),
+    # d's kernel answers ICMP, its agent does not answer HTTP
+    ("agent-down", mesh(ABCD, cells=column("d", ABCD, "agent"), stale="d"),
+     [("agent-down", _n("d"))]),
+    ("agent-down, endpoint gone too", mesh(ABCD, cells=column("d", ABCD, "agent+ep"),
+                                          missing="d"),
+     [("agent-down", _n("d"))]),
+    ("agent-down, report still fresh", mesh(ABCD, cells=column("d", ABCD, "agent")),
+     [("agent-down", _n("d"))]),
+    # host paths fine, the health endpoint fails
+    ("endpoint-down", mesh(ABCD, cells=column("d", ABCD, "endpoint")),
+     [("endpoint-down", _n("d"))]),
+    ("endpoint-down, responder only", mesh(ABCD, cells=column("d", ABCD, "ep-http")),
+     [("endpoint-down", _n("d"))]),
+    # d reaches nobody and nobody reaches d, yet it publishes
+    ("node-isolated", mesh(ABCD, cells={**column("d", ABCD, "down"), **row("d", ABCD, "down")}),
+     [("node-isolated", _n("d"))]),
+    ("node-isolated, degraded by its own count",
+     mesh(ABCD, cells={**column("d", ABCD, "down"), **row("d", ABCD, "down")}, degraded="d"),
+     [("node-isolated", _n("d"))]),
+    # only its row fails
+    ("egress-blocked", mesh(ABCD, cells=row("d", ABCD, "down")),
+     [("egress-blocked", _n("d"))]),
+    # only its column fails; its own probes work
+    ("ingress-blocked", mesh(ABCD, cells=column("d", ABCD, "down")),
+     [("ingress-blocked", _n("d"))]),
+    ("one pair", mesh(ABCD, cells={("a", "d"): "down"}), [("path", _n("a", "d"))]),
+    ("one pair, both ways", mesh(ABCD, cells={("a", "d"): "down", ("d", "a"): "down"}),
+     [("path", _n("a", "d")), ("path", _n("d", "a"))]),
+    ("one pair, agent only", mesh(ABCD, cells={("a", "d"): "agent"}), [("path", _n("a", "d"))]),
+    # {a, b} and {c, d, e} do not reach each other
+    ("partition 2 | 3", mesh(ABCDE, cells={**{(o, t): "down" for o in "ab" for t in "cde"},
+                                           **{(o, t): "down" for o in "cde" for t in "ab"}}),
+     [("partition", _n("a", "b"))]),
+    ("partition 2 | 2", mesh(ABCD, cells={**{(o, t): "down" for o in "ab" for t in "cd"},
+                                          **{(o, t): "down" for o in "cd" for t in "ab"}}),
+     [("partition", _n("c", "d"))]),
+    ("partition 2 | 3 | 3 and an isolated node",
+     mesh("abcdefghi", cells=_split("abcdefghi", ["ab", "cde", "fgh"])),
+     [("partition", _n("a", "b", "f", "g", "h")), ("node-isolated", _n("i"))]),
+    ("observer-degraded, its failures discounted",
+     mesh(ABCD, cells=row("d", ABCD, "down"), degraded="d"),
+     [("observer-degraded", _n("d"))]),
+    ("observer-degraded, healthy view", mesh(ABCD, degraded="a"),
+     [("observer-degraded", _n("a"))]),
+    ("observer-degraded, stale report but its agent answers", mesh(ABCD, stale="d"),
+     [("observer-degraded", _n("d"))]),
+    ("mtu-blackhole on a node", mesh(ABCD, cells=column("d", ABCD, "mtu")),
+     [("mtu-blackhole", _n("d"))]),
+    ("mtu-blackhole on a node's own link", mesh(ABCD, cells=row("d", ABCD, "mtu")),
+     [("mtu-blackhole", _n("d"))]),
+    ("mtu-blackhole on one path", mesh(ABCD, cells={("a", "d"): "mtu"}),
+     [("mtu-blackhole", _n("a", "d"))]),
+    # subset probing: only a and b probe d
+    ("subset: node-down seen by two", mesh(ABCD, cells={("c", "d"): "-", ("a", "d"): "down",
+                                                        ("b", "d"): "down"}, stale="d"),
+     [("node-down", _n("d"))]),
+    # only a probes d (d publishes): a single observer's word is a path, not d's fault
+    ("subset: one observer, target fresh",
+     mesh(ABCD, cells={("b", "d"): "-", ("c", "d"): "-", ("a", "d"): "down"}),
+     [("path", _n("a", "d"))]),
+    # a's only assigned target fails and nothing else: a's problem, not d's
+    ("subset: a bad observer with one cell",
+     mesh(ABCD, cells={("a", "b"): "-", ("a", "c"): "-", ("a", "d"): "down"}),
+     [("egress-blocked", _n("a"))]),
+    ("clustermesh: a remote node down",
+     mesh(["lab1/a", "lab1/b", "lab2/c", "lab2/d"],
+          cells=column("lab2/d", ["lab1/a", "lab1/b", "lab2/c"], "down"), stale=["lab2/d"]),
+     [("node-down", ("lab2/d",))]),
+    ("clustermesh: clusters cut apart",
+     mesh(["lab1/a", "lab1/b", "lab2/c", "lab2/d", "lab2/e"],
+          cells={(o, t): "down" for o in ["lab1/a", "lab1/b", "lab2/c", "lab2/d", "lab2/e"]
+                 for t in ["lab1/a", "lab1/b", "lab2/c", "lab2/d", "lab2/e"]
+                 if o[:4] != t[:4]}),
+     [("partition", ("lab1/a", "lab1/b"))]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("view", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_kind(view: MatrixView, expected: list[tuple[str, tuple[str, ...]]]) -> None:
+    assert sorted(_summary(view)) == sorted(expected)
+
+
+def test_every_kind_has_a_case() -> None:
+    seen = {kind for _, _, expected in CASES for kind, _ in expected}
+    assert seen == {k.value for k in FindingKind}
+
+
+def test_partition_lists_every_group() -> None:
+    cut = {**{(o, t): "down" for o in "ab" for t in "cde"},
+           **{(o, t): "down" for o in "cde" for t in "ab"}}  # fmt: skip
+    (finding,) = diagnose(mesh(ABCDE, cells=cut))
+    assert [[str(n) for n in g] for g in finding.groups] == [
+        ["lab1/c", "lab1/d", "lab1/e"],
+        ["lab1/a", "lab1/b"],
+    ]
+    assert len(finding.cells) == 12
+    assert "12 probed pairs across fail" in finding.evidence
+
+
+def test_partition_survives_a_degraded_minority() -> None:
+    """2 against 8: the 2 see 8 of 9 targets fail and mark themselves degraded; their
+    successes with each other still join them into one group."""
+    nodes = "abcdefghij"
+    cut = {(o, t): "down" for o in nodes for t in nodes if (o in "ab") != (t in "ab")}
+    summary = _summary(mesh(nodes, cells=cut, degraded="ab"))
+    assert summary == [("partition", _n("a", "b"))]
+
+
+def test_node_down_confidence_and_evidence() -> None:
+    since = {("a", "d"): SINCE, ("b", "d"): SINCE + 5, ("c", "d"): SINCE + 2}
+    view = mesh(ABCD, cells=column("d", ABCD, "down"), stale="d", since=since)
+    (finding,) = diagnose(view)
+    # 3 failing observers and the stale report: 1 - 0.5^4
+    assert finding.confidence == pytest.approx(1 - 0.5**4)
+    assert finding.since == SINCE + 5  # since when all of the evidence holds
+    assert finding.cells == tuple((node(o), node("d")) for o in "abc")
+    assert "from 3 of 3 observers (lab1/a, lab1/b, lab1/c)" in finding.evidence
+    assert "stale" in finding.evidence
+
+
+def test_more_observers_more_confidence() -> None:
+    small = diagnose(mesh("abc", cells=column("c", "abc", "endpoint")))[0].confidence
+    big = diagnose(mesh("abcdefg", cells=column("g", "abcdefg", "endpoint")))[0].confidence
+    assert 0 < small < big <= 1
+
+
+def test_one_reaching_observer_lowers_confidence_but_not_the_verdict() -> None:
+    """4 of 5 observers fail d, one still reaches it (a late report): share 0.8."""
+    cells = {**column("d", "abcef", "down"), ("f", "d"): "ok"}
+    (finding,) = diagnose(mesh("abcdef", cells=cells, stale="d"))
+    assert finding.kind is FindingKind.NODE_DOWN
+    assert finding.confidence == pytest.approx(4 / 5 * (1 - 0.5**5))
+
+
+@pytest.mark.parametrize(
+    ("failing", "ok", "expected"),
+    [(0, 0, 0.0), (1, 0, 0.5), (2, 0, 0.75), (3, 1, 0.75 * 0.875), (10, 0, 1 - 0.5**10)],
+)
+def test_confidence(failing: int, ok: int, expected: float) -> None:
+    assert confidence(failing, ok) == pytest.approx(expected)
+
+
+def test_self_probes_are_ignored() -> None:
+    view = MatrixView.of([cell("a", "a", "down"), cell("a", "b", "ok"), cell("b", "a", "ok")])
+    assert diagnose(view) == ()
+
+
+def test_duplicate_cells_are_refused() -> None:
+    view = MatrixView.of([cell("a", "b", "ok"), cell("a", "b", "down")])
+    with pytest.raises(ValueError, match="two cells for lab1/a -> lab1/b"):
+        diagnose(view)
+
+
+def test_an_empty_matrix_has_no_findings() -> None:
+    assert diagnose(MatrixView()) == ()
+    assert diagnose(MatrixView.of([], nodes=[NodeId("lab1", "a")])) == ()

@@ -1,0 +1,146 @@
+"""Properties of diagnosis over random matrices (hypothesis).
+
+- a healthy matrix (ok, suspect or unassigned paths, any subset of cells) gives nothing;
+- a single bad observer (every assigned path of its row failing, everyone else healthy,
+  any subset of cells) never gives a finding that names another node;
+- findings are deterministic and do not depend on the order of cells or observers;
+- every finding is well formed (confidence in 0..1, known nodes, cells from the input).
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from meshhealth.diagnosis.cells import (
+    MatrixCell,
+    MatrixView,
+    NodeId,
+    Observer,
+    PathKind,
+    PathObservation,
+    PathState,
+)
+from meshhealth.diagnosis.diagnose import diagnose
+from meshhealth.diagnosis.findings import FindingKind, findings_json
+
+T0 = 1_800_000_000.0
+HEALTHY = (PathState.OK, PathState.SUSPECT, PathState.UNASSIGNED)
+FAILING = (PathState.UNREACHABLE, PathState.SUSPECT, PathState.UNASSIGNED)
+
+
+@st.composite
+def node_ids(draw: st.DrawFn) -> list[NodeId]:
+    count = draw(st.integers(2, 8))
+    clusters = draw(st.sampled_from([("lab1",), ("lab1", "lab2")]))
+    return [NodeId(clusters[i % len(clusters)], f"node{i}") for i in range(count)]
+
+
+def _paths(draw: st.DrawFn, states: tuple[PathState, ...]) -> dict[PathKind, PathObservation]:
+    paths = {}
+    for kind in PathKind:
+        state = draw(st.sampled_from(states))
+        if state is not PathState.UNASSIGNED:
+            paths[kind] = PathObservation(state, T0 + draw(st.integers(0, 100)))
+    return paths
+
+
+@st.composite
+def healthy_views(draw: st.DrawFn) -> MatrixView:
+    nodes = draw(node_ids())
+    cells = [
+        MatrixCell(o, t, _paths(draw, HEALTHY))
+        for o in nodes
+        for t in nodes
+        if draw(st.booleans())  # subset probing: any cell may be missing; self cells too
+    ]
+    return MatrixView.of(cells, [Observer(n) for n in nodes], nodes)
+
+
+@st.composite
+def one_bad_observer(draw: st.DrawFn) -> tuple[MatrixView, NodeId]:
+    nodes = draw(node_ids())
+    bad = draw(st.sampled_from(nodes))
+    cells = []
+    for o in nodes:
+        for t in nodes:
+            if o == t or not draw(st.booleans()):
+                continue
+            if o == bad:
+                paths = _paths(draw, FAILING)
+                # "every assigned path failing": at least one really unreachable
+                paths[PathKind.NODE_ICMP] = PathObservation(PathState.UNREACHABLE, T0)
+            else:
+                paths = _paths(draw, HEALTHY)
+            cells.append(MatrixCell(o, t, paths))
+    degraded = draw(st.booleans())
+    observers = [Observer(n, T0 if n == bad and degraded else None) for n in nodes]
+    return MatrixView.of(cells, observers, nodes), bad
+
+
+@st.composite
+def any_views(draw: st.DrawFn) -> MatrixView:
+    nodes = draw(node_ids())
+    cells = [
+        MatrixCell(o, t, _paths(draw, tuple(PathState)))
+        for o in nodes
+        for t in nodes
+        if o != t and draw(st.booleans())
+    ]
+    observers = [Observer(n, T0 if draw(st.booleans()) else None) for n in nodes]
+    return MatrixView.of(cells, observers, nodes)
+
+
+@given(healthy_views())
+def test_a_healthy_matrix_has_no_findings(view: MatrixView) -> None:
+    assert diagnose(view) == ()
+
+
+@settings(max_examples=300)
+@given(one_bad_observer())
+def test_a_single_bad_observer_never_blames_another_node(case: tuple[MatrixView, NodeId]) -> None:
+    view, bad = case
+    findings = diagnose(view)
+    for finding in findings:
+        assert set(finding.nodes) == {bad}, finding
+        assert finding.kind in (
+            FindingKind.EGRESS_BLOCKED,
+            FindingKind.OBSERVER_DEGRADED,
+            FindingKind.NODE_ISOLATED,
+        ), finding
+
+
+@given(any_views(), st.randoms(use_true_random=False))
+def test_findings_do_not_depend_on_input_order(view: MatrixView, random: object) -> None:
+    import random as random_module
+
+    assert isinstance(random, random_module.Random)
+    cells, observers, nodes = list(view.cells), list(view.observers), list(view.nodes)
+    random.shuffle(cells)
+    random.shuffle(observers)
+    random.shuffle(nodes)
+    shuffled = MatrixView.of(cells, observers, nodes)
+    first = diagnose(view)
+    assert diagnose(view) == first  # deterministic
+    assert diagnose(shuffled) == first
+    assert findings_json(diagnose(shuffled), T0) == findings_json(first, T0)
+
+
+@given(any_views())
+def test_findings_are_well_formed(view: MatrixView) -> None:
+    known = set(view.all_nodes())
+    pairs = {(c.observer, c.target) for c in view.cells}
+    for finding in diagnose(view):
+        assert 0.0 < finding.confidence <= 1.0
+        assert finding.nodes and set(finding.nodes) <= known
+        assert set(finding.cells) <= pairs
+        assert finding.evidence
+        if finding.kind is FindingKind.PARTITION:
+            assert len(finding.groups) >= 2
+            members = [n for group in finding.groups for n in group]
+            assert len(members) == len(set(members))
+            assert set(finding.nodes) < set(members)
+        elif finding.kind in (FindingKind.PATH, FindingKind.MTU_BLACKHOLE):
+            assert len(finding.nodes) in (1, 2)
+        else:
+            assert len(finding.nodes) == 1
