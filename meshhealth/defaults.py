@@ -98,6 +98,22 @@ ETCD_TRIO_DEADLINE_MARGIN_S: Final = 1.0
 # agent needs one per meshed cluster and kind of entry.
 ETCD_MAX_WATCHES: Final = 64
 
+# --- registration and discovery (meshhealth.agent.membership.registrar, .discovery) ------
+# The lease revoke on shutdown may take this long; after it the lease's TTL cleans up.
+REGISTRAR_REVOKE_TIMEOUT_S: Final = 1.0
+# While another agent's entry holds our name, its lease's remaining TTL is read every
+# granted TTL / 10, within these bounds: a refresh shows up well within one TTL.
+REGISTRAR_HOLDER_CHECK_MIN_S: Final = 0.1
+REGISTRAR_HOLDER_CHECK_MAX_S: Final = 0.5
+# ... for at most its granted TTL plus this slack (a lease nobody refreshes is gone by then).
+REGISTRAR_HOLDER_SLACK_S: Final = 1.5
+# Probe-set changes queued per subscriber; one that falls this far behind is dropped and
+# re-reads the whole set (a slow reader never blocks discovery).
+DISCOVERY_SUBSCRIBER_BUFFER: Final = 1024
+# Node entries (their CIDRs, for --route-cidrs) are re-read on every probe-set change and
+# at least this often: a safety net for meshed clusters and lost events.
+PEER_NODES_POLL_S: Final = 5.0
+
 # --- agent (meshhealth.agent, its admin API; `meshhealth status`) ---------------------
 # The cluster of an agent started without --cluster: a one-cluster setup needs no name.
 DEFAULT_CLUSTER: Final = "default"
@@ -122,6 +138,16 @@ ADMIN_MAX_ANSWER_BYTES: Final = 64 * 1024 * 1024
 # /metrics: a scrape is one short request; a few scrapers at once are plenty.
 METRICS_READ_TIMEOUT_S: Final = 5.0
 METRICS_MAX_CONNECTIONS: Final = 16
+# Buckets of meshhealth_node_connectivity_latency_seconds (meshhealth.agent.agent_metrics):
+# 50 µs (loopback, same rack) to 5 s (beyond the probe timeout) in 1-2.5-5 steps.
+LATENCY_BUCKETS_S: Final = (
+    50e-6, 100e-6, 250e-6, 500e-6,
+    1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3,
+    1.0, 2.5, 5.0,
+)  # fmt: skip
+# Buckets of meshhealth_round_duration_seconds: a round takes spread + timeout, 0.1 s in
+# a small lab to about a minute for thousands of nodes.
+ROUND_BUCKETS_S: Final = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0)
 
 # --- health endpoint (meshhealth.agent.health_endpoint.supervisor) --------------------
 # How often the netns endpoint's namespace and veth are checked: "re-created within a few
@@ -172,6 +198,8 @@ PUBLISH_DEBOUNCE_S: Final = 0.5
 # A remote cluster refused (id clash, wrong name) or without a cluster-config entry yet
 # is checked again this often: fixing the remote needs no agent restart.
 MESH_RECHECK_S: Final = 5.0
+# Largest --mesh-dir file read: an endpoint list is a few hundred bytes.
+MESH_FILE_MAX_BYTES: Final = 64 * 1024
 # `GET /v1/matrix` reads each cluster's health entries with this deadline: a remote etcd
 # that is down costs the answer this long at most.
 MATRIX_READ_TIMEOUT_S: Final = 2.0
@@ -190,6 +218,10 @@ FEED_MAX_PENDING: Final = 16384
 FEED_LAGGING_GRACE_S: Final = 2.0
 # The WebSocket opening handshake must be done within this time.
 FEED_HANDSHAKE_TIMEOUT_S: Final = 5.0
+# Connections the kernel queues for the feed's TCP listener before we accept them.
+FEED_LISTEN_BACKLOG: Final = 128
+# After a failed accept (out of file descriptors) the feed waits this long: no busy loop.
+FEED_ACCEPT_RETRY_S: Final = 0.1
 # `meshhealth watch` retries a lost feed with back-off from min to max.
 WATCH_RETRY_MIN_S: Final = 0.2
 WATCH_RETRY_MAX_S: Final = 2.0

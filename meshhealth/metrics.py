@@ -7,6 +7,8 @@
     status.labels(node="a", status="up").set(1)
     status.remove_matching(node="a")          # the node left: drop its series
     text = registry.expose()
+    in_flight = registry.gauge("x_in_flight", "...")
+    in_flight.labels().read_from(lambda: pinger.in_flight)   # read at each exposition
 
 Counter, Gauge and Histogram families, with labels. A family without labels has its one
 series from the start (value 0); a labelled family gets a series on first `labels(...)`.
@@ -22,7 +24,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -61,32 +63,63 @@ def _label_text(names: Sequence[str], values: Sequence[str]) -> str:
     return "{" + pairs + "}"
 
 
+Reading = Callable[[], float]
+
+
 class CounterSeries:
-    __slots__ = ("value",)
+    """A count that only goes up: `inc` it, or let it `read_from` a count kept elsewhere."""
+
+    __slots__ = ("_read", "_value")
 
     def __init__(self) -> None:
-        self.value = 0.0
+        self._value = 0.0
+        self._read: Reading | None = None
+
+    @property
+    def value(self) -> float:
+        if self._read is not None:
+            # A count that went down (its owner was replaced) keeps the last value.
+            self._value = max(self._value, float(self._read()))
+        return self._value
 
     def inc(self, amount: float = 1.0) -> None:
         if amount < 0:
             raise ValueError(f"a counter only goes up, not by {amount}")
-        self.value += amount
+        if self._read is not None:
+            raise ValueError("this counter is read from a function: it cannot be increased")
+        self._value += amount
+
+    def read_from(self, read: Reading) -> None:
+        """Take the value from `read()` whenever it is exposed (client_golang's
+        CounterFunc): for a count another component keeps, read at scrape time only."""
+        self._read = read
 
 
 class GaugeSeries:
-    __slots__ = ("value",)
+    """A value that goes up and down: `set` it, or let it `read_from` a function."""
+
+    __slots__ = ("_read", "_value")
 
     def __init__(self) -> None:
-        self.value = 0.0
+        self._value = 0.0
+        self._read: Reading | None = None
+
+    @property
+    def value(self) -> float:
+        return float(self._read()) if self._read is not None else self._value
 
     def set(self, value: float) -> None:
-        self.value = float(value)
+        self._value = float(value)
 
     def inc(self, amount: float = 1.0) -> None:
-        self.value += amount
+        self._value += amount
 
     def dec(self, amount: float = 1.0) -> None:
-        self.value -= amount
+        self._value -= amount
+
+    def read_from(self, read: Reading) -> None:
+        """Take the value from `read()` whenever it is exposed (client_golang's GaugeFunc)."""
+        self._read = read
 
 
 class HistogramSeries:

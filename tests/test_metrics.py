@@ -163,6 +163,24 @@ def test_misuse_is_refused() -> None:
         counter.remove_matching(zzz="1")
 
 
+def test_series_read_from_a_function_at_exposition() -> None:
+    registry = Registry()
+    in_flight = registry.gauge("x_in_flight", "Probes in flight.")
+    errors = registry.counter("x_errors_total", "Errors.", ("cluster",))
+    held = {"in_flight": 3, "errors": 2}
+    in_flight.labels().read_from(lambda: held["in_flight"])
+    errors.labels(cluster="c1").read_from(lambda: held["errors"])
+    assert 'x_errors_total{cluster="c1"} 2' in registry.expose()
+    assert "x_in_flight 3" in registry.expose()
+    held.update(in_flight=0, errors=5)
+    text = registry.expose()
+    assert "x_in_flight 0" in text and 'x_errors_total{cluster="c1"} 5' in text
+    held["errors"] = 1  # its owner was replaced and counts from 0 again: never goes down
+    assert errors.labels(cluster="c1").value == 5
+    with pytest.raises(ValueError, match="read from a function"):
+        errors.labels(cluster="c1").inc()
+
+
 def test_exponential_buckets() -> None:
     assert exponential_buckets(1, 2, 4) == (1, 2, 4, 8)
 

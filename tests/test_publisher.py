@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import trio
 
 from meshhealth import codec, defaults, keys
+from meshhealth.agent.agent_metrics import WriteCounters
 from meshhealth.agent.membership.publisher import (
     Publisher,
     PublishPolicy,
@@ -201,6 +202,29 @@ class FakeRegistrar:
 
     lease_id: int | None = None
     registrations: int = 0
+    changes: int = 0
+    changed: trio.Event = field(default_factory=trio.Event)
+
+    def new_lease(self, lease_id: int) -> None:
+        self.lease_id = lease_id
+        self.registrations += 1
+        self.changes += 1
+        self.changed.set()
+        self.changed = trio.Event()
+
+    async def wait_changed(self, seen: int) -> int:
+        while self.changes == seen:
+            await self.changed.wait()
+        return self.changes
+
+
+async def considered(publisher: Publisher, round_: RoundReport, book: StatsBook) -> None:
+    """Hand `round_` to the publisher and wait until its writer has looked at it (and,
+    if it wrote, finished the write)."""
+    settled = publisher.settled
+    book.record(round_)
+    publisher.note_round(round_, book.summaries())
+    await poll_until(lambda: publisher.settled > settled, 5, what="the round considered")
 
 
 async def test_publishes_under_the_lease_and_again_after_a_new_one(
@@ -209,30 +233,25 @@ async def test_publishes_under_the_lease_and_again_after_a_new_one(
     key = keys.health_key("c1", "a")
     async with open_etcd(etcd_server.endpoint, **FAST_ETCD) as etcd:
         registrar = FakeRegistrar()
-        sizes: list[int] = []
+        metrics = WriteCounters()
         publisher = Publisher(
             etcd, registrar, cluster="c1", node="a", interval_s=1.0, debounce_s=0.05,
-            on_write=sizes.append,
+            metrics=metrics,
         )  # fmt: skip
         book = StatsBook(10)
         async with trio.open_nursery() as nursery:
             await nursery.start(publisher.run)
-            book.record(_round(100.0))
-            publisher.note_round(_round(100.0), book.summaries())
-            await trio.sleep(0.3)
+            await considered(publisher, _round(100.0), book)
             assert publisher.writes == 0  # no lease yet
-            registrar.lease_id = await etcd.lease_grant(10)
-            registrar.registrations = 1
+            registrar.new_lease(await etcd.lease_grant(10))
             await poll_until(lambda: publisher.writes == 1, 5, what="first write")
             kv, _ = await etcd.get(key)
             assert kv is not None and kv.lease_id == registrar.lease_id
             assert codec.decode_value(key, kv.value) == publisher.last_written
-            assert sizes == [len(kv.value)]
+            assert (metrics.writes.value, metrics.write_bytes.value) == (1, len(kv.value))
 
             # the same statuses again: no write
-            book.record(_round(100.5))
-            publisher.note_round(_round(100.5), book.summaries())
-            await trio.sleep(0.3)
+            await considered(publisher, _round(100.5), book)
             assert publisher.writes == 1
 
             # a status change: one write, after the debounce
@@ -244,8 +263,7 @@ async def test_publishes_under_the_lease_and_again_after_a_new_one(
             # the lease is lost (its entries go with it); a new one: written again
             await etcd.lease_revoke(registrar.lease_id)
             assert (await etcd.get(key))[0] is None
-            registrar.lease_id = await etcd.lease_grant(10)
-            registrar.registrations = 2
+            registrar.new_lease(await etcd.lease_grant(10))
             await poll_until(lambda: publisher.writes == 3, 5, what="re-published")
             kv, _ = await etcd.get(key)
             assert kv is not None and kv.lease_id == registrar.lease_id
@@ -263,7 +281,8 @@ async def test_publishes_under_the_lease_and_again_after_a_new_one(
 
 async def test_etcd_down_is_retried(etcd_server: EtcdServer) -> None:
     async with open_etcd(etcd_server.endpoint, **FAST_ETCD) as etcd:
-        registrar = FakeRegistrar(await etcd.lease_grant(30), 1)
+        registrar = FakeRegistrar()
+        registrar.new_lease(await etcd.lease_grant(30))
         publisher = Publisher(etcd, registrar, cluster="c1", node="a", interval_s=1.0)
         book = StatsBook(10)
         book.record(_round(100.0))

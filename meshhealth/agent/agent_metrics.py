@@ -3,7 +3,7 @@
     metrics = agent_metrics(registry, source_cluster="lab1", source_node="node1")
     metrics.observe_round(report)                        # after each round
     metrics.sync_connectivity(probe_set, book.summaries())  # after each round / set change
-    metrics.etcd_up.labels(cluster="lab1").set(1)
+    publisher = Publisher(..., metrics=metrics.writes_of("health"))  # handles, given out
 
 `sync_connectivity` sets the status gauges (exactly one of reachable / unreachable /
 unknown is 1 per path, like Cilium), the unreachable counts, and removes every series of
@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from meshhealth import __version__
+from meshhealth import __version__, defaults
 from meshhealth.documents.status import PATH_STATES, combined_state, path_state
-from meshhealth.metrics import Counter, Gauge, Histogram, Registry
+from meshhealth.metrics import Counter, CounterSeries, Gauge, Histogram, Registry
 from meshhealth.model import PathKey, PathSummary, Protocol, RoundReport, Target, TargetType
 
 TARGET_LABELS = (
@@ -30,13 +30,21 @@ TARGET_LABELS = (
     "target_type",
     "protocol",
 )
-# 50µs (loopback, same rack) .. 5s (beyond the probe timeout): 1-2.5-5 steps.
-LATENCY_BUCKETS_S = (
-    50e-6, 100e-6, 250e-6, 500e-6,
-    1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3,
-    1.0, 2.5, 5.0,
-)  # fmt: skip
-ROUND_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0)
+LATENCY_BUCKETS_S = defaults.LATENCY_BUCKETS_S
+ROUND_BUCKETS_S = defaults.ROUND_BUCKETS_S
+
+
+@dataclass(frozen=True, slots=True)
+class WriteCounters:
+    """Values of one kind written to etcd, and their bytes (a component's own handles;
+    the defaults are unregistered series, for components built without a registry)."""
+
+    writes: CounterSeries = field(default_factory=CounterSeries)
+    write_bytes: CounterSeries = field(default_factory=CounterSeries)
+
+    def count(self, size: int) -> None:
+        self.writes.inc()
+        self.write_bytes.inc(size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +66,17 @@ class AgentMetrics:
     build_info: Gauge
     kvstore_writes: Counter  # {key_kind}: health | cluster-config
     kvstore_write_bytes: Counter  # {key_kind}
+
+    def writes_of(self, key_kind: str) -> WriteCounters:
+        """The write counters of one key kind (`health`, `cluster-config`)."""
+        return WriteCounters(
+            self.kvstore_writes.labels(key_kind=key_kind),
+            self.kvstore_write_bytes.labels(key_kind=key_kind),
+        )
+
+    def invalid_values_of(self, kind: str) -> CounterSeries:
+        """Values of one kind skipped as invalid (`ip`, `nodes`, `health`)."""
+        return self.kvstore_invalid_values.labels(kind=kind)
 
     def _path_labels(self, path: PathKey) -> dict[str, str]:
         return {

@@ -55,6 +55,11 @@ class PathStats:
         assert maxlen is not None
         return maxlen
 
+    @property
+    def last(self) -> model.ProbeResult | None:
+        """The newest result, None before the first."""
+        return self._results[-1] if self._results else None
+
     def add(self, result: model.ProbeResult) -> None:
         self._results.append(result)
         if result.ok:
@@ -115,11 +120,19 @@ class StatsBook:
     def __contains__(self, key: object) -> bool:
         return key in self._paths
 
-    def add(self, key: model.PathKey, result: model.ProbeResult) -> None:
+    def add(self, key: model.PathKey, result: model.ProbeResult) -> model.ProbeResult | None:
+        """Add one result; returns the path's previous newest result (None if first)."""
         stats = self._paths.get(key)
         if stats is None:
             stats = self._paths[key] = PathStats(self._window)
+        previous = stats.last
         stats.add(result)
+        return previous
+
+    def last(self, key: model.PathKey) -> model.ProbeResult | None:
+        """The newest result of one path, None when it has none."""
+        stats = self._paths.get(key)
+        return None if stats is None else stats.last
 
     def record(self, report: model.RoundReport) -> None:
         """Add every path result of a round."""

@@ -34,15 +34,14 @@ from typing import Any
 import trio
 
 from meshhealth import codec, defaults, keys
+from meshhealth.agent.agent_metrics import WriteCounters
 from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.kvstore import Backoff, Etcd, EtcdError, open_etcd
 from meshhealth.kvstore.endpoints import describe, parse_endpoints
+from meshhealth.metrics import CounterSeries
 from meshhealth.model import ClusterConfig, Target
 
 log = logging.getLogger(__name__)
-
-# Largest mesh-dir file read (an endpoint list is a few hundred bytes).
-MAX_MESH_FILE_BYTES = 64 * 1024
 
 
 class MeshConfigError(ValueError):
@@ -186,9 +185,9 @@ def read_mesh_dir(path: str | None, local_cluster: str) -> list[RemoteSpec]:
             continue
         try:
             with open(file_path, "rb") as handle:
-                data = handle.read(MAX_MESH_FILE_BYTES + 1)
-            if len(data) > MAX_MESH_FILE_BYTES:
-                raise ValueError(f"larger than {MAX_MESH_FILE_BYTES} bytes")
+                data = handle.read(defaults.MESH_FILE_MAX_BYTES + 1)
+            if len(data) > defaults.MESH_FILE_MAX_BYTES:
+                raise ValueError(f"larger than {defaults.MESH_FILE_MAX_BYTES} bytes")
             endpoints = parse_endpoints_text(data.decode("utf-8"))
         except (OSError, UnicodeDecodeError, ValueError) as error:
             detail = error.strerror if isinstance(error, OSError) else str(error)
@@ -244,6 +243,8 @@ class ClusterMesh:
         *,
         etcd_options: Mapping[str, Any] | None = None,
         recheck_s: float = defaults.MESH_RECHECK_S,
+        config_write_metrics: WriteCounters | None = None,
+        invalid_ip_metric: CounterSeries | None = None,
     ) -> None:
         self.etcd = etcd
         self.configured = local
@@ -255,6 +256,8 @@ class ClusterMesh:
         self.config_read = trio.Event()
         self.config_writes = 0
         self.config_write_bytes = 0
+        self._config_write_metrics = config_write_metrics or WriteCounters()
+        self._invalid_ip_metric = invalid_ip_metric
 
     def targets(self) -> list[Target]:
         """Nodes of every admitted remote cluster."""
@@ -281,6 +284,7 @@ class ClusterMesh:
                     self.config_written = True
                     self.config_writes += 1
                     self.config_write_bytes += len(value)
+                    self._config_write_metrics.count(len(value))
                     log.info("wrote %s (id %d)", key, self.configured.id)
                 kv, _ = await self.etcd.get(key)
                 break
@@ -310,7 +314,9 @@ class ClusterMesh:
             remote.etcd = etcd
             try:
                 await self._admit(remote, etcd)
-                remote.discovery = Discovery({remote.name: etcd})
+                remote.discovery = Discovery(
+                    {remote.name: etcd}, invalid_metric=self._invalid_ip_metric
+                )
                 await remote.discovery.run()
             finally:
                 remote.etcd = None

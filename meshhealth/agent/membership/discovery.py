@@ -12,7 +12,8 @@ list's revision + 1. The watch resumes by itself after etcd restarts; when it ca
 is replaced by the diff against what we had, so no target is lost or repeated.
 
 Values are untrusted: one that does not decode is skipped (its key counts as absent),
-logged once per key and revision, and counted in `invalid_values`.
+logged once per key and revision, and counted in `invalid_values` (and in the
+`invalid_metric` series it is given: meshhealth_kvstore_invalid_values_total{kind=ip}).
 """
 
 from __future__ import annotations
@@ -32,12 +33,11 @@ from meshhealth.kvstore import (
     ResyncNeeded,
     WatchEvent,
 )
+from meshhealth.metrics import CounterSeries
 from meshhealth.model import IPEntry, Target
 from meshhealth.probe_set import ProbeSetDiff, TargetKey, build_probe_set, diff_probe_sets
 
 log = logging.getLogger(__name__)
-
-DEFAULT_SUBSCRIBER_BUFFER = 1024
 
 
 class Discovery:
@@ -53,6 +53,7 @@ class Discovery:
         sources: Mapping[str, Etcd] | Sequence[tuple[str, Etcd]],
         *,
         exclude: Iterable[TargetKey] = (),
+        invalid_metric: CounterSeries | None = None,
     ) -> None:
         items = list(sources.items()) if isinstance(sources, Mapping) else list(sources)
         if not items:
@@ -69,6 +70,7 @@ class Discovery:
         self.version = 0
         self.updates = 0
         self.invalid_values = 0
+        self._invalid_metric = invalid_metric if invalid_metric is not None else CounterSeries()
         self.resyncs = 0
         self.dropped_subscribers = 0
 
@@ -89,7 +91,7 @@ class Discovery:
         return self.version
 
     def subscribe(
-        self, max_buffer: int = DEFAULT_SUBSCRIBER_BUFFER
+        self, max_buffer: int = defaults.DISCOVERY_SUBSCRIBER_BUFFER
     ) -> trio.MemoryReceiveChannel[ProbeSetDiff]:
         """A channel of every future ProbeSetDiff (start from `probe_set()`).
 
@@ -153,6 +155,7 @@ class Discovery:
             if invalid.get(key) != revision:
                 invalid[key] = revision
                 self.invalid_values += 1
+                self._invalid_metric.inc()
                 log.warning("skipping invalid value of %s (revision %d): %s", key, revision, error)
             return None
         self._invalid[cluster].pop(key, None)

@@ -15,14 +15,13 @@ from collections.abc import Callable, Iterable, Sequence
 
 import trio
 
-from meshhealth import codec, keys
+from meshhealth import codec, defaults, keys
 from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.kvstore import Etcd, EtcdError
+from meshhealth.metrics import CounterSeries
 from meshhealth.model import Node
 
 log = logging.getLogger(__name__)
-
-POLL_S = 5.0
 
 
 def decode_nodes(items: Iterable[tuple[str, bytes]]) -> tuple[list[Node], list[str]]:
@@ -39,7 +38,8 @@ class PeerNodes:
         discovery: Discovery,
         on_nodes: Callable[[list[Node]], None],
         *,
-        poll_s: float = POLL_S,
+        poll_s: float = defaults.PEER_NODES_POLL_S,
+        invalid_metric: CounterSeries | None = None,
     ) -> None:
         self._sources = sources
         self._discovery = discovery
@@ -47,6 +47,7 @@ class PeerNodes:
         self._poll_s = poll_s
         self.by_cluster: dict[str, list[Node]] = {}
         self.invalid_values = 0
+        self._invalid_metric = invalid_metric if invalid_metric is not None else CounterSeries()
         self._warned: set[str] = set()
 
     async def refresh(self) -> None:
@@ -61,6 +62,7 @@ class PeerNodes:
                 if line not in self._warned:
                     self._warned.add(line)
                     self.invalid_values += 1
+                    self._invalid_metric.inc()
                     log.warning("skipping invalid node entry %s", line)
             self.by_cluster[cluster] = nodes
         self._on_nodes([node for nodes in self.by_cluster.values() for node in nodes])

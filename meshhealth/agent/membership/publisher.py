@@ -1,7 +1,7 @@
 """Publisher: this node's latest results in etcd, for the matrix and meshed clusters.
 
     publisher = Publisher(etcd, registrar, cluster="lab1", node="node1", interval_s=10,
-                          on_write=metrics.count_write)
+                          metrics=metrics.writes_of("health"))
     await nursery.start(publisher.run)
     publisher.note_round(report, book.summaries())      # after every round
 
@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 import trio
 
 from meshhealth import codec, defaults, keys
+from meshhealth.agent.agent_metrics import WriteCounters
 from meshhealth.kvstore import Backoff, Etcd, EtcdError
 from meshhealth.model import (
     HealthReport,
@@ -186,7 +187,7 @@ class PublishPolicy:
 
 
 class LeaseHolder(Protocol):
-    """What the publisher needs of the registrar."""
+    """What the publisher needs of the registrar: the lease, and word when it changes."""
 
     @property
     def lease_id(self) -> int | None: ...
@@ -194,16 +195,19 @@ class LeaseHolder(Protocol):
     @property
     def registrations(self) -> int: ...
 
-
-# How often the publisher looks at the registrar's lease (an attribute, no etcd request).
-LEASE_CHECK_S = 0.25
+    async def wait_changed(self, seen: int) -> int:
+        """Return (the new change count) once lease_id or registrations changed."""
+        ...
 
 
 class Publisher:
     """Writes this node's HealthReport when `PublishPolicy` says so.
 
-    Counters: `writes`, `write_bytes`, `write_errors`, `writes_by_reason`;
-    `last_written` is the newest HealthReport written.
+    Counters: `writes`, `write_bytes`, `write_errors`, `writes_by_reason`, `settled`
+    (times the writer found nothing due and went to wait: a test waits on it to know a
+    round or a new lease was considered); `last_written` is the newest report written.
+    Each write also counts in `metrics` (meshhealth_kvstore_writes_total and
+    meshhealth_kvstore_write_bytes_total {key_kind=health}).
     """
 
     def __init__(
@@ -216,7 +220,7 @@ class Publisher:
         interval_s: float,
         refresh_intervals: int = defaults.PUBLISH_REFRESH_INTERVALS,
         debounce_s: float = defaults.PUBLISH_DEBOUNCE_S,
-        on_write: Callable[[int], None] = lambda size: None,
+        metrics: WriteCounters | None = None,
     ) -> None:
         self.etcd = etcd
         self.registrar = registrar
@@ -227,13 +231,14 @@ class Publisher:
         self.policy = PublishPolicy(
             interval_s, refresh_intervals=refresh_intervals, debounce_s=debounce_s
         )
-        self._on_write = on_write
+        self.metrics = metrics if metrics is not None else WriteCounters()
         self._report: HealthReport | None = None
         self._wake = trio.Event()
         self.writes = 0
         self.write_bytes = 0
         self.write_errors = 0
         self.writes_by_reason: dict[str, int] = {}
+        self.settled = 0
         self.last_written: HealthReport | None = None
 
     def note_round(self, report: RoundReport, summaries: Mapping[PathKey, PathSummary]) -> None:
@@ -251,7 +256,19 @@ class Publisher:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Write when due, until cancelled. etcd errors are retried with back-off."""
-        task_status.started()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._follow_registration)
+            task_status.started()
+            await self._write_when_due()
+
+    async def _follow_registration(self) -> None:
+        """Wake the writer whenever the registrar's lease changes (a new lease: write)."""
+        seen = -1
+        while True:
+            seen = await self.registrar.wait_changed(seen)
+            self._wake.set()
+
+    async def _write_when_due(self) -> None:
         backoff = Backoff(defaults.ETCD_RECONNECT_MIN_S, defaults.ETCD_RECONNECT_MAX_S)
         retry_at = -math.inf
         while True:
@@ -265,10 +282,10 @@ class Publisher:
                 else:
                     retry_at = trio.current_time() + backoff.next_delay_s()
                 continue
-            wake_at = now + LEASE_CHECK_S
-            if due is not None:
-                wake_at = min(wake_at, max(due, retry_at))
-            with trio.move_on_at(wake_at):
+            # Nothing to write now: wait for a round, a new lease, a debounce deadline
+            # or the retry time, whichever comes first.
+            self.settled += 1
+            with trio.move_on_at(math.inf if due is None else max(due, retry_at)):
                 await self._wake.wait()
             self._wake = trio.Event()
 
@@ -288,6 +305,6 @@ class Publisher:
         self.write_bytes += len(value)
         self.writes_by_reason[reason] = self.writes_by_reason.get(reason, 0) + 1
         self.last_written = report
-        self._on_write(len(value))
+        self.metrics.count(len(value))
         log.debug("published %s (%s, %d bytes)", self.key, reason, len(value))
         return True

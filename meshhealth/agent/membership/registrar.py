@@ -38,9 +38,6 @@ from meshhealth.model import (
 
 log = logging.getLogger(__name__)
 
-# How long the revoke on shutdown may take before we give up (the TTL cleans up then).
-REVOKE_TIMEOUT_S = 1.0
-
 
 class NodeNameTaken(Exception):
     """Another live agent holds this node's name."""
@@ -85,6 +82,8 @@ class Registrar:
     (successful registrations), `re_registrations` (after a lost lease or lost
     entries), `lease_losses`, `last_error`, `refreshed_at` (trio clock of the last
     confirmed keepalive); `first_registered` is set after the first registration.
+    `wait_changed(seen)` returns when `lease_id` or `registrations` changed since the
+    `changes` count `seen` (the publisher writes under the new lease at once).
     """
 
     def __init__(self, etcd: Etcd, node: Node, *, ttl_s: int = defaults.LEASE_TTL_S) -> None:
@@ -101,6 +100,19 @@ class Registrar:
         self.lease_losses = 0
         self.last_error = ""
         self.refreshed_at = 0.0  # trio.current_time() of the last confirmed refresh
+        self.changes = 0  # changes of lease_id or registrations
+        self._changed = trio.Event()
+
+    def _note_change(self) -> None:
+        self.changes += 1
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def wait_changed(self, seen: int) -> int:
+        """Wait until `changes` differs from `seen`; return the new count."""
+        while self.changes == seen:
+            await self._changed.wait()
+        return self.changes
 
     @property
     def name(self) -> str:
@@ -150,7 +162,7 @@ class Registrar:
             # If this fails the lease expires by itself within the TTL.
             with (
                 trio.CancelScope(shield=True),
-                trio.move_on_after(REVOKE_TIMEOUT_S),
+                trio.move_on_after(defaults.REGISTRAR_REVOKE_TIMEOUT_S),
                 contextlib.suppress(EtcdError),
             ):
                 await self.etcd.lease_revoke(lease_id)
@@ -159,6 +171,7 @@ class Registrar:
         self.refreshed_at = trio.current_time()
         self.registrations += 1
         self.last_error = ""
+        self._note_change()
         if self.registrations == 1:
             log.info("registered %s (lease %x, TTL %d s)", self.name, lease_id, self.ttl_s)
         else:
@@ -195,8 +208,11 @@ class Registrar:
         remaining, granted = await self.etcd.lease_time_to_live(holder.lease_id)
         if remaining < 0:
             return False
-        poll_s = min(0.5, max(0.1, granted / 10))
-        deadline = trio.current_time() + granted + 1.5
+        poll_s = min(
+            defaults.REGISTRAR_HOLDER_CHECK_MAX_S,
+            max(defaults.REGISTRAR_HOLDER_CHECK_MIN_S, granted / 10),
+        )
+        deadline = trio.current_time() + granted + defaults.REGISTRAR_HOLDER_SLACK_S
         while trio.current_time() < deadline:
             await trio.sleep(poll_s)
             current, _ = await self.etcd.get(self.node_key)
@@ -247,6 +263,7 @@ class Registrar:
                 log.warning("lease of %s lost (expired or etcd reset)", self.name)
                 self.lease_id = None
                 self.lease_losses += 1
+                self._note_change()
                 return
             retry.reset()
             delay_s = interval_s
@@ -263,6 +280,7 @@ class Registrar:
             )
             if result.succeeded:
                 self.registrations += 1
+                self._note_change()
                 log.warning("entries of %s were deleted; put them back", self.name)
                 return
             current = result.gets[0][0] if result.gets and result.gets[0] else None
@@ -273,7 +291,8 @@ class Registrar:
         lease_id, self.lease_id = self.lease_id, None
         if lease_id is None:
             return
-        with trio.CancelScope(shield=True), trio.move_on_after(REVOKE_TIMEOUT_S):
+        self._note_change()
+        with trio.CancelScope(shield=True), trio.move_on_after(defaults.REGISTRAR_REVOKE_TIMEOUT_S):
             try:
                 await self.etcd.lease_revoke(lease_id)
                 log.info("unregistered %s (lease %x revoked)", self.name, lease_id)

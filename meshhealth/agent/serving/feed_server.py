@@ -1,6 +1,6 @@
 """The live feed: a WebSocket (trio-websocket) that streams what the prober finds.
 
-    hub = FeedHub(status=agent.status, window=config.stats_window)
+    hub = FeedHub(status=admin.status_document, window=config.stats_window)
     hub.publish_path(path_report)      # from run_round(on_result=...), sync, never blocks
     hub.publish_round(round_report)    # after the round is in the agent's book
     await nursery.start(serve_feed_unix, "/run/meshhealth/health.feed.sock", hub)
@@ -49,7 +49,6 @@ from meshhealth.model import PathReport, RoundReport
 
 log = logging.getLogger(__name__)
 
-_LISTEN_BACKLOG = 128
 # Close code sent with the `lagging` message: 1013 "try again later".
 CLOSE_LAGGING = 1013
 
@@ -84,16 +83,23 @@ class FeedHub:
 
     def __init__(
         self,
-        status: Callable[[], StatusDocument],
+        status: Callable[[], StatusDocument] | None = None,
         *,
         window: int = defaults.STATS_WINDOW,
         limits: FeedLimits | None = None,
     ) -> None:
-        self._status = status
+        # The status document, for the snapshot and the round messages (the agent sets
+        # it once its admin handler is built).
+        self.status = status
         self.limits = limits or FeedLimits()
         self.tracker = FeedTracker(window)
         self.clients: set[FeedClient] = set()
         self.stats = FeedStats()
+
+    def _status(self) -> StatusDocument:
+        if self.status is None:
+            raise RuntimeError("FeedHub.status is not set: nothing to build a snapshot from")
+        return self.status()
 
     def attach(self, name: str) -> FeedClient:
         """A new client, its queue holding the snapshot and the running round's paths."""
@@ -209,7 +215,7 @@ async def serve_feed(listener: trio.abc.Listener[Any], hub: FeedHub, where: str)
                 stream = await listener.accept()
             except OSError as exc:  # EMFILE and friends: wait a little, do not spin
                 log.warning("feed %s: accept failed: %s", where, exc)
-                await trio.sleep(0.1)
+                await trio.sleep(defaults.FEED_ACCEPT_RETRY_S)
                 continue
             counter += 1
             nursery.start_soon(handle_feed_stream, stream, hub, f"{where}#{counter}")
@@ -237,7 +243,7 @@ async def serve_feed_tcp(
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The feed on TCP `host:port` (port 0: any free port; `started` gives the port)."""
-    listeners = await trio.open_tcp_listeners(port, host=host, backlog=_LISTEN_BACKLOG)
+    listeners = await trio.open_tcp_listeners(port, host=host, backlog=defaults.FEED_LISTEN_BACKLOG)
     listener = listeners[0]
     bound_port: int = listener.socket.getsockname()[1]
     try:

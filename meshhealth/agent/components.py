@@ -1,0 +1,191 @@
+"""The agent's components, built from its configuration and wired to each other.
+
+    parts = build_components(config, etcd, pinger, mesh_specs)
+    # meshhealth.agent.app starts them, in one nursery, in the order users need
+
+Who holds what:
+
+- membership: `registrar` (this node's entries under a lease), `discovery` (the probe
+  set of this cluster), `mesh` (remote clusters), `members` (the probe set of them all
+  and each cluster's etcd), `publisher` (this node's results in etcd), `peer_nodes`
+  and `routes` (with --route-cidrs: routes to peers' CIDRs);
+- probing: `loop` (a round every interval or on request), `results` (the one record
+  of results), `sink` (what follows each result and each round);
+- serving: `admin` (the admin API's answers), `feed` (the live feed's hub), `registry`
+  (what /metrics exposes), `responder_stats` (the /hello responder);
+- `endpoint`: the health endpoint supervisor (None without a HealthIP or in mode none).
+
+Every metric handle is given to the component that counts; what other packages count
+(etcd client, health endpoint, pinger) is read at scrape time (metric_readings).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+from meshhealth import __version__
+from meshhealth.agent.admin_handler import AgentAdminHandler, AgentIdentity
+from meshhealth.agent.agent_metrics import AgentMetrics, agent_metrics
+from meshhealth.agent.config import AgentConfig
+from meshhealth.agent.health_endpoint.routes import RouteProgrammer
+from meshhealth.agent.health_endpoint.supervisor import HealthEndpoint, endpoint_from_config
+from meshhealth.agent.membership.clustermesh import ClusterMesh, RemoteSpec, default_cluster_id
+from meshhealth.agent.membership.discovery import Discovery
+from meshhealth.agent.membership.peer_nodes import PeerNodes
+from meshhealth.agent.membership.probe_targets import ProbeTargets
+from meshhealth.agent.membership.publisher import Publisher
+from meshhealth.agent.membership.registrar import Registrar
+from meshhealth.agent.metric_readings import read_at_scrape
+from meshhealth.agent.probe_results import ProbeResults
+from meshhealth.agent.prober_loop import ProberLoop
+from meshhealth.agent.round_sink import RoundSink
+from meshhealth.agent.serving.feed_server import FeedHub
+from meshhealth.documents.status import LocalNode
+from meshhealth.kvstore import Etcd
+from meshhealth.metrics import Registry
+from meshhealth.model import ClusterConfig, Node, Target
+from meshhealth.probe.icmp import Pinger
+from meshhealth.probe.responder import ResponderStats
+from meshhealth.probe.scheduler import run_round
+
+
+@dataclass(frozen=True, slots=True)
+class AgentComponents:
+    """Everything the agent runs (see the module docstring for who holds what)."""
+
+    config: AgentConfig
+    identity: AgentIdentity
+    registry: Registry
+    metrics: AgentMetrics
+    registrar: Registrar
+    discovery: Discovery
+    mesh: ClusterMesh
+    members: ProbeTargets
+    publisher: Publisher
+    results: ProbeResults
+    feed: FeedHub
+    sink: RoundSink
+    loop: ProberLoop
+    admin: AgentAdminHandler
+    responder_stats: ResponderStats
+    endpoint: HealthEndpoint | None
+    routes: RouteProgrammer | None
+    peer_nodes: PeerNodes | None
+
+
+def node_entry(config: AgentConfig, started_at: float) -> Node:
+    """This node as the registrar writes it to etcd."""
+    return Node(
+        name=config.node,
+        cluster=config.cluster,
+        node_ip=config.node_ip,
+        health_ip=config.health_ip,
+        cidrs=config.cidrs,
+        health_port=config.http_port,
+        version=__version__,
+        started_at=started_at,
+    )
+
+
+def build_components(
+    config: AgentConfig,
+    etcd: Etcd,
+    pinger: Pinger | None,
+    mesh_specs: Sequence[RemoteSpec] = (),
+) -> AgentComponents:
+    """Build every component; nothing runs yet and nothing touches the network."""
+    started_at = time.time()
+    local = LocalNode(config.cluster, config.node, config.node_ip, config.health_ip)
+    identity = AgentIdentity(local, started_at, config.interval_s)
+    registry = Registry()
+    metrics = agent_metrics(registry, source_cluster=config.cluster, source_node=config.node)
+
+    registrar = Registrar(etcd, node_entry(config, started_at), ttl_s=config.lease_ttl_s)
+    invalid_ip = metrics.invalid_values_of("ip")
+    discovery = Discovery({config.cluster: etcd}, invalid_metric=invalid_ip)
+    mesh = ClusterMesh(
+        etcd,
+        ClusterConfig(config.cluster, config.cluster_id or default_cluster_id(config.cluster)),
+        mesh_specs,
+        config_write_metrics=metrics.writes_of("cluster-config"),
+        invalid_ip_metric=invalid_ip,
+    )
+    own = Target(config.cluster, config.node, config.node_ip, config.health_ip)
+    members = ProbeTargets(own, etcd, discovery, mesh)
+    publisher = Publisher(
+        etcd,
+        registrar,
+        cluster=config.cluster,
+        node=config.node,
+        interval_s=config.interval_s,
+        metrics=metrics.writes_of("health"),
+    )
+
+    results = ProbeResults(local, window=config.stats_window)
+    feed = FeedHub(window=config.stats_window)
+    sink = RoundSink(results, metrics, publisher, feed)
+    loop = ProberLoop(
+        probe_set=members.targets,
+        run_round=partial(
+            run_round,
+            pinger=pinger,
+            http_port=config.http_port,
+            timeout_s=config.timeout_s,
+            spread_s=config.spread_s,
+            max_in_flight=config.max_in_flight,
+            icmp_count=config.icmp_count,
+            on_result=sink.on_result,
+        ),
+        interval_s=config.interval_s,
+        on_round=sink.on_round,
+    )
+    admin = AgentAdminHandler(
+        identity,
+        results=results,
+        loop=loop,
+        members=members,
+        registrar=registrar,
+        mesh=mesh,
+        invalid_health=metrics.invalid_values_of("health"),
+    )
+    # The feed's snapshot and round messages are status documents: the admin handler
+    # builds them, and it is built after the loop that feeds the hub.
+    feed.status = admin.status_document
+
+    endpoint = endpoint_from_config(config, netns=config.health_netns)
+    routes: RouteProgrammer | None = None
+    peer_nodes: PeerNodes | None = None
+    if config.route_cidrs:  # `CIDR via NodeIP` to every peer, from the node entries
+        routes = RouteProgrammer(cluster=config.cluster, node=config.node, own_cidrs=config.cidrs)
+        peer_nodes = PeerNodes(
+            members.etcd_sources,
+            discovery,
+            routes.set_peers,
+            invalid_metric=metrics.invalid_values_of("nodes"),
+        )
+    read_at_scrape(
+        metrics, cluster=config.cluster, etcd=etcd, mesh=mesh, endpoint=endpoint, pinger=pinger
+    )
+    return AgentComponents(
+        config=config,
+        identity=identity,
+        registry=registry,
+        metrics=metrics,
+        registrar=registrar,
+        discovery=discovery,
+        mesh=mesh,
+        members=members,
+        publisher=publisher,
+        results=results,
+        feed=feed,
+        sink=sink,
+        loop=loop,
+        admin=admin,
+        responder_stats=ResponderStats(),
+        endpoint=endpoint,
+        routes=routes,
+        peer_nodes=peer_nodes,
+    )

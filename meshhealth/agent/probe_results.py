@@ -1,0 +1,63 @@
+"""The agent's one record of probe results: each result is added once, as it arrives.
+
+    results = ProbeResults(local, window=30)
+    previous = results.add(path_report)        # as each probe ends (the round's on_result)
+    gone = results.finish_round(round_report)  # once the round is over
+    results.summaries                          # every path, as of the last finished round
+    results.status_nodes(targets)              # the status document's `nodes`, cached
+    results.summary(key)                       # one path now, the running round included
+    results.running_round                      # paths with a result in the running round
+
+Two readers, two moments. `status` shows the state after the last finished round: the
+summaries are taken once per round (all of them cost ~40 ms at 300 nodes, too much for
+every `GET /v1/status`, see bench/admin_latency.py) and the status document's `nodes`
+part is built from them at once, before anyone asks. The live feed streams results as
+they come and reads one path's summary at a time, the newest result included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from meshhealth.documents.status import LocalNode, NodesCache, NodesPart
+from meshhealth.model import PathKey, PathReport, PathSummary, ProbeResult, RoundReport, Target
+from meshhealth.probe.stats import StatsBook
+
+
+class ProbeResults:
+    """One StatsBook fed result by result, and what was read from it after each round."""
+
+    def __init__(self, local: LocalNode, *, window: int) -> None:
+        self.book = StatsBook(window)
+        self.summaries: dict[PathKey, PathSummary] = {}
+        self.running_round: dict[PathKey, PathReport] = {}
+        self._nodes = NodesCache(local)
+
+    def add(self, report: PathReport) -> ProbeResult | None:
+        """Record one path result; returns the path's previous newest result."""
+        self.running_round[report.path] = report
+        return self.book.add(report.path, report.result)
+
+    def finish_round(self, report: RoundReport) -> list[PathKey]:
+        """The round is over: forget nodes that left, take the summaries, build the
+        status `nodes`. Returns the paths forgotten.
+
+        Results of the round that did not come through `add` (a round run without an
+        `on_result`) are added here, so every result is in the book exactly once."""
+        for path_report in report.paths:
+            if self.running_round.get(path_report.path) is not path_report:
+                self.book.add(path_report.path, path_report.result)
+        self.running_round = {}
+        gone = self.book.retain_targets(report.targets)
+        self.summaries = self.book.summaries()
+        self._nodes.get(report.targets, self.summaries)  # before anyone reads status
+        return gone
+
+    def summary(self, key: PathKey) -> PathSummary | None:
+        """One path's summary now, including a result of the running round."""
+        return self.book.summary(key)
+
+    def status_nodes(self, targets: Sequence[Target]) -> NodesPart:
+        """The status document's `nodes` for `targets` and the last round's summaries
+        (built once per round or probe-set change, see NodesCache)."""
+        return self._nodes.get(targets, self.summaries)

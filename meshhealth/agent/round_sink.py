@@ -1,0 +1,81 @@
+"""The round sink: what happens to each probe result and to each finished round.
+
+    sink = RoundSink(results, metrics, publisher, feed)
+    await run_round(targets, ..., on_result=sink.on_result)   # each result, as it ends
+    sink.on_round(report)                                     # the round is over
+
+Each result goes into the one record of results (ProbeResults) and, when someone
+watches, onto the live feed. Each finished round updates, in this order: the record
+(nodes that left are forgotten, the summaries taken), the metrics (round duration,
+RTTs, the status gauges), the publisher (it decides whether etcd needs a write) and
+the feed (the `round` message, built from the status document, which has the round by
+then).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Protocol
+
+from meshhealth.agent.agent_metrics import AgentMetrics
+from meshhealth.agent.probe_results import ProbeResults
+from meshhealth.model import PathKey, PathReport, PathSummary, RoundReport
+
+log = logging.getLogger("meshhealth.agent")
+
+
+class RoundPublisher(Protocol):
+    """What the sink needs of the publisher (meshhealth.agent.membership.publisher)."""
+
+    def note_round(self, report: RoundReport, summaries: Mapping[PathKey, PathSummary]) -> None:
+        """Remember the round; the publisher's task writes when its policy says so."""
+
+
+class RoundFeed(Protocol):
+    """What the sink needs of the live feed (meshhealth.agent.serving.feed_server)."""
+
+    def publish_path(self, report: PathReport) -> None:
+        """One path result; nothing to do when nobody watches."""
+
+    def publish_round(self, report: RoundReport) -> None:
+        """A finished round, after the record has it."""
+
+
+class RoundSink:
+    """Takes the prober's results and rounds to the record, metrics, etcd and the feed."""
+
+    def __init__(
+        self,
+        results: ProbeResults,
+        metrics: AgentMetrics,
+        publisher: RoundPublisher,
+        feed: RoundFeed,
+    ) -> None:
+        self.results = results
+        self.metrics = metrics
+        self.publisher = publisher
+        self.feed = feed
+
+    def on_result(self, report: PathReport) -> None:
+        """One path result, as its probe ends (never blocks)."""
+        self.results.add(report)
+        self.feed.publish_path(report)
+
+    def on_round(self, report: RoundReport) -> None:
+        """A finished round (never blocks)."""
+        gone = self.results.finish_round(report)
+        if gone:
+            log.info("forgot %d paths of nodes that left", len(gone))
+        summaries = self.results.summaries
+        self.metrics.observe_round(report)
+        self.metrics.sync_connectivity(report.targets, summaries)
+        self.publisher.note_round(report, summaries)
+        log.debug(
+            "round of %d paths to %d nodes took %.3fs, %d failing",
+            len(report.paths),
+            len(report.targets),
+            report.duration_s,
+            sum(1 for p in report.paths if not p.result.ok),
+        )
+        self.feed.publish_round(report)
