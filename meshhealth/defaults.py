@@ -97,6 +97,9 @@ ETCD_TRIO_DEADLINE_MARGIN_S: Final = 1.0
 # Concurrent watch streams per etcd client (each holds a thread while it waits); an
 # agent needs one per meshed cluster and kind of entry.
 ETCD_MAX_WATCHES: Final = 64
+# How often the agent looks at its etcd TLS and password files (inode, mtime, size):
+# a rotated certificate is used within this time, at the cost of a few stat calls.
+ETCD_FILES_POLL_S: Final = 2.0
 
 # --- registration and discovery (meshhealth.agent.membership.registrar, .discovery) ------
 # The lease revoke on shutdown may take this long; after it the lease's TTL cleans up.

@@ -61,7 +61,7 @@ def test_parse_endpoints_text(text: str, expected: tuple[str, ...]) -> None:
         ("endpoints:\n", "no etcd endpoint"),
         ("endpoints:\n  http://a:2379\n", "expected '- URL'"),
         ("trusted-ca-file: /x/ca.crt\n", "without an 'endpoints:' key"),
-        ("https://a:2379\n", "https"),
+        ("https://a:2379,http://b:2379\n", "mix http:// and https://"),
         ("ftp://a:2379\n", "unknown scheme"),
     ],
 )

@@ -115,7 +115,7 @@ def test_inspect_unreachable_etcd_is_one_line_exit_2() -> None:
 
 
 def test_inspect_bad_endpoint_is_one_line_exit_2() -> None:
-    result = inspect_cli("--etcd", "https://127.0.0.1:2379")
+    result = inspect_cli("--etcd", "ftp://127.0.0.1:2379")
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
-    assert "https (TLS) is not supported" in result.stderr
+    assert "unknown scheme 'ftp'" in result.stderr

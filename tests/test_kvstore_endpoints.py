@@ -21,11 +21,21 @@ from meshhealth.kvstore.errors import prefix_range_end
         ("[fd00::1]", [("fd00::1", 2379)]),
         ("HTTP://a:1, http://b:2,,", [("a", 1), ("b", 2)]),
         ("http://a:1,http://a:1", [("a", 1)]),
+        ("https://a:1,HTTPS://b", [("a", 1, "https"), ("b", 2379, "https")]),
         (["http://a:1", "b:2,c:3"], [("a", 1), ("b", 2), ("c", 3)]),
     ],
 )
-def test_parse_endpoints(spec: str | list[str], expected: list[tuple[str, int]]) -> None:
-    assert parse_endpoints(spec) == tuple(EtcdEndpoint(h, p) for h, p in expected)
+def test_parse_endpoints(
+    spec: str | list[str], expected: list[tuple[str, int] | tuple[str, int, str]]
+) -> None:
+    assert parse_endpoints(spec) == tuple(EtcdEndpoint(*item) for item in expected)
+
+
+def test_default_scheme_applies_to_bare_endpoints_only() -> None:
+    endpoints = parse_endpoints("a:1,b", default_scheme="https")
+    assert [e.url for e in endpoints] == ["https://a:1", "https://b:2379"]
+    assert all(e.secure for e in endpoints)
+    assert parse_endpoints("http://a:1", default_scheme="https")[0].url == "http://a:1"
 
 
 @pytest.mark.parametrize(
@@ -33,8 +43,9 @@ def test_parse_endpoints(spec: str | list[str], expected: list[tuple[str, int]])
     [
         ("", "no etcd endpoint"),
         (" , ", "no etcd endpoint"),
-        ("https://a:2379", "https (TLS) is not supported"),
+        ("https://a:2379,http://b:2379", "mix http:// and https://"),
         ("unix:///run/etcd.sock", "unknown scheme"),
+        ("https://a:1/v3", "expected https://host:port"),
         ("http://a:99999", "invalid port"),
         ("http://a:x", "invalid port"),
         ("http://:2379", "missing host"),

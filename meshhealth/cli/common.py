@@ -1,15 +1,32 @@
-"""Bits every command shares: the `--etcd` option with its environment default, and the
-one-line error users read (`meshhealth CMD: what and where` on stderr)."""
+"""Bits every command shares: the `--etcd` option with its environment default, the
+etcd TLS and user options, and the one-line error users read (`meshhealth CMD: what
+and where` on stderr)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from meshhealth import defaults
 
+if TYPE_CHECKING:
+    from meshhealth.kvstore.etcd_config import EtcdAccess
+
 ENV_ETCD = "MESHHEALTH_ETCD"
+# The etcd TLS and user options: (flag, attribute, environment variable, help).
+ETCD_ACCESS_OPTIONS = (
+    ("--etcd-config", "etcd_config", "MESHHEALTH_ETCD_CONFIG",
+     "etcd configuration file, Cilium's shape (endpoints, trusted-ca-file, cert-file, key-file)"),
+    ("--etcd-ca", "etcd_ca", "MESHHEALTH_ETCD_CA", "CA certificate (PEM) that signs etcd's"),
+    ("--etcd-cert", "etcd_cert", "MESHHEALTH_ETCD_CERT", "client certificate (PEM) for etcd"),
+    ("--etcd-key", "etcd_key", "MESHHEALTH_ETCD_KEY", "client key (PEM) for etcd"),
+    ("--etcd-user", "etcd_user", "MESHHEALTH_ETCD_USER", "etcd user name"),
+    ("--etcd-password-file", "etcd_password_file", "MESHHEALTH_ETCD_PASSWORD_FILE",
+     "file holding the etcd user's password (or set MESHHEALTH_ETCD_PASSWORD)"),
+)  # fmt: skip
+ENV_ETCD_PASSWORD = "MESHHEALTH_ETCD_PASSWORD"
 
 
 def add_etcd_option(parser: argparse.ArgumentParser, *, metavar: str = "URLS") -> None:
@@ -21,6 +38,71 @@ def add_etcd_option(parser: argparse.ArgumentParser, *, metavar: str = "URLS") -
         metavar=metavar,
         help=f"etcd endpoints (default: ${ENV_ETCD}, else {defaults.DEFAULT_ETCD})",
     )
+    add_etcd_access_options(parser)
+
+
+def add_etcd_access_options(parser: argparse.ArgumentParser) -> None:
+    """`--etcd-config`, `--etcd-ca/-cert/-key`, `--etcd-user`, `--etcd-password-file`,
+    each defaulting to its environment variable (read by `etcd_access_from_args`).
+    There is no password flag: a command line is visible to every user."""
+    group = parser.add_argument_group("etcd TLS and authentication")
+    # Without this, argparse would take `--etcd-password X` for `--etcd-password-file X`.
+    group.add_argument("--etcd-password", nargs="?", action=_NoPasswordFlag, help=argparse.SUPPRESS)
+    for flag, dest, env, text in ETCD_ACCESS_OPTIONS:
+        group.add_argument(
+            flag,
+            dest=dest,
+            default=None,
+            metavar="FILE" if "user" not in dest else "NAME",
+            help=f"{text} (default: ${env})",
+        )
+
+
+class _NoPasswordFlag(argparse.Action):
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        parser.error(
+            "--etcd-password: a password on the command line is visible to every user; "
+            "use --etcd-password-file FILE or MESHHEALTH_ETCD_PASSWORD"
+        )
+
+
+def etcd_access_from_args(args: argparse.Namespace, endpoints: str | None = None) -> EtcdAccess:
+    """Endpoints, TLS files and user from the options (each falling back to its
+    environment variable, the endpoints and files also to `--etcd-config`).
+    EtcdConfigError (a ValueError) with a one-line message when they do not fit."""
+    from meshhealth.kvstore.etcd_config import (
+        EtcdAuth,
+        TlsFiles,
+        etcd_access,
+        read_etcd_config_file,
+    )
+
+    def value(dest: str) -> str | None:
+        env = next(e for _, d, e, _ in ETCD_ACCESS_OPTIONS if d == dest)
+        given: str | None = getattr(args, dest, None) or os.environ.get(env) or None
+        return given
+
+    config_path = value("etcd_config")
+    config = read_etcd_config_file(config_path) if config_path else None
+    spec = endpoints or getattr(args, "etcd", None) or os.environ.get(ENV_ETCD)
+    if not spec and config is None:
+        spec = defaults.DEFAULT_ETCD
+    tls = TlsFiles(value("etcd_ca"), value("etcd_cert"), value("etcd_key"))
+    user = value("etcd_user")
+    auth = None
+    if user is not None:
+        auth = EtcdAuth(
+            user,
+            password_file=value("etcd_password_file"),
+            password=os.environ.get(ENV_ETCD_PASSWORD),
+        )
+    return etcd_access(spec, config=config, tls=tls, auth=auth)
 
 
 def etcd_endpoints(args: argparse.Namespace) -> str:

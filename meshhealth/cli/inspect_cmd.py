@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from meshhealth import defaults, keys
-from meshhealth.cli.common import ENV_ETCD, add_etcd_option, etcd_endpoints, print_error
+from meshhealth.cli.common import ENV_ETCD, add_etcd_option, etcd_access_from_args, print_error
 
 EXIT_UNREACHABLE = 2
 
@@ -123,7 +123,11 @@ def run(args: argparse.Namespace) -> int:
 
     from meshhealth.kvstore import EtcdError, EtcdUnavailable, open_etcd
 
-    endpoints = etcd_endpoints(args)
+    try:
+        access = etcd_access_from_args(args)
+    except ValueError as error:  # a bad endpoint list, TLS option or etcd config file
+        print_error("inspect", str(error))
+        return EXIT_UNREACHABLE
     prefix: str = args.prefix
     timeout_s: float = args.timeout
     if not timeout_s > 0:
@@ -131,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_UNREACHABLE
 
     async def fetch() -> list[tuple[str, bytes]]:
-        async with open_etcd(endpoints, request_timeout_s=timeout_s, liveness=False) as etcd:
+        async with open_etcd(access, request_timeout_s=timeout_s, liveness=False) as etcd:
             kvs, _ = await etcd.get_prefix(prefix)
         return [(kv.key, kv.value) for kv in kvs]
 

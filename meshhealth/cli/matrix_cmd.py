@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from meshhealth import defaults
-from meshhealth.cli.common import add_etcd_option, etcd_endpoints, print_error
+from meshhealth.cli.common import add_etcd_option, etcd_access_from_args, print_error
+
+if TYPE_CHECKING:
+    from meshhealth.kvstore.etcd_config import EtcdAccess
 
 EXIT_UNREACHABLE = 2
 
@@ -68,21 +72,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=run)
 
 
-def _sources(args: argparse.Namespace) -> list[tuple[str | None, str]]:
-    """(cluster or None, endpoints) to read; ValueError with a one-line message."""
+def _sources(args: argparse.Namespace) -> list[tuple[str | None, EtcdAccess]]:
+    """(cluster or None, etcd) to read; ValueError with a one-line message. `--mesh`
+    clusters use the same TLS files and user as the local one."""
     from meshhealth.keys import validate_cluster_name
-    from meshhealth.kvstore.endpoints import parse_endpoints
 
-    endpoints = etcd_endpoints(args)
+    access = etcd_access_from_args(args)
     cluster = None if args.cluster is None else validate_cluster_name(args.cluster)
-    parse_endpoints(endpoints)
-    sources: list[tuple[str | None, str]] = [(cluster, endpoints)]
+    sources: list[tuple[str | None, EtcdAccess]] = [(cluster, access)]
     for item in args.mesh:
         name, sep, urls = item.partition("=")
         if not sep:
             raise ValueError(f"--mesh: expected NAME=URLS, got {item!r}")
-        parse_endpoints(urls)
-        sources.append((validate_cluster_name(name.strip()), urls))
+        sources.append((validate_cluster_name(name.strip()), etcd_access_from_args(args, urls)))
     return sources
 
 

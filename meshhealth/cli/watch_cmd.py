@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from meshhealth import defaults
-from meshhealth.cli.common import print_error
+from meshhealth.cli.common import add_etcd_access_options, etcd_access_from_args, print_error
 
 if TYPE_CHECKING:
     from meshhealth.cli.watch_state import Change, WatchState
+    from meshhealth.kvstore.etcd_config import EtcdAccess
 
 DESCRIPTION = f"""\
 A live view of the mesh: one row per node (grouped by cluster), a cell per path (host /
@@ -117,6 +118,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="SECONDS",
         help="--etcd: seconds between reads of the results (default 1)",
     )
+    add_etcd_access_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -237,7 +239,13 @@ async def run_feed(
 
 
 async def run_etcd(
-    state: WatchState, urls: str, notify: Notify, event: Event, *, once: bool, poll_s: float
+    state: WatchState,
+    urls: str | EtcdAccess,
+    notify: Notify,
+    event: Event,
+    *,
+    once: bool,
+    poll_s: float,
 ) -> None:
     """Read every node's health report every `poll_s` (and build the matrix from them)."""
     import trio
@@ -253,7 +261,8 @@ async def run_etcd(
     except ImportError:  # the list works without the matrix module
         build_matrix = None
     try:
-        parse_endpoints(urls)
+        if isinstance(urls, str):
+            parse_endpoints(urls)
     except ValueError as exc:
         raise WatchError(f"--etcd: {exc}") from None
     async with open_etcd(urls, liveness=False) as etcd:
@@ -412,7 +421,10 @@ def run(args: argparse.Namespace) -> int:
     source: Callable[[Notify, Event], Any]
     if args.etcd is not None:
         state = WatchState(source=f"etcd {args.etcd}")
-        urls = args.etcd
+        try:
+            urls = etcd_access_from_args(args, args.etcd)
+        except ValueError as exc:  # a bad endpoint list, TLS option or etcd config file
+            return fail(f"--etcd: {exc}")
 
         async def source(notify: Notify, event: Event) -> None:
             await run_etcd(state, urls, notify, event, once=args.once, poll_s=args.poll)

@@ -1,7 +1,15 @@
-"""etcd adapter on trio: client (requests, leases, liveness) and prefix watch with resume.
+"""etcd adapter on trio: client (requests, leases, liveness), prefix watch with resume,
+TLS and authentication (transport, tls, etcd_config), reconnecting on new files (reload).
 
 (The tests' local etcd server is a fixture: tests/plugins/local_etcd.py.)
 """
+
+import os
+
+# gRPC's C core writes its own lines about failed TLS handshakes to stderr (before any
+# of our code can catch them); we report each failure in one line of our own. Set
+# before grpc is first imported; GRPC_VERBOSITY=DEBUG in the environment still wins.
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 from meshhealth.backoff import Backoff
 from meshhealth.kvstore.client import Etcd, open_etcd

@@ -1,41 +1,43 @@
-"""An async etcd v3 client on trio, over etcd3-fc's blocking gRPC client.
+"""An async etcd v3 client on trio: key-value requests, leases and watches.
 
-    async with open_etcd("http://127.0.0.1:2379") as etcd:
+    async with open_etcd("https://127.0.0.1:2379") as etcd:
         kv, revision = await etcd.get("meshhealth/cluster-config/lab1")
         async with etcd.watch_prefix("meshhealth/", start_revision=revision + 1) as watch:
             async for batch in watch: ...
 
-Every blocking gRPC call runs in a worker thread (`trio.to_thread.run_sync`) limited by
-our own CapacityLimiter, with a gRPC deadline and a trio deadline a little later; a
-call stuck in a thread is abandoned on cancel and ends at its gRPC deadline. Endpoint
-selection and failover come from `etcd3.MultiEndpointEtcd3Client(failover=True)` with a
-short retry time (the library's default parks a failed endpoint for 300 s).
+    access = etcd_access(None, config=read_etcd_config_file("etcd-config.yml"))
+    async with open_etcd(access) as etcd: ...      # TLS files, user (EtcdAccess)
+
+How a request travels (threads, deadlines, failover, TLS, tokens) is the business of
+meshhealth.kvstore.transport, the base class of `Etcd`.
 
 A liveness task (started by `open_etcd`) asks every endpoint something cheap each
 `liveness_interval_s` with a `liveness_timeout_s` deadline and keeps `etcd.health` up to
 date: a SIGSTOPped etcd answers nothing and its watches hang silently, this is how we
 notice. Failed requests mark etcd down at once; the next liveness answer marks it up.
+A files task (also started by `open_etcd` with liveness) reconnects when the TLS files
+or the password file change.
 
-Errors: `EtcdUnavailable` (etcd did not answer: refused, timed out, no endpoint left)
-and `EtcdError` (its base class: etcd answered with an error). Messages are one line and
-name the endpoint(s), e.g. `etcd http://127.0.0.1:2379 unreachable: connection refused`.
+Errors: `EtcdUnavailable` (etcd did not answer: refused, timed out, no endpoint left,
+TLS or authentication failed) and `EtcdError` (its base class: etcd answered with an
+error). Messages are one line and name the endpoint(s), e.g.
+`etcd http://127.0.0.1:2379 unreachable: connection refused` or
+`etcd https://127.0.0.1:2379: certificate verify failed: unable to get local issuer
+certificate`.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any
 
-import etcd3
-import etcd3.exceptions
 import grpc
 import trio
 from etcd3 import etcdrpc
 
 from meshhealth import defaults
-from meshhealth.kvstore.endpoints import EtcdEndpoint, describe, parse_endpoints
 from meshhealth.kvstore.errors import (
     EtcdError,
     EtcdUnavailable,
@@ -43,7 +45,7 @@ from meshhealth.kvstore.errors import (
     describe_rpc_error,
     prefix_range_end,
 )
-from meshhealth.kvstore.health import EtcdHealth, EtcdStats
+from meshhealth.kvstore.etcd_config import EtcdAccess
 from meshhealth.kvstore.messages import (
     KV,
     Compare,
@@ -56,143 +58,39 @@ from meshhealth.kvstore.messages import (
     op_message,
     to_bytes,
 )
+from meshhealth.kvstore.transport import LIVENESS_KEY, EtcdTransport
 from meshhealth.kvstore.watch import PrefixWatch
 
-_T = TypeVar("_T")
+__all__ = ["LIVENESS_KEY", "MAX_WATCHES", "Etcd", "open_etcd"]
 
-# Key the liveness check reads (count only): any key works, this one says who asks.
-LIVENESS_KEY = b"meshhealth/.liveness"
-
-_CONNECTIVITY_CODES = frozenset(
-    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
-)
-# Codes after which etcd3 marks an endpoint failed (and fails over to another one).
-_FAILED_ENDPOINT_CODES = frozenset(
-    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL}
-)
+MAX_WATCHES = defaults.ETCD_MAX_WATCHES
 
 
-class Etcd:
+class Etcd(EtcdTransport):
     """An etcd connection for trio code. Create it with `open_etcd`.
 
-    Attributes: `endpoints`, `health` (EtcdHealth), `stats` (EtcdStats),
-    `request_timeout_s`.
+    Attributes: `endpoints`, `access`, `health` (EtcdHealth), `stats` (EtcdStats),
+    `request_timeout_s`, `endpoint_in_use`.
     """
 
     def __init__(
         self,
-        endpoints: str | Sequence[str],
+        target: str | Sequence[str] | EtcdAccess,
         *,
         request_timeout_s: float = defaults.ETCD_REQUEST_TIMEOUT_S,
         liveness_interval_s: float = defaults.ETCD_LIVENESS_INTERVAL_S,
         liveness_timeout_s: float = defaults.ETCD_LIVENESS_TIMEOUT_S,
         threads: int = defaults.ETCD_THREADS,
     ) -> None:
-        self.endpoints: tuple[EtcdEndpoint, ...] = parse_endpoints(endpoints)
-        self.request_timeout_s = request_timeout_s
-        self.liveness_interval_s = liveness_interval_s
-        self.liveness_timeout_s = liveness_timeout_s
-        self.health = EtcdHealth()
-        self.stats = EtcdStats()
-        self.liveness_running = False  # without it, watches do not wait for `health.up`
-        self._limiter = trio.CapacityLimiter(threads)
-        self._liveness_limiter = trio.CapacityLimiter(len(self.endpoints))
-        self.watch_limiter = trio.CapacityLimiter(defaults.ETCD_MAX_WATCHES)
-        self.watch_lock = threading.Lock()  # guards stats.watch_threads_busy
-        self._url_by_netloc = {e.netloc: e.url for e in self.endpoints}
-        reconnect_ms = int(defaults.ETCD_CHANNEL_RECONNECT_MAX_S * 1000)
-        channel_options = [
-            ("grpc.initial_reconnect_backoff_ms", min(100, reconnect_ms)),
-            ("grpc.min_reconnect_backoff_ms", min(100, reconnect_ms)),
-            ("grpc.max_reconnect_backoff_ms", reconnect_ms),
-            ("grpc.enable_http_proxy", 0),  # etcd is reached directly, never via a proxy
-        ]
-        self._client = etcd3.MultiEndpointEtcd3Client(
-            endpoints=[
-                etcd3.Endpoint(
-                    f"[{e.host}]" if ":" in e.host else e.host,
-                    e.port,
-                    secure=False,
-                    time_retry=defaults.ETCD_ENDPOINT_RETRY_S,
-                    opts=channel_options,
-                )
-                for e in self.endpoints
-            ],
-            timeout=request_timeout_s,
-            failover=True,
+        super().__init__(
+            target,
+            request_timeout_s=request_timeout_s,
+            liveness_interval_s=liveness_interval_s,
+            liveness_timeout_s=liveness_timeout_s,
+            threads=threads,
         )
-
-    @property
-    def description(self) -> str:
-        """`http://127.0.0.1:2379[,...]`: the endpoints as error messages name them."""
-        return describe(self.endpoints)
-
-    def close(self) -> None:
-        """Close the gRPC channels (ends every stream still open)."""
-        self._client.close()
-
-    # --- the one path every request takes ---------------------------------------------
-
-    def _channel(self) -> tuple[Any, str]:
-        """A channel to a usable endpoint and that endpoint's URL (worker thread)."""
-        try:
-            channel = self._client.channel
-        except etcd3.exceptions.NoServerAvailableError as error:
-            raise RpcFailed(self.description, error) from None
-        netloc = self._client.endpoint_in_use.netloc
-        return channel, self._url_by_netloc.get(netloc, f"http://{netloc}")
-
-    def _mark_failed(self, url: str, error: grpc.RpcError) -> None:
-        # With one endpoint there is nothing to fail over to: marking it failed would
-        # only refuse every request for ETCD_ENDPOINT_RETRY_S after etcd is back.
-        if len(self.endpoints) > 1 and error.code() in _FAILED_ENDPOINT_CODES:
-            for endpoint in self._client.endpoints.values():
-                if self._url_by_netloc.get(endpoint.netloc) == url:
-                    endpoint.fail()
-
-    def _blocking(self, call: Callable[[Any, float], _T], timeout_s: float) -> _T:
-        """Run `call(channel, timeout_s)` (worker thread), failing over on UNAVAILABLE."""
-        attempts = len(self.endpoints)
-        while True:
-            attempts -= 1
-            channel, url = self._channel()
-            try:
-                return call(channel, timeout_s)
-            except grpc.RpcError as error:
-                self._mark_failed(url, error)
-                if error.code() == grpc.StatusCode.UNAVAILABLE and attempts > 0:
-                    continue
-                raise RpcFailed(url, error) from None
-
-    async def _call(
-        self, what: str, call: Callable[[Any, float], _T], *, timeout_s: float | None = None
-    ) -> _T:
-        timeout = self.request_timeout_s if timeout_s is None else timeout_s
-        self.stats.requests += 1
-        try:
-            with trio.fail_after(timeout + defaults.ETCD_TRIO_DEADLINE_MARGIN_S):
-                result = await trio.to_thread.run_sync(
-                    self._blocking, call, timeout, limiter=self._limiter, abandon_on_cancel=True
-                )
-        except trio.TooSlowError:
-            self.stats.errors += 1
-            message = f"etcd {self.description} unreachable: no answer within {timeout:g}s"
-            self.health.set_down(message)
-            raise EtcdUnavailable(message) from None
-        except RpcFailed as failed:
-            self.stats.errors += 1
-            error = failed.error
-            detail = describe_rpc_error(error, timeout)
-            if isinstance(error, grpc.RpcError) and error.code() not in _CONNECTIVITY_CODES:
-                raise EtcdError(f"etcd {failed.url}: {what} failed: {detail}") from None
-            message = f"etcd {failed.url} unreachable: {detail}"
-            self.health.set_down(message)
-            raise EtcdUnavailable(message) from None
-        self.health.set_up()  # it answered
-        return result
-
-    def _meta(self) -> dict[str, Any]:
-        return {"metadata": self._client.metadata, "credentials": self._client.call_credentials}
+        self.watch_limiter = trio.CapacityLimiter(MAX_WATCHES)
+        self.watch_lock = threading.Lock()  # guards stats.watch_threads_busy
 
     # --- key-value ---------------------------------------------------------------------
 
@@ -332,46 +230,16 @@ class Etcd:
     def open_watch_stream(self, request: Any) -> tuple[Any, str]:
         """Start a gRPC Watch stream with `request` (does not block; EtcdUnavailable when
         every endpoint failed recently)."""
+        if self.setup_error is not None:
+            raise EtcdUnavailable(self.setup_error)
         try:
-            channel, url = self._channel()
+            channel, endpoint = self._channel()
         except RpcFailed as failed:
             detail = describe_rpc_error(failed.error, self.request_timeout_s)
             raise EtcdUnavailable(f"etcd {failed.url} unreachable: {detail}") from None
         self.stats.watch_streams += 1
         call = etcdrpc.WatchStub(channel).Watch(iter([request]), **self._meta())
-        return call, url
-
-    # --- liveness ----------------------------------------------------------------------
-
-    async def check_liveness(self) -> str | None:
-        """Ask each endpoint a cheap question; None when one answers, else the failure.
-
-        Goes straight to each endpoint's channel (ignoring failover marks) with the
-        liveness deadline; an answer clears the endpoint's failure mark.
-        """
-        request = etcdrpc.RangeRequest(key=LIVENESS_KEY, count_only=True)
-        timeout = self.liveness_timeout_s
-        errors: list[str] = []
-        for endpoint in self._client.endpoints.values():
-            url = self._url_by_netloc.get(endpoint.netloc, endpoint.netloc)
-
-            def ask(channel: Any = endpoint.channel) -> None:
-                etcdrpc.KVStub(channel).Range(request, timeout, **self._meta())
-
-            try:
-                with trio.fail_after(timeout + defaults.ETCD_TRIO_DEADLINE_MARGIN_S):
-                    await trio.to_thread.run_sync(
-                        ask, limiter=self._liveness_limiter, abandon_on_cancel=True
-                    )
-            except trio.TooSlowError:
-                errors.append(f"etcd {url} unreachable: no answer within {timeout:g}s")
-                continue
-            except grpc.RpcError as error:
-                errors.append(f"etcd {url} unreachable: {describe_rpc_error(error, timeout)}")
-                continue
-            endpoint.last_failed = 0
-            return None
-        return "; ".join(errors)
+        return call, endpoint.url
 
     async def run_liveness(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -384,23 +252,25 @@ class Etcd:
 
 @asynccontextmanager
 async def open_etcd(
-    endpoints: str | Sequence[str],
+    target: str | Sequence[str] | EtcdAccess,
     *,
     request_timeout_s: float = defaults.ETCD_REQUEST_TIMEOUT_S,
     liveness_interval_s: float = defaults.ETCD_LIVENESS_INTERVAL_S,
     liveness_timeout_s: float = defaults.ETCD_LIVENESS_TIMEOUT_S,
     threads: int = defaults.ETCD_THREADS,
     liveness: bool = True,
+    files_poll_s: float = defaults.ETCD_FILES_POLL_S,
 ) -> AsyncIterator[Etcd]:
     """An Etcd for the duration of the block, with its liveness task running.
 
-    `endpoints`: "http://127.0.0.1:2379,http://10.0.0.2:2379" (also host:port), or a
-    sequence of those; ValueError when malformed. Does not wait for etcd: the block
-    starts at once, `etcd.health.up` says when etcd answers. `liveness=False` skips the
-    liveness task (one-shot commands). Exceptions of the block propagate unwrapped.
+    `target`: "http://127.0.0.1:2379,http://10.0.0.2:2379" (also host:port), a
+    sequence of those (ValueError when malformed), or an EtcdAccess (endpoints, TLS
+    files, user). Does not wait for etcd: the block starts at once, `etcd.health.up`
+    says when etcd answers. `liveness=False` skips the liveness task and the watch of
+    the TLS files (one-shot commands). Exceptions of the block propagate unwrapped.
     """
     etcd = Etcd(
-        endpoints,
+        target,
         request_timeout_s=request_timeout_s,
         liveness_interval_s=liveness_interval_s,
         liveness_timeout_s=liveness_timeout_s,
@@ -410,7 +280,11 @@ async def open_etcd(
     try:
         async with trio.open_nursery() as nursery:
             if liveness:
+                from meshhealth.kvstore.reload import watch_files
+
                 await nursery.start(etcd.run_liveness)
+                if etcd.access.watched_files():
+                    await nursery.start(watch_files, etcd, files_poll_s)
             try:
                 yield etcd
             except Exception as error:  # re-raised below, outside the nursery's group

@@ -1,4 +1,4 @@
-"""Parse etcd endpoint lists ("http://127.0.0.1:2379,http://10.0.0.2:2379"). Pure."""
+"""Parse etcd endpoint lists ("https://127.0.0.1:2379,https://10.0.0.2:2379"). Pure."""
 
 from __future__ import annotations
 
@@ -11,14 +11,22 @@ DEFAULT_CLIENT_PORT = 2379
 
 @dataclass(frozen=True, slots=True)
 class EtcdEndpoint:
-    """One etcd client URL: `url` is what users wrote, normalised (`http://host:port`)."""
+    """One etcd client URL: `url` is what users wrote, normalised (`https://host:port`).
+
+    `scheme` is `http` or `https` (TLS); a `host:port` without one takes the default
+    scheme the caller gives (https when TLS files are configured)."""
 
     host: str
     port: int
+    scheme: str = "http"
 
     @property
     def url(self) -> str:
-        return f"http://{self.netloc}"
+        return f"{self.scheme}://{self.netloc}"
+
+    @property
+    def secure(self) -> bool:
+        return self.scheme == "https"
 
     @property
     def netloc(self) -> str:
@@ -26,12 +34,15 @@ class EtcdEndpoint:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
-def parse_endpoints(spec: str | Sequence[str]) -> tuple[EtcdEndpoint, ...]:
+def parse_endpoints(
+    spec: str | Sequence[str], *, default_scheme: str = "http"
+) -> tuple[EtcdEndpoint, ...]:
     """Parse a comma-separated endpoint list (or a sequence of them) into endpoints.
 
-    Accepts `http://host:port`, `host:port`, `host` (port 2379), IPv6 as `[::1]:2379`.
-    Raises ValueError naming the bad item for anything else (https is not supported yet).
-    Duplicates are dropped; order is kept.
+    Accepts `http://host:port`, `https://host:port`, `host:port` (`default_scheme`),
+    `host` (port 2379), IPv6 as `[::1]:2379`. Raises ValueError naming the bad item for
+    anything else, and for a list that mixes http and https. Duplicates are dropped;
+    order is kept.
     """
     items = spec.split(",") if isinstance(spec, str) else [p for s in spec for p in s.split(",")]
     endpoints: list[EtcdEndpoint] = []
@@ -39,25 +50,32 @@ def parse_endpoints(spec: str | Sequence[str]) -> tuple[EtcdEndpoint, ...]:
         item = raw.strip()
         if not item:
             continue
-        endpoint = _parse_one(item)
+        endpoint = _parse_one(item, default_scheme)
         if endpoint not in endpoints:
             endpoints.append(endpoint)
     if not endpoints:
         raise ValueError("no etcd endpoint given (expected e.g. http://127.0.0.1:2379)")
+    if len({e.scheme for e in endpoints}) > 1:
+        raise ValueError(
+            f"etcd endpoints {describe(endpoints)}: mix http:// and https:// "
+            "(one etcd cluster speaks one of them)"
+        )
     return tuple(endpoints)
 
 
-def _parse_one(item: str) -> EtcdEndpoint:
+def _parse_one(item: str, default_scheme: str) -> EtcdEndpoint:
     rest = item
+    scheme = default_scheme
     if "://" in item:
         scheme, rest = item.split("://", 1)
-        if scheme.lower() == "https":
-            raise ValueError(f"etcd endpoint {item!r}: https (TLS) is not supported yet")
-        if scheme.lower() != "http":
-            raise ValueError(f"etcd endpoint {item!r}: unknown scheme {scheme!r}, use http://")
+        scheme = scheme.lower()
+        if scheme not in ("http", "https"):
+            raise ValueError(
+                f"etcd endpoint {item!r}: unknown scheme {scheme!r}, use http:// or https://"
+            )
     rest = rest.rstrip("/")
     if "/" in rest or "@" in rest or "?" in rest:
-        raise ValueError(f"etcd endpoint {item!r}: expected http://host:port")
+        raise ValueError(f"etcd endpoint {item!r}: expected {scheme}://host:port")
     host, port_text = _split_host_port(rest, item)
     port = DEFAULT_CLIENT_PORT
     if port_text is not None:
@@ -66,7 +84,7 @@ def _parse_one(item: str) -> EtcdEndpoint:
         port = int(port_text)
     if not host:
         raise ValueError(f"etcd endpoint {item!r}: missing host")
-    return EtcdEndpoint(host=host, port=port)
+    return EtcdEndpoint(host=host, port=port, scheme=scheme)
 
 
 def _split_host_port(text: str, item: str) -> tuple[str, str | None]:

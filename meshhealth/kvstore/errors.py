@@ -27,12 +27,19 @@ def prefix_range_end(prefix: bytes) -> bytes:
 
 
 class RpcFailed(Exception):
-    """Raised in worker threads; turned into EtcdError/EtcdUnavailable in trio."""
+    """Raised in worker threads; turned into EtcdError/EtcdUnavailable in trio.
 
-    def __init__(self, url: str, error: BaseException) -> None:
+    `reason`: a better description than the gRPC error's (TLS, authentication), and
+    `down`: whether it means etcd cannot be used (bad certificate, bad password)."""
+
+    def __init__(
+        self, url: str, error: BaseException, *, reason: str | None = None, down: bool = False
+    ) -> None:
         super().__init__(url, error)
         self.url = url
         self.error = error
+        self.reason = reason
+        self.down = down
 
 
 def describe_rpc_error(error: BaseException, timeout_s: float) -> str:

@@ -52,9 +52,13 @@ class EtcdHealth:
 
 @dataclass(slots=True)
 class EtcdStats:
-    """Counters for metrics: requests sent, requests failed, watch streams (re)opened."""
+    """Counters for metrics: requests sent, requests failed, watch streams (re)opened,
+    reconnections with new TLS files, tokens asked for, tokens refused by etcd."""
 
     requests: int = 0
     errors: int = 0
     watch_streams: int = 0
     watch_threads_busy: int = 0  # blocking reads of watch streams in flight (threads)
+    reconnects: int = 0
+    authentications: int = 0
+    token_refreshes: int = 0

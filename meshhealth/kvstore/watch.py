@@ -33,7 +33,7 @@ from etcd3.etcdrpc import kv_pb2
 
 from meshhealth import defaults
 from meshhealth.backoff import Backoff
-from meshhealth.kvstore.errors import EtcdUnavailable, prefix_range_end
+from meshhealth.kvstore.errors import EtcdError, EtcdUnavailable, prefix_range_end
 
 if TYPE_CHECKING:
     from meshhealth.kvstore.client import Etcd
@@ -138,6 +138,8 @@ class PrefixWatch:
                 continue
             if isinstance(response, grpc.RpcError):
                 self._lost(f"stream failed: {response.code().name.lower()}")
+                if response.code() == grpc.StatusCode.UNAUTHENTICATED:
+                    self._etcd.drop_token()  # expired: the next open asks for a new one
                 if response.code() == grpc.StatusCode.UNAVAILABLE:
                     self._etcd.health.set_down(f"etcd {self._url} unreachable: watch stream lost")
                 continue
@@ -182,6 +184,12 @@ class PrefixWatch:
             self._delay_s = 0.0
         if self._etcd.liveness_running:
             await self._etcd.health.wait_until(True)
+        try:
+            await self._etcd.prepare_stream()
+        except EtcdError as error:
+            log.debug("cannot open watch of %r yet: %s", self.prefix, error)
+            self._delay_s = self._backoff.next_delay_s()
+            return
         request = etcdrpc.WatchRequest(
             create_request=etcdrpc.WatchCreateRequest(
                 key=self.prefix.encode(),

@@ -5,6 +5,10 @@
         server.kill()                     # SIGKILL; server.restart() brings it back
                                           # on the same ports with the same data
 
+    with LocalEtcd(tls=True) as server:   # https, client certificates required
+        server.endpoint                   # https://127.0.0.1:<port>
+        server.tls_files()                # CA, client cert and key (its own small CA)
+
 A test fixture: used by the `etcd_server` fixture (tests/plugins/etcd_server.py) and by
 tests that need an etcd of their own or a free loopback port. (The lab runs its etcds
 itself: meshhealth/lab/etcd_proc.py.) It only ever signals the process it started, by
@@ -18,12 +22,16 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 from types import TracebackType
+
+from meshhealth.kvstore.etcd_config import TlsFiles
+from meshhealth.lab.certs import KeyPair, make_ca, make_cert
 
 # How long a fresh etcd may take to answer /health, and to exit after SIGTERM.
 START_TIMEOUT_S = 20.0
@@ -58,6 +66,9 @@ class LocalEtcd:
 
     `data_dir`: reuse this directory (kept on close) instead of a temporary one.
     `binary`: path or name of the etcd executable.
+    `tls`: serve https with a certificate of a CA made for this server (`ca`); with
+    `client_cert_auth` etcd also asks clients for a certificate of that CA (`client`
+    is one). `extra_args`: more etcd flags (e.g. `--auth-token-ttl 1`).
     """
 
     def __init__(
@@ -69,6 +80,9 @@ class LocalEtcd:
         client_port: int | None = None,
         peer_port: int | None = None,
         name: str = "meshhealth",
+        tls: bool = False,
+        client_cert_auth: bool = True,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         found = shutil.which(binary)
         if found is None:
@@ -87,11 +101,45 @@ class LocalEtcd:
             self.log_path = self.data_dir.with_name(self.data_dir.name + ".log")
         self.client_port = client_port or free_loopback_port(host)
         self.peer_port = peer_port or free_loopback_port(host)
+        self.extra_args = extra_args
         self._process: subprocess.Popen[bytes] | None = None
+        self.tls = tls
+        self.client_cert_auth = tls and client_cert_auth
+        self.pki_dir = self.data_dir.parent / f"{name}-pki"
+        self.ca: KeyPair | None = None
+        self.server_cert: KeyPair | None = None
+        self.client: KeyPair | None = None
+        if tls:
+            self.ca = make_ca(self.pki_dir, "test-ca")
+            self.server_cert = make_cert(self.ca, self.pki_dir, "server", ips=[host])
+            self.client = make_cert(self.ca, self.pki_dir, "client")
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
 
     @property
     def endpoint(self) -> str:
-        return f"http://{self.host}:{self.client_port}"
+        return f"{self.scheme}://{self.host}:{self.client_port}"
+
+    def tls_files(self) -> TlsFiles:
+        """The CA and the client certificate and key that this server accepts."""
+        assert self.ca is not None and self.client is not None, "not a TLS server"
+        return TlsFiles(str(self.ca.cert), str(self.client.cert), str(self.client.key))
+
+    def tls_args(self) -> list[str]:
+        if not self.tls:
+            return []
+        assert self.ca is not None and self.server_cert is not None
+        args = [
+            "--cert-file",
+            str(self.server_cert.cert),
+            "--key-file",
+            str(self.server_cert.key),
+            "--trusted-ca-file",
+            str(self.ca.cert),
+        ]
+        return [*args, "--client-cert-auth"] if self.client_cert_auth else args
 
     @property
     def pid(self) -> int | None:
@@ -129,6 +177,8 @@ class LocalEtcd:
             "zap",
             "--log-level",
             "warn",
+            *self.tls_args(),
+            *self.extra_args,
         ]
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -155,12 +205,20 @@ class LocalEtcd:
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout_s
         url = f"{self.endpoint}/health"
+        opener = _NO_PROXY
+        if self.tls:
+            assert self.ca is not None and self.client is not None
+            context = ssl.create_default_context(cafile=str(self.ca.cert))
+            context.load_cert_chain(str(self.client.cert), str(self.client.key))
+            opener = urllib.request.build_opener(
+                urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
+            )
         while True:
             if not self.running:
                 raise EtcdStartError(f"etcd exited at start-up: {self._log_tail()}")
             with (
                 contextlib.suppress(OSError, ValueError),
-                _NO_PROXY.open(url, timeout=1.0) as response,
+                opener.open(url, timeout=1.0) as response,
             ):
                 if b'"health":"true"' in response.read():
                     return
