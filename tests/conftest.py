@@ -3,4 +3,5 @@
 pytest_plugins = [
     "tests.plugins.etcd_server",
     "tests.plugins.netns",
+    "tests.plugins.ipv6_loopback",
 ]

@@ -18,6 +18,7 @@ from meshhealth import __version__, model
 from meshhealth.probe import http
 from meshhealth.probe.http import http_probe
 from meshhealth.probe.responder import serve_responder
+from tests.plugins.ipv6_loopback import IPV6_LOOPBACK
 
 Status = model.ProbeStatus
 Handler = Callable[[trio.SocketStream], Awaitable[None]]
@@ -50,7 +51,7 @@ async def silent(stream: trio.SocketStream) -> None:
         pass
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+@pytest.mark.parametrize("host", ["127.0.0.1", pytest.param("::1", marks=IPV6_LOOPBACK, id="::1")])
 async def test_ok_against_the_responder(nursery: trio.Nursery, host: str) -> None:
     port = await nursery.start(serve_responder, host, 0)
     before = time.time()
@@ -65,7 +66,10 @@ async def test_ok_against_the_responder(nursery: trio.Nursery, host: str) -> Non
 
 @pytest.mark.parametrize(
     ("host", "expected_host_header"),
-    [("127.0.0.1", "127.0.0.1:{port}"), ("::1", "[::1]:{port}")],
+    [
+        ("127.0.0.1", "127.0.0.1:{port}"),
+        pytest.param("::1", "[::1]:{port}", marks=IPV6_LOOPBACK, id="::1"),
+    ],
 )
 async def test_request_is_a_plain_get_with_host_and_close(
     nursery: trio.Nursery, host: str, expected_host_header: str

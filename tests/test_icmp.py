@@ -21,6 +21,7 @@ from meshhealth.probe import icmp
 from meshhealth.probe.icmp import PERMISSION_MESSAGE, open_pinger
 from meshhealth.probe.icmp_match import EchoProbe
 from meshhealth.probe.icmp_packet import checksum, parse_datagram
+from tests.plugins.ipv6_loopback import IPV6_LOOPBACK
 from tests.plugins.netns import Lab, NetnsFactory
 
 SLACK_S = 0.5  # scheduling slack on a busy CI machine
@@ -44,7 +45,7 @@ def assert_timeout(result: ProbeResult, count: int) -> None:
 
 
 # --- loopback, no namespaces -------------------------------------------------------------
-@pytest.mark.parametrize("ip", ["127.0.0.1", "::1"])
+@pytest.mark.parametrize("ip", ["127.0.0.1", pytest.param("::1", marks=IPV6_LOOPBACK, id="::1")])
 async def test_loopback_answers(ip: str) -> None:
     require_root()
     async with open_pinger() as pinger:

@@ -312,9 +312,12 @@ def test_help_has_an_example(capsys: pytest.CaptureFixture[str]) -> None:
 # --- real runs (loopback) ---------------------------------------------------------------
 
 
-async def run_cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+async def run_cli(
+    *args: str, stdin: bytes = b"", netns: str | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    inside = ["ip", "netns", "exec", netns] if netns is not None else []
     return await trio.run_process(
-        [sys.executable, "-m", "meshhealth", "probe", *args],
+        [*inside, sys.executable, "-m", "meshhealth", "probe", *args],
         stdin=stdin,
         capture_stdout=True,
         capture_stderr=True,
@@ -365,12 +368,13 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: raw ICMP 
 
 
 @needs_root
-async def test_icmp_and_http_of_loopback() -> None:
+@pytest.mark.netns
+async def test_icmp_and_http_of_loopback(ipv6_loopback: str) -> None:
+    """In a namespace of its own: `::1` exists there whatever the host's loopback has."""
     async with trio.open_nursery() as nursery:
         port: int = await nursery.start(serve_on, "127.0.0.2", 0)
-        done = await run_cli(
-            "--port", str(port), "--count", "2", "--interval", "0.01", "127.0.0.2", "::1"
-        )
+        args = ["--port", str(port), "--count", "2", "--interval", "0.01", "127.0.0.2", "::1"]
+        done = await run_cli(*args, netns=ipv6_loopback)
         nursery.cancel_scope.cancel()
     lines = done.stdout.decode().splitlines()
     assert done.returncode == 1, done.stderr  # nothing listens on [::1]:port

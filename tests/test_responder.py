@@ -21,6 +21,7 @@ from meshhealth.cli import responder_cmd
 from meshhealth.probe import responder
 from meshhealth.probe.http import http_probe
 from meshhealth.probe.responder import ResponderStats, serve_responder
+from tests.plugins.ipv6_loopback import IPV6_LOOPBACK
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -198,6 +199,8 @@ async def test_head_has_headers_and_no_body(nursery: trio.Nursery) -> None:
     assert body == b""
 
 
+@pytest.mark.netns
+@pytest.mark.usefixtures("ipv6_loopback")
 async def test_ipv6(nursery: trio.Nursery) -> None:
     stats = ResponderStats()
     port = await start_responder(nursery, stats, host="::1")
@@ -372,11 +375,15 @@ def test_command_address_in_use(capsys: pytest.CaptureFixture[str]) -> None:
     ("listen", "host", "sig"),
     [
         ("127.0.0.1:0", "127.0.0.1", signal.SIGTERM),
-        ("[::1]:0", "::1", signal.SIGINT),
+        pytest.param("[::1]:0", "::1", signal.SIGINT, marks=IPV6_LOOPBACK, id="::1"),
     ],
 )
-async def test_command_serves_until_signalled(listen: str, host: str, sig: signal.Signals) -> None:
+async def test_command_serves_until_signalled(
+    listen: str, host: str, sig: signal.Signals, request: pytest.FixtureRequest
+) -> None:
     argv = [sys.executable, "-m", "meshhealth", "responder", "--listen", listen, "--passive"]
+    if ":" in host:  # the process joins the test's namespace (`ip netns exec` keeps the PID)
+        argv = ["ip", "netns", "exec", request.getfixturevalue("ipv6_loopback"), *argv]
     proc = await trio.lowlevel.open_process(
         argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
