@@ -30,6 +30,7 @@ import trio
 
 from meshhealth.agent.components import AgentComponents, build_components
 from meshhealth.agent.config import AgentConfig
+from meshhealth.agent.etcd_access import agent_etcd_access
 from meshhealth.agent.membership.clustermesh import MeshConfigError, load_remote_specs
 from meshhealth.agent.membership.registrar import NodeNameTaken
 from meshhealth.agent.serving.admin_api import AdminSocketError, serve_admin_api
@@ -37,6 +38,7 @@ from meshhealth.agent.serving.feed_server import serve_feed_tcp, serve_feed_unix
 from meshhealth.agent.serving.metrics_server import serve_metrics
 from meshhealth.documents.feed import feed_socket_path
 from meshhealth.kvstore import open_etcd
+from meshhealth.kvstore.etcd_config import EtcdConfigError
 from meshhealth.probe.icmp import Pinger, PingerPermissionError, open_pinger
 from meshhealth.probe.responder import serve_responder
 
@@ -113,7 +115,11 @@ async def run_agent(
 ) -> None:
     """Run until cancelled. Raises AgentStartError for problems users must fix."""
     async with AsyncExitStack() as stack:
-        etcd = await stack.enter_async_context(open_etcd(config.etcd))
+        try:
+            access = agent_etcd_access(config)
+        except EtcdConfigError as error:
+            raise AgentStartError(str(error)) from None
+        etcd = await stack.enter_async_context(open_etcd(access))
         pinger = await _open_pinger_or_none(stack)
         try:
             mesh_specs = load_remote_specs(config.mesh, config.mesh_dir, config.cluster)

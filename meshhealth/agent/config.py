@@ -16,7 +16,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from meshhealth import defaults
@@ -24,6 +24,8 @@ from meshhealth.agent import config_values as values
 from meshhealth.keys import validate_node_name
 
 HEALTH_MODES = values.HEALTH_MODES
+# The etcd user's password comes from a file or from this variable, never from a flag.
+ENV_ETCD_PASSWORD = "MESHHEALTH_ETCD_PASSWORD"
 
 
 class ConfigError(ValueError):
@@ -55,6 +57,15 @@ class AgentConfig:
     stats_window: int = defaults.STATS_WINDOW
     feed_listen: tuple[str, int] | None = None
     health_netns: str | None = None  # None: mh-health-<cluster>-<node>
+    # etcd TLS and user (meshhealth.agent.etcd_access turns them into an EtcdAccess);
+    # `etcd` is () when it comes from the --etcd-config file.
+    etcd_config: str | None = None
+    etcd_ca: str | None = None
+    etcd_cert: str | None = None
+    etcd_key: str | None = None
+    etcd_user: str | None = None
+    etcd_password_file: str | None = None
+    etcd_password: str | None = field(default=None, repr=False)  # MESHHEALTH_ETCD_PASSWORD
 
     @property
     def spread_s(self) -> float:
@@ -89,6 +100,27 @@ OPTIONS: tuple[Option, ...] = (
         (defaults.DEFAULT_ETCD,),
         "etcd endpoints, comma-separated",
         metavar="URLS",
+    ),
+    Option(
+        "etcd_config",
+        values.as_str,
+        None,
+        "etcd configuration file, Cilium's shape: endpoints, trusted-ca-file, cert-file, "
+        "key-file (--etcd and the --etcd-* files override it)",
+        metavar="FILE",
+    ),
+    Option(
+        "etcd_ca", values.as_str, None, "CA certificate (PEM) that signs etcd's", metavar="FILE"
+    ),
+    Option("etcd_cert", values.as_str, None, "client certificate (PEM) for etcd", metavar="FILE"),
+    Option("etcd_key", values.as_str, None, "client key (PEM) for etcd", metavar="FILE"),
+    Option("etcd_user", values.as_str, None, "etcd user name", metavar="NAME"),
+    Option(
+        "etcd_password_file",
+        values.as_str,
+        None,
+        "file with the etcd user's password (or MESHHEALTH_ETCD_PASSWORD; never a flag)",
+        metavar="FILE",
     ),
     Option(
         "cluster",
@@ -276,6 +308,7 @@ def resolve_config(
     if unknown:
         raise ConfigError(f"{file_name}: unknown key {unknown[0]!r}")
     chosen: dict[str, Any] = {}
+    given: set[str] = set()
     for option in OPTIONS:
         if flags.get(option.name) is not None:
             chosen[option.name] = _parse_one(option, flags[option.name], option.flag)
@@ -287,6 +320,11 @@ def resolve_config(
             )
         else:
             chosen[option.name] = option.default
+            continue
+        given.add(option.name)
+    if chosen["etcd_config"] is not None and "etcd" not in given:
+        chosen["etcd"] = ()  # the endpoints of the etcd configuration file
+    chosen["etcd_password"] = env.get(ENV_ETCD_PASSWORD) or None
     if chosen["node"] is None:
         try:
             chosen["node"] = validate_node_name(hostname().split(".")[0].lower())

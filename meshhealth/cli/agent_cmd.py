@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from meshhealth import defaults
 from meshhealth.agent.config import AgentConfig, ConfigError
 from meshhealth.agent.config_sources import add_agent_arguments, load_agent_config
-from meshhealth.cli.common import print_error
+from meshhealth.cli.common import print_error, refuse_password_flag
 
 log = logging.getLogger("meshhealth.agent")
 
@@ -39,6 +39,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_agent_arguments(parser)
+    refuse_password_flag(parser)
     parser.add_argument(
         "--log-level",
         default=os.environ.get("MESHHEALTH_LOG_LEVEL", "info"),

@@ -46,8 +46,7 @@ def add_etcd_access_options(parser: argparse.ArgumentParser) -> None:
     each defaulting to its environment variable (read by `etcd_access_from_args`).
     There is no password flag: a command line is visible to every user."""
     group = parser.add_argument_group("etcd TLS and authentication")
-    # Without this, argparse would take `--etcd-password X` for `--etcd-password-file X`.
-    group.add_argument("--etcd-password", nargs="?", action=_NoPasswordFlag, help=argparse.SUPPRESS)
+    refuse_password_flag(group)
     for flag, dest, env, text in ETCD_ACCESS_OPTIONS:
         group.add_argument(
             flag,
@@ -56,6 +55,14 @@ def add_etcd_access_options(parser: argparse.ArgumentParser) -> None:
             metavar="FILE" if "user" not in dest else "NAME",
             help=f"{text} (default: ${env})",
         )
+
+
+def refuse_password_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """`--etcd-password` is an error that says why. Without it argparse would take
+    `--etcd-password X` for an abbreviation of `--etcd-password-file X`."""
+    parser.add_argument(
+        "--etcd-password", nargs="?", action=_NoPasswordFlag, help=argparse.SUPPRESS
+    )
 
 
 class _NoPasswordFlag(argparse.Action):
