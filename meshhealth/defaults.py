@@ -203,6 +203,9 @@ PUBLISH_DEBOUNCE_S: Final = 0.5
 MESH_RECHECK_S: Final = 5.0
 # Largest --mesh-dir file read: an endpoint list is a few hundred bytes.
 MESH_FILE_MAX_BYTES: Final = 64 * 1024
+# How often the agent looks at the --mesh-dir files (listing, inode, mtime, size): an
+# added or removed remote cluster takes effect within this time.
+MESH_DIR_POLL_S: Final = 2.0
 # `GET /v1/matrix` reads each cluster's health entries with this deadline: a remote etcd
 # that is down costs the answer this long at most.
 MATRIX_READ_TIMEOUT_S: Final = 2.0

@@ -15,10 +15,12 @@ from meshhealth.agent.membership.clustermesh import (
     RemoteSpec,
     check_remote,
     default_cluster_id,
+    remote_specs,
+)
+from meshhealth.agent.membership.mesh_dir import (
     load_remote_specs,
     parse_endpoints_text,
     read_mesh_dir,
-    remote_specs,
 )
 from meshhealth.agent.membership.mesh_status import cluster_states
 from meshhealth.agent.membership.registrar import registration_entries
@@ -41,10 +43,10 @@ from tests.plugins.etcd_server import EtcdServer
         # Cilium's clustermesh config
         ("endpoints:\n- https://lab2.mesh.cilium.io:2379\n".replace("https", "http"),
          ("http://lab2.mesh.cilium.io:2379",)),
-        ("endpoints:\n  - 'http://a:2379'\n  - \"http://b:2379\"\ntrusted-ca-file: /x/ca.crt\n",
-         ("http://a:2379", "http://b:2379")),
-        ("trusted-ca-file: /x\nendpoints:\n- http://a:2379\ncert-file: /y\n",
-         ("http://a:2379",)),
+        ("endpoints:\n  - 'https://a:2379'\n  - \"https://b:2379\"\ntrusted-ca-file: /x/ca.crt\n",
+         ("https://a:2379", "https://b:2379")),
+        ("trusted-ca-file: /x\nendpoints:\n- a:2379\ncert-file: /y\nkey-file: /z\n",
+         ("https://a:2379",)),
         ("endpoints: [http://a:2379, 'http://b:2379']\n", ("http://a:2379", "http://b:2379")),
         ("endpoints: http://a:2379\n", ("http://a:2379",)),
     ],
@@ -59,7 +61,9 @@ def test_parse_endpoints_text(text: str, expected: tuple[str, ...]) -> None:
         ("", "no etcd endpoint"),
         ("# nothing\n", "no etcd endpoint"),
         ("endpoints:\n", "no etcd endpoint"),
-        ("endpoints:\n  http://a:2379\n", "expected '- URL'"),
+        ("endpoints:\n  http://a:2379\n", "expected '- value' under 'endpoints:'"),
+        ("endpoints: [http://a:2379]\ntrusted-ca-file: /x\n", "TLS files are given but"),
+        ("endpoints: [https://a:2379]\ncert-file: /x\n", "certificate and key go together"),
         ("trusted-ca-file: /x/ca.crt\n", "without an 'endpoints:' key"),
         ("https://a:2379,http://b:2379\n", "mix http:// and https://"),
         ("ftp://a:2379\n", "unknown scheme"),

@@ -31,7 +31,8 @@ import trio
 from meshhealth.agent.components import AgentComponents, build_components
 from meshhealth.agent.config import AgentConfig
 from meshhealth.agent.etcd_access import agent_etcd_access
-from meshhealth.agent.membership.clustermesh import MeshConfigError, load_remote_specs
+from meshhealth.agent.membership.clustermesh import MeshConfigError
+from meshhealth.agent.membership.mesh_dir import load_remote_specs
 from meshhealth.agent.membership.registrar import NodeNameTaken
 from meshhealth.agent.serving.admin_api import AdminSocketError, serve_admin_api
 from meshhealth.agent.serving.feed_server import serve_feed_tcp, serve_feed_unix

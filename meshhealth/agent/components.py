@@ -110,6 +110,7 @@ def build_components(
         etcd,
         ClusterConfig(config.cluster, config.cluster_id or default_cluster_id(config.cluster)),
         mesh_specs,
+        mesh_dir=config.mesh_dir,
         config_write_metrics=metrics.writes_of("cluster-config"),
         invalid_ip_metric=invalid_ip,
     )

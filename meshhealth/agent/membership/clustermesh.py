@@ -7,10 +7,8 @@
     mesh.remotes                # per remote: state, error, its Etcd and Discovery
 
 Where remotes come from: `--mesh NAME=URLS` (repeatable) and `--mesh-dir DIR`, one file
-per remote cluster named after it, holding its etcd endpoints either as a plain list
-(one per line or comma-separated) or in Cilium's clustermesh style (`endpoints:` then
-`- http://...` lines). Files whose name is not a cluster name (`ca.crt`, `..data`) and
-the file of the local cluster are skipped, as Cilium does.
+per remote cluster named after it (read, and watched for added, changed and removed
+files, by meshhealth.agent.membership.mesh_dir).
 
 `run` writes the local cluster's `meshhealth/cluster-config/<cluster>` when absent, then,
 for each remote, opens its etcd, reads its cluster-config and admits it only when the
@@ -24,8 +22,6 @@ that cluster `etcd_down`: its last known nodes are still probed, its etcd is ret
 from __future__ import annotations
 
 import logging
-import os
-import re
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,6 +34,7 @@ from meshhealth.agent.agent_metrics import WriteCounters
 from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.kvstore import Backoff, Etcd, EtcdError, open_etcd
 from meshhealth.kvstore.endpoints import describe, parse_endpoints
+from meshhealth.kvstore.etcd_config import EtcdAccess, TlsFiles
 from meshhealth.metrics import CounterSeries
 from meshhealth.model import ClusterConfig, Target
 
@@ -51,8 +48,12 @@ class MeshConfigError(ValueError):
 @dataclass(frozen=True, slots=True)
 class RemoteSpec:
     name: str
-    endpoints: tuple[str, ...]  # normalised http://host:port
+    endpoints: tuple[str, ...]  # normalised http(s)://host:port
     source: str  # where it was configured: `--mesh` or the file
+    tls: TlsFiles | None = None  # from its mesh-dir file (Cilium's etcd config shape)
+
+    def access(self) -> EtcdAccess:
+        return EtcdAccess(parse_endpoints(list(self.endpoints)), self.tls)
 
 
 # --- pure: parsing and checks ---------------------------------------------------------------
@@ -65,49 +66,6 @@ def default_cluster_id(name: str) -> int:
     with a message asking for `--cluster-id`.
     """
     return zlib.crc32(keys.validate_cluster_name(name).encode()) % 255 + 1
-
-
-_ENDPOINTS_KEY_RE = re.compile(r"^(\s*)endpoints\s*:\s*(.*)$")
-_YAML_ITEM_RE = re.compile(r"^\s*-\s*(.*)$")
-_YAML_KEY_RE = re.compile(r"^\s*[A-Za-z][\w-]*\s*:(\s|$)")  # `key: ...`, not `host:port`
-
-
-def _unquote(text: str) -> str:
-    text = text.strip()
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-        return text[1:-1].strip()
-    return text
-
-
-def parse_endpoints_text(text: str) -> tuple[str, ...]:
-    """Endpoints from a mesh-dir file: a plain list (lines and/or commas, `#` comments)
-    or Cilium's YAML (`endpoints:` followed by `- URL` items, or `endpoints: [a, b]`);
-    other YAML keys (`trusted-ca-file:` ...) are ignored. ValueError when none or bad."""
-    lines = [line.split("#", 1)[0].rstrip() for line in text.splitlines()]
-    items: list[str] = []
-    start = next((i for i, line in enumerate(lines) if _ENDPOINTS_KEY_RE.match(line)), None)
-    if start is not None:
-        match = _ENDPOINTS_KEY_RE.match(lines[start])
-        assert match is not None
-        indent, inline = len(match.group(1)), match.group(2).strip()
-        if inline:
-            items = [_unquote(part) for part in inline.strip("[]").split(",")]
-        else:
-            for line in lines[start + 1 :]:
-                if not line.strip():
-                    continue
-                item = _YAML_ITEM_RE.match(line)
-                if item is None:
-                    if len(line) - len(line.lstrip()) <= indent:
-                        break  # the next key
-                    raise ValueError(f"expected '- URL' under 'endpoints:', got {line.strip()!r}")
-                items.append(_unquote(item.group(1)))
-    elif any(_YAML_KEY_RE.match(line) for line in lines):
-        raise ValueError("YAML without an 'endpoints:' key")
-    else:
-        for line in lines:
-            items.extend(_unquote(part) for part in re.split(r"[,\s]+", line))
-    return tuple(e.url for e in parse_endpoints([item for item in items if item]))
 
 
 def remote_specs(
@@ -161,41 +119,6 @@ def check_remote(
     return None
 
 
-# --- I/O: the mesh dir ------------------------------------------------------------------------
-
-
-def read_mesh_dir(path: str | None, local_cluster: str) -> list[RemoteSpec]:
-    """Specs from the files of `path` (read once, at start). MeshConfigError when the
-    directory cannot be read or a cluster's file is malformed."""
-    if path is None:
-        return []
-    try:
-        names = sorted(os.listdir(path))
-    except OSError as error:
-        raise MeshConfigError(f"--mesh-dir {path}: {error.strerror or error}") from None
-    specs = []
-    for name in names:
-        file_path = os.path.join(path, name)
-        try:
-            keys.validate_cluster_name(name)
-        except ValueError:
-            log.debug("mesh dir: skipping %s (not a cluster name)", file_path)
-            continue
-        if name == local_cluster or not os.path.isfile(file_path):
-            continue
-        try:
-            with open(file_path, "rb") as handle:
-                data = handle.read(defaults.MESH_FILE_MAX_BYTES + 1)
-            if len(data) > defaults.MESH_FILE_MAX_BYTES:
-                raise ValueError(f"larger than {defaults.MESH_FILE_MAX_BYTES} bytes")
-            endpoints = parse_endpoints_text(data.decode("utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as error:
-            detail = error.strerror if isinstance(error, OSError) else str(error)
-            raise MeshConfigError(f"--mesh-dir file {file_path}: {detail}") from None
-        specs.append(RemoteSpec(name, endpoints, f"--mesh-dir file {file_path}"))
-    return specs
-
-
 # --- I/O: connecting ----------------------------------------------------------------------------
 
 
@@ -243,6 +166,7 @@ class ClusterMesh:
         *,
         etcd_options: Mapping[str, Any] | None = None,
         recheck_s: float = defaults.MESH_RECHECK_S,
+        mesh_dir: str | None = None,
         config_write_metrics: WriteCounters | None = None,
         invalid_ip_metric: CounterSeries | None = None,
     ) -> None:
@@ -252,6 +176,10 @@ class ClusterMesh:
         self.remotes = [RemoteCluster(spec) for spec in specs]
         self.etcd_options = dict(etcd_options or {})
         self.recheck_s = recheck_s
+        self.mesh_dir = mesh_dir  # watched: files added, changed, removed take effect
+        self.mesh_dir_error: str | None = None  # the mesh dir's files do not parse: why
+        self._scopes: dict[str, trio.CancelScope] = {}
+        self._nursery: trio.Nursery | None = None
         self.config_written = False  # this agent created the local entry
         self.config_read = trio.Event()
         self.config_writes = 0
@@ -267,11 +195,39 @@ class ClusterMesh:
         return {r.name: r.config.id for r in self.remotes if r.admitted and r.config is not None}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        from meshhealth.agent.membership.mesh_dir import watch_mesh_dir
+
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             nursery.start_soon(self._local_config)
             for remote in self.remotes:
-                nursery.start_soon(self._follow_remote, remote)
+                self._start_remote(remote)
+            if self.mesh_dir is not None:
+                await nursery.start(watch_mesh_dir, self, self.mesh_dir)
             task_status.started()
+
+    def add_remote(self, spec: RemoteSpec) -> None:
+        """Start following a remote cluster (a file appeared in the mesh dir)."""
+        assert self._nursery is not None, "add_remote before run"
+        remote = RemoteCluster(spec)
+        self.remotes = sorted([*self.remotes, remote], key=lambda r: r.name)
+        self._start_remote(remote)
+
+    def remove_remote(self, name: str) -> None:
+        """Stop following a remote cluster: its nodes leave the probe set at once."""
+        scope = self._scopes.pop(name, None)
+        if scope is not None:
+            scope.cancel()
+        self.remotes = [r for r in self.remotes if r.name != name]
+
+    def _start_remote(self, remote: RemoteCluster) -> None:
+        assert self._nursery is not None
+        scope = self._scopes[remote.name] = trio.CancelScope()
+        self._nursery.start_soon(self._run_remote, remote, scope)
+
+    async def _run_remote(self, remote: RemoteCluster, scope: trio.CancelScope) -> None:
+        with scope:
+            await self._follow_remote(remote)
 
     async def _local_config(self) -> None:
         """Create `cluster-config/<local>` when absent, then read what is stored."""
@@ -310,7 +266,7 @@ class ClusterMesh:
         self.config_read.set()
 
     async def _follow_remote(self, remote: RemoteCluster) -> None:
-        async with open_etcd(remote.spec.endpoints, **self.etcd_options) as etcd:
+        async with open_etcd(remote.spec.access(), **self.etcd_options) as etcd:
             remote.etcd = etcd
             try:
                 await self._admit(remote, etcd)
@@ -365,13 +321,3 @@ class ClusterMesh:
             remote.error, remote.refused = problem, refused
             with trio.move_on_after(self.recheck_s if refused else backoff.next_delay_s()):
                 await etcd.health.wait_changed()
-
-
-# --- the agent's options -------------------------------------------------------------------
-
-
-def load_remote_specs(
-    mesh: Iterable[tuple[str, Sequence[str]]], mesh_dir: str | None, local_cluster: str
-) -> list[RemoteSpec]:
-    """Every remote cluster of the agent's options; MeshConfigError names what is wrong."""
-    return remote_specs(mesh, read_mesh_dir(mesh_dir, local_cluster), local_cluster=local_cluster)
