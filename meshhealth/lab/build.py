@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from meshhealth import defaults
-from meshhealth.lab import etcd_proc, neigh_table, netns_ops, processes
+from meshhealth.lab import etcd_proc, neigh_table, netns_ops, proc_sys, processes
 from meshhealth.lab import plan as P
 from meshhealth.lab import state as S
 
@@ -205,6 +205,16 @@ def _build(st: S.LabState, plan: P.LabPlan, say: Say) -> None:
     say(f"building lab {plan.prefix}: {len(plan.clusters)} cluster(s) x {st.nodes} node(s)")
     say(f"  fabric namespace {plan.fabric_netns}, bridge {P.BRIDGE} ({P.FABRIC_SUBNET})")
     _size_neigh_table(st, total, say)
+    if proc_sys.read_only():
+        st.proc_sys_net_mounted = True  # recorded first: a crash right after still undoes it
+        S.save(st)
+        try:
+            proc_sys.make_writable()
+        except netns_ops.CommandError:
+            st.proc_sys_net_mounted = False  # nothing to undo
+            S.save(st)
+            raise
+        say("  /proc/sys is read-only here (a container): /proc/sys/net made writable")
     st.add_namespace(plan.fabric_netns)
     S.save(st)
     netns_ops.add_netns(plan.fabric_netns)
@@ -355,6 +365,12 @@ def down(prefix: str, say: Say, root: Path = P.LAB_ROOT) -> DownReport:
             say(f"  host ARP table limits restored: {st.neigh_thresholds}")
         except OSError as exc:  # the lab is gone; the limits stay raised, say so
             say(f"  host ARP table limits not restored to {st.neigh_thresholds}: {exc}")
+    if st is not None and st.proc_sys_net_mounted and not _other_labs_up(prefix, root):
+        try:
+            proc_sys.undo()
+            say("  /proc/sys/net read-only again")
+        except netns_ops.CommandError as exc:
+            say(f"  /proc/sys/net left writable: {exc}")
     if base.exists():
         shutil.rmtree(base)
         report.dir_removed = True

@@ -53,6 +53,9 @@ class LabState:
     # the host's ARP table limits before `lab up` raised them (neigh_table.py); restored
     # by `lab down`. Empty when they were large enough.
     neigh_thresholds: dict[str, int] = field(default_factory=dict)
+    # `lab up` made a read-only /proc/sys/net writable (in a container, proc_sys.py);
+    # `lab down` removes that mount.
+    proc_sys_net_mounted: bool = False
     version: int = STATE_VERSION
 
     @property

@@ -104,8 +104,15 @@ class NetnsFactory:
         return name
 
     def sysctl(self, netns: str, key: str, value: str) -> None:
+        """Set `key` inside `netns`. In a container /proc/sys is read-only: then the
+        command makes /proc/sys/net writable first, in the mount namespace of its own that
+        `ip netns exec` gives it (nothing changes for anyone else)."""
         path = "/proc/sys/" + key.replace(".", "/")
-        self.run(netns, "sh", "-c", 'echo "$1" > "$2"', "sh", value, path)
+        script = (
+            '[ -w "$2" ] || { mount --bind /proc/sys/net /proc/sys/net'
+            ' && mount -o remount,bind,rw /proc/sys/net; }; echo "$1" > "$2"'
+        )
+        self.run(netns, "sh", "-c", script, "sh", value, path)
 
     def ip(self, netns: str, *args: str) -> subprocess.CompletedProcess[str]:
         """`ip -n NETNS ARGS...`; raises with ip's stderr when it fails."""
