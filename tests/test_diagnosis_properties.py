@@ -3,6 +3,8 @@
 - a healthy matrix (ok, suspect or unassigned paths, any subset of cells) gives nothing;
 - a single bad observer (every assigned path of its row failing, everyone else healthy,
   any subset of cells) never gives a finding that names another node;
+- one fault of each kind on one node, everyone else healthy, any subset of cells: the
+  finding is that fault on that node and nothing else, whenever enough cells show it;
 - findings are deterministic and do not depend on the order of cells or observers;
 - every finding is well formed (confidence in 0..1, known nodes, cells from the input).
 """
@@ -25,6 +27,7 @@ from meshhealth.diagnosis.diagnose import diagnose
 from meshhealth.diagnosis.findings import FindingKind, findings_json
 
 T0 = 1_800_000_000.0
+OK, UNR = PathState.OK, PathState.UNREACHABLE
 HEALTHY = (PathState.OK, PathState.SUSPECT, PathState.UNASSIGNED)
 FAILING = (PathState.UNREACHABLE, PathState.SUSPECT, PathState.UNASSIGNED)
 
@@ -144,3 +147,88 @@ def test_findings_are_well_formed(view: MatrixView) -> None:
             assert len(finding.nodes) in (1, 2)
         else:
             assert len(finding.nodes) == 1
+
+
+# One fault on one node d, everyone else healthy, any subset of cells: the finding is
+# that fault on d and nothing else, as long as enough observers assess d.
+# kind -> (pattern of d's column, pattern of d's row or None for a stale report)
+ONE_FAULT: dict[FindingKind, tuple[tuple[PathState, ...], tuple[PathState, ...] | None]] = {
+    FindingKind.NODE_DOWN: ((UNR, UNR, UNR, UNR, UNR), None),
+    FindingKind.AGENT_DOWN: ((OK, UNR, OK, OK, OK), None),
+    FindingKind.ENDPOINT_DOWN: ((OK, OK, UNR, UNR, OK), (OK, OK, OK, OK, OK)),
+    FindingKind.INGRESS_BLOCKED: ((UNR, UNR, UNR, UNR, UNR), (OK, OK, OK, OK, OK)),
+    FindingKind.MTU_BLACKHOLE: ((OK, OK, OK, OK, UNR), (OK, OK, OK, OK, OK)),
+    FindingKind.EGRESS_BLOCKED: ((OK, OK, OK, OK, OK), (UNR, UNR, UNR, UNR, UNR)),
+    FindingKind.NODE_ISOLATED: ((UNR, UNR, UNR, UNR, UNR), (UNR, UNR, UNR, UNR, UNR)),
+}
+
+
+def _cell(o: NodeId, t: NodeId, states: tuple[PathState, ...]) -> MatrixCell:
+    return MatrixCell(
+        o, t, {k: PathObservation(s, T0) for k, s in zip(PathKind, states, strict=True)}
+    )
+
+
+@st.composite
+def one_fault(draw: st.DrawFn) -> tuple[MatrixView, FindingKind, NodeId, int, int]:
+    kind = draw(st.sampled_from(sorted(ONE_FAULT)))
+    column_states, row_states = ONE_FAULT[kind]
+    nodes = draw(node_ids())
+    bad = draw(st.sampled_from(nodes))
+    cells = []
+    observers_of_bad = targets_of_bad = 0
+    for o in nodes:
+        for t in nodes:
+            if o == t or not draw(st.booleans()):
+                continue
+            if t == bad:
+                cells.append(_cell(o, t, column_states))
+                observers_of_bad += 1
+            elif o == bad:
+                states = row_states or (PathState.STALE,) * len(PathKind)
+                cells.append(_cell(o, t, states))
+                targets_of_bad += 1
+            else:
+                cells.append(MatrixCell(o, t, _paths(draw, HEALTHY)))
+    observers = [Observer(n) for n in nodes if n != bad or row_states is not None]
+    if row_states is None and draw(st.booleans()):
+        # a stale report; without cells it cannot say it is stale (no witness then)
+        observers.append(Observer(bad))
+    silent = row_states is not None or targets_of_bad > 0 or len(observers) < len(nodes)
+    return MatrixView.of(cells, observers, nodes), kind, bad, observers_of_bad, int(silent)
+
+
+@settings(max_examples=300)
+@given(one_fault())
+def test_one_fault_is_found_on_its_node_whatever_the_subset(
+    case: tuple[MatrixView, FindingKind, NodeId, int, int],
+) -> None:
+    view, kind, bad, observers_of_bad, witness = case
+    findings = diagnose(view)
+    found = [(f.kind, f.nodes) for f in findings]
+    targets_of_bad = sum(1 for c in view.cells if c.observer == bad)
+    row_fault = kind in (FindingKind.EGRESS_BLOCKED, FindingKind.NODE_ISOLATED)
+    # a stale report is a witness too: one observer is then enough
+    needed = 1 if kind in (FindingKind.NODE_DOWN, FindingKind.AGENT_DOWN) and witness else 2
+    if kind is FindingKind.NODE_ISOLATED:
+        # one cell each way is a tie with a lone observer whose only cell goes to it
+        enough = min(targets_of_bad, observers_of_bad) >= 1
+        enough = enough and max(targets_of_bad, observers_of_bad) >= 2
+    elif row_fault:
+        enough = targets_of_bad >= 1
+    elif kind is FindingKind.INGRESS_BLOCKED:
+        # without cells of its own, nothing shows it alive: node-down is as good a reading
+        enough = observers_of_bad >= needed and targets_of_bad >= 1
+    else:
+        enough = observers_of_bad >= needed
+    if enough:
+        assert found == [(kind, (bad,))]
+        return
+    # Too little evidence to blame the node. A lone observer whose only failing cells
+    # are with it may be blamed itself (one observer's word never blames another node).
+    lone = (FindingKind.EGRESS_BLOCKED, FindingKind.MTU_BLACKHOLE, FindingKind.NODE_ISOLATED)
+    for finding in findings:
+        if bad in finding.nodes:
+            continue
+        assert finding.kind in lone, finding
+        assert all(bad in cell for cell in finding.cells), finding

@@ -118,7 +118,7 @@ def _kind(layer: Layer, blame: Blame, grid: Grid) -> FindingKind:
         return FindingKind.ENDPOINT_DOWN
     if blame.row_failing:
         return FindingKind.NODE_ISOLATED
-    if blame.node in grid.silent:
+    if blame.node not in grid.fresh_rows:  # stale, missing or empty: no sign of life
         return FindingKind.NODE_DOWN
     return FindingKind.INGRESS_BLOCKED
 
@@ -145,7 +145,7 @@ def _blame_finding(layer: Layer, blame: Blame, grid: Grid, evidence: LayerEviden
         )
     one_sided = False
     if kind is FindingKind.NODE_DOWN:
-        parts.append("its own report is stale or missing")
+        parts.append("it publishes no fresh results (its report is stale, missing or empty)")
     elif kind is FindingKind.INGRESS_BLOCKED:
         one_sided = blame.row_ok == 0
         parts.append(
