@@ -299,6 +299,10 @@ LAB_ETCD_READY_TIMEOUT_S: Final = 20.0
 # to answer on its admin socket.
 LAB_AGENT_READY_TIMEOUT_S: Final = 30.0
 LAB_AGENT_READY_PER_NODE_S: Final = 0.2
+# Validity of the lab's etcd TLS certificates, days (meshhealth.lab.certs): a lab lives
+# hours; the CA outlives its leaves.
+LAB_CA_DAYS: Final = 3650
+LAB_CERT_DAYS: Final = 365
 
 # --- probe plan (meshhealth.probe.assignment, docs/scale.md) -------------------------
 # Targets per node past the full-mesh size, and so probers per node. 5 observers let a

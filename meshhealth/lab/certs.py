@@ -22,9 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-# Validity of lab certificates, days (a lab lives hours; a CA outlives its leaves).
-CA_DAYS = 3650
-CERT_DAYS = 365
+from meshhealth import defaults
+
 _KEY_ARGS = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
 
 
@@ -52,7 +51,9 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise CertError(f"openssl {args[0]} failed: {lines[-1] if lines else 'no output'}")
 
 
-def make_ca(directory: Path, name: str = "meshhealth-lab-ca", *, days: int = CA_DAYS) -> KeyPair:
+def make_ca(
+    directory: Path, name: str = "meshhealth-lab-ca", *, days: int = defaults.LAB_CA_DAYS
+) -> KeyPair:
     """A self-signed CA in `directory` (`NAME.crt`, `NAME.key`)."""
     directory.mkdir(parents=True, exist_ok=True)
     config = directory / f"{name}.cnf"
@@ -79,7 +80,7 @@ def make_cert(
     *,
     ips: Sequence[str] = ("127.0.0.1",),
     dns: Sequence[str] = ("localhost",),
-    days: int = CERT_DAYS,
+    days: int = defaults.LAB_CERT_DAYS,
 ) -> KeyPair:
     """A certificate for `name` signed by `ca`, for servers and clients. `days` <= 0
     makes one that has already expired (for tests)."""
