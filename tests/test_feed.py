@@ -14,6 +14,7 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_client_stream
 
+from meshhealth.agent.probe_results import ProbeResults
 from meshhealth.agent.serving.feed_server import (
     FeedHub,
     FeedLimits,
@@ -28,6 +29,7 @@ from meshhealth.documents.status import (
     StatusInputs,
     build_status_document,
 )
+from meshhealth.documents.status_schema import StatusDocument
 from meshhealth.model import (
     PathKey,
     PathReport,
@@ -44,15 +46,20 @@ from tests.plugins.local_etcd import free_loopback_port
 
 
 class FakeProber:
-    """Drives a hub the way the agent does: path results, then the round."""
+    """Drives a hub the way the agent's round sink does: each result into the record,
+    then to the hub; the round into the record, then to the hub."""
 
     def __init__(self, nodes: int) -> None:
         self.targets = tuple(
             Target("c1", f"n{i:04d}", f"127.0.0.{i % 250 + 1}") for i in range(nodes)
         )
+        self.results = ProbeResults(LocalNode("c1", "n0000", "127.0.0.1", None), window=5)
         self.completed = 0
 
-    def status(self) -> dict[str, Any]:
+    def hub(self, limits: FeedLimits | None = None) -> FeedHub:
+        return FeedHub(self.results, self.status, limits=limits)
+
+    def status(self) -> StatusDocument:
         return build_status_document(
             StatusInputs(
                 local=LocalNode("c1", "n0000", "127.0.0.1", None),
@@ -69,12 +76,17 @@ class FakeProber:
     def round(self, hub: FeedHub, rtt_s: float) -> None:
         now = time.time()
         result = ProbeResult(ProbeStatus.OK, now, rtts_s=(rtt_s,), received=1)
+        paths = []
         for target in self.targets:
             for protocol in Protocol:
                 key = PathKey("c1", target.node, TargetType.NODE, protocol)
-                hub.publish_path(PathReport(key, target.node_ip, result))
+                path = PathReport(key, target.node_ip, result)
+                hub.publish_path(path, self.results.add(path))
+                paths.append(path)
         self.completed += 1
-        hub.publish_round(RoundReport(now, 0.1, self.targets))
+        report = RoundReport(now, 0.1, self.targets, tuple(paths))
+        self.results.finish_round(report)
+        hub.publish_round(report)
 
 
 @asynccontextmanager
@@ -130,7 +142,7 @@ async def served_hub(tmp_path: Path, hub: FeedHub) -> AsyncIterator[tuple[str, i
 
 async def test_fifty_clients_get_snapshot_paths_and_rounds(tmp_path: Path) -> None:
     prober = FakeProber(nodes=10)
-    hub = FeedHub(prober.status, window=5)
+    hub = prober.hub()
     rounds = 3
     seen: list[dict[tuple[str, str], float]] = []
     async with served_hub(tmp_path, hub) as (path, port), trio.open_nursery() as clients:
@@ -169,7 +181,7 @@ async def test_fifty_clients_get_snapshot_paths_and_rounds(tmp_path: Path) -> No
 async def test_stuck_client_is_cut_off_while_others_keep_receiving(tmp_path: Path) -> None:
     prober = FakeProber(nodes=600)  # 2400 paths: a round is ~1 MB, more than socket buffers
     limits = FeedLimits(max_rounds_behind=2, lagging_grace_s=1.0)
-    hub = FeedHub(prober.status, window=5, limits=limits)
+    hub = prober.hub(limits)
     async with served_hub(tmp_path, hub) as (path, _port):
         async with ws_client(unix_path=path) as stuck:
             await poll(lambda: len(hub.clients) == 1, 5, "the stuck client connected")
@@ -203,7 +215,7 @@ async def test_stuck_client_is_cut_off_while_others_keep_receiving(tmp_path: Pat
 async def test_slow_client_is_told_it_lags_then_closed(tmp_path: Path) -> None:
     prober = FakeProber(nodes=600)
     limits = FeedLimits(max_rounds_behind=1, lagging_grace_s=10.0)
-    hub = FeedHub(prober.status, window=5, limits=limits)
+    hub = prober.hub(limits)
     async with served_hub(tmp_path, hub) as (path, _port), ws_client(unix_path=path) as slow:
         await poll(lambda: len(hub.clients) == 1, 5, "connected")
         for _ in range(3):
@@ -224,7 +236,7 @@ async def test_slow_client_is_told_it_lags_then_closed(tmp_path: Path) -> None:
 async def test_wrong_resource_is_404(tmp_path: Path) -> None:
     from trio_websocket import ConnectionRejected
 
-    hub = FeedHub(FakeProber(1).status)
+    hub = FakeProber(1).hub()
     async with served_hub(tmp_path, hub) as (_path, port):
         with pytest.RaisesGroup(ConnectionRejected, flatten_subgroups=True) as rejected:
             async with ws_client(port=port, resource="/nope"):

@@ -11,7 +11,6 @@ from meshhealth.documents.feed import (
     ROUND_KEY,
     SNAPSHOT_KEY,
     CoalescingQueue,
-    FeedTracker,
     feed_socket_path,
     path_changes,
     round_message,
@@ -25,13 +24,9 @@ from meshhealth.documents.status import (
     build_status_document,
 )
 from meshhealth.model import (
-    PathKey,
     ProbeResult,
     ProbeStatus,
-    Protocol,
-    RoundReport,
     Target,
-    TargetType,
 )
 
 
@@ -132,29 +127,6 @@ def test_queue_lags_when_too_many_keys_pend() -> None:
 def test_queue_rejects_silly_bounds() -> None:
     with pytest.raises(ValueError):
         CoalescingQueue(max_pending=1, max_rounds_behind=1)
-
-
-KEY = PathKey("c1", "n2", TargetType.NODE, Protocol.HTTP)
-
-
-def test_tracker_streams_window_stats_and_catches_up_newcomers() -> None:
-    tracker = FeedTracker(window=4)
-    first = tracker.on_result(KEY, "127.0.0.2", ok(1e-3, at=100.0))
-    assert first.message["changed"] == ["status", "rtt_bucket"]
-    second = tracker.on_result(KEY, "127.0.0.2", failed(at=110.0))
-    doc = second.message["path"]
-    assert (doc["status"], doc["text"], doc["loss"], doc["samples"]) == (
-        "timeout",
-        "Connection timed out",
-        0.5,
-        2,
-    )
-    assert second.message["seq"] > first.message["seq"]
-    assert second.message["changed"] == ["status", "rtt_bucket"]
-    assert [u.message["path"]["status"] for u in tracker.catch_up()] == ["timeout"]
-    tracker.on_round(RoundReport(100.0, 1.0, targets=(Target("c1", "n1", "127.0.0.1"),)))
-    assert tracker.catch_up() == []
-    assert KEY not in tracker.book  # n2 left the probe set
 
 
 def test_round_message_carries_the_probe_set_without_paths() -> None:

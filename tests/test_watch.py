@@ -25,7 +25,7 @@ from meshhealth.cli.watch_state import (
     apply_health_reports,
 )
 from meshhealth.cli.watch_view import change_line, frame_text, path_colour, sparkline
-from meshhealth.documents.feed import FeedTracker
+from meshhealth.documents.feed import path_changes, path_message
 from meshhealth.documents.status import (
     EtcdState,
     LocalNode,
@@ -45,6 +45,7 @@ from meshhealth.model import (
     TargetHealth,
     TargetType,
 )
+from meshhealth.probe.stats import StatsBook
 from tests.agent_cluster import ROOT, AgentCluster, wait_for
 from tests.plugins.etcd_server import EtcdServer
 
@@ -69,28 +70,28 @@ def snapshot(nodes: list[str]) -> dict[str, Any]:
     return {"v": 1, "type": "snapshot", "seq": 0, "status": status}
 
 
-def path_msg(tracker: FeedTracker, node: str, status: ProbeStatus, at: float) -> dict[str, Any]:
+def path_msg(book: StatsBook, node: str, status: ProbeStatus, at: float) -> dict[str, Any]:
+    """The `path` message the agent's feed sends for this result (its window in `book`)."""
     key = PathKey("lab1", node, TargetType.ENDPOINT, Protocol.HTTP)
     rtts = (0.001,) if status is ProbeStatus.OK else ()
     result = ProbeResult(status, at, rtts_s=rtts, received=len(rtts))
-    return tracker.on_result(key, "10.1.0.2", result).message
+    previous = book.add(key, result)
+    summary = book.summary(key)
+    assert summary is not None
+    return dict(path_message(key, "10.1.0.2", summary, path_changes(previous, result), len(book)))
 
 
 def test_feed_messages_make_changes_history_and_lines() -> None:
     state = WatchState(source="test")
     assert apply_feed_message(state, snapshot(["node1", "node2"]), now=T0) == []  # unknown
     assert set(state.nodes) == {("lab1", "node1"), ("lab1", "node2")}
-    tracker = FeedTracker(window=10)
-    first = apply_feed_message(state, path_msg(tracker, "node2", ProbeStatus.OK, T0), now=T0)
+    book = StatsBook(window=10)
+    first = apply_feed_message(state, path_msg(book, "node2", ProbeStatus.OK, T0), now=T0)
     assert [change_line(c) for c in first] == [
         "2026-11-18T11:06:40Z lab1/node2 endpoint/http Not probed yet -> OK"
     ]
-    assert (
-        apply_feed_message(state, path_msg(tracker, "node2", ProbeStatus.OK, T0 + 10), now=T0) == []
-    )
-    down = apply_feed_message(
-        state, path_msg(tracker, "node2", ProbeStatus.TIMEOUT, T0 + 20), now=T0
-    )
+    assert apply_feed_message(state, path_msg(book, "node2", ProbeStatus.OK, T0 + 10), now=T0) == []
+    down = apply_feed_message(state, path_msg(book, "node2", ProbeStatus.TIMEOUT, T0 + 20), now=T0)
     assert [change_line(c) for c in down] == [
         "2026-11-18T11:07:00Z lab1/node2 endpoint/http OK -> Connection timed out"
     ]
@@ -195,8 +196,8 @@ def test_health_reports_aggregate_per_target_path() -> None:
 def test_frame_text_shows_header_rows_and_disconnection() -> None:
     state = WatchState(source="unix:///tmp/n1.feed.sock")
     apply_feed_message(state, snapshot(["node1", "node2"]), now=T0)
-    tracker = FeedTracker(window=10)
-    apply_feed_message(state, path_msg(tracker, "node2", ProbeStatus.TIMEOUT, T0), now=T0)
+    book = StatsBook(window=10)
+    apply_feed_message(state, path_msg(book, "node2", ProbeStatus.TIMEOUT, T0), now=T0)
     state.connection = "disconnected"
     text = frame_text(state, now=T0 + 5, width=120)
     assert "disconnected, retrying…" in text

@@ -126,7 +126,7 @@ def build_components(
     )
 
     results = ProbeResults(local, window=config.stats_window)
-    feed = FeedHub(window=config.stats_window)
+    feed = FeedHub(results)
     sink = RoundSink(results, metrics, publisher, feed)
     loop = ProberLoop(
         probe_set=members.targets,

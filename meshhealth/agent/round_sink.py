@@ -20,7 +20,7 @@ from typing import Protocol
 
 from meshhealth.agent.agent_metrics import AgentMetrics
 from meshhealth.agent.probe_results import ProbeResults
-from meshhealth.model import PathKey, PathReport, PathSummary, RoundReport
+from meshhealth.model import PathKey, PathReport, PathSummary, ProbeResult, RoundReport
 
 log = logging.getLogger("meshhealth.agent")
 
@@ -35,8 +35,8 @@ class RoundPublisher(Protocol):
 class RoundFeed(Protocol):
     """What the sink needs of the live feed (meshhealth.agent.serving.feed_server)."""
 
-    def publish_path(self, report: PathReport) -> None:
-        """One path result; nothing to do when nobody watches."""
+    def publish_path(self, report: PathReport, previous: ProbeResult | None) -> None:
+        """One path result (already recorded) and the path's result before it."""
 
     def publish_round(self, report: RoundReport) -> None:
         """A finished round, after the record has it."""
@@ -59,8 +59,8 @@ class RoundSink:
 
     def on_result(self, report: PathReport) -> None:
         """One path result, as its probe ends (never blocks)."""
-        self.results.add(report)
-        self.feed.publish_path(report)
+        previous = self.results.add(report)
+        self.feed.publish_path(report, previous)
 
     def on_round(self, report: RoundReport) -> None:
         """A finished round (never blocks)."""

@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Hashable
-from dataclasses import dataclass
 from typing import Literal, TypedDict
 
 from meshhealth.documents.reachability import Reachability
@@ -42,8 +41,7 @@ from meshhealth.documents.status_schema import (
     StatusDocument,
     SummaryDocument,
 )
-from meshhealth.model import PathKey, PathSummary, ProbeResult, RoundReport
-from meshhealth.probe.stats import StatsBook
+from meshhealth.model import PathKey, PathSummary, ProbeResult
 
 FEED_VERSION = 1
 FEED_PATH = "/v1/feed"  # the WebSocket resource; anything else is answered 404
@@ -278,54 +276,3 @@ class CoalescingQueue:
         if key == LAGGING_KEY:
             self.finished = True
         return message
-
-
-@dataclass(frozen=True, slots=True)
-class PathUpdate:
-    """What the feed sends for one path result."""
-
-    key: PathKey
-    message: PathMessage
-
-
-class FeedTracker:
-    """The feed's own view of each path: a stats window fed result by result.
-
-    The agent's book is updated at the end of a round; the feed streams each result as
-    its probe ends, so it keeps its own window (sharing the result objects) to send the
-    loss and percentiles including the newest result.
-    """
-
-    def __init__(self, window: int) -> None:
-        self.book = StatsBook(window)
-        self.seq = 0
-        # paths with a result in the running round: a client that connects mid-round
-        # gets them after its snapshot (which is built from the last finished round).
-        self.this_round: dict[PathKey, str] = {}
-
-    def next_seq(self) -> int:
-        self.seq += 1
-        return self.seq
-
-    def on_result(self, key: PathKey, ip: str, result: ProbeResult) -> PathUpdate:
-        previous = self.book.summary(key)
-        self.book.add(key, result)
-        summary = self.book.summary(key)
-        assert summary is not None
-        changed = path_changes(None if previous is None else previous.last, result)
-        message = path_message(key, ip, summary, changed, self.next_seq())
-        self.this_round[key] = ip
-        return PathUpdate(key, message)
-
-    def catch_up(self) -> list[PathUpdate]:
-        """The newest message of every path probed in the running round (for a newcomer)."""
-        updates = []
-        for key, ip in self.this_round.items():
-            summary = self.book.summary(key)
-            if summary is not None and summary.last is not None:
-                updates.append(PathUpdate(key, path_message(key, ip, summary, [], self.seq)))
-        return updates
-
-    def on_round(self, report: RoundReport) -> None:
-        self.book.retain_targets(report.targets)
-        self.this_round = {}

@@ -1,10 +1,16 @@
 """The live feed: a WebSocket (trio-websocket) that streams what the prober finds.
 
-    hub = FeedHub(status=admin.status_document, window=config.stats_window)
-    hub.publish_path(path_report)      # from run_round(on_result=...), sync, never blocks
-    hub.publish_round(round_report)    # after the round is in the agent's book
+    hub = FeedHub(results, status=admin.status_document)
+    hub.publish_path(path_report, previous)  # each result, once `results` has it; sync
+    hub.publish_round(round_report)          # once the round is in `results` and status
     await nursery.start(serve_feed_unix, "/run/meshhealth/health.feed.sock", hub)
     await nursery.start(serve_feed_tcp, "127.0.0.1", 4241, hub)
+
+The hub keeps no results of its own: it reads the agent's one record of them
+(`results`, meshhealth.agent.probe_results) when it builds a message, and builds none
+while nobody watches (`stats.messages_built` counts them). A `path` message carries the
+path's summary with the newest result; a client that connects mid-round gets the
+snapshot (the last finished round) and then the paths of the running round.
 
 Messages and the coalescing rules are in meshhealth.documents.feed (docs/watch.md).
 Publishing encodes a message once and puts it in every client's `CoalescingQueue`;
@@ -20,9 +26,9 @@ socket and TCP share one code path.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 from trio_websocket import (
@@ -39,13 +45,14 @@ from meshhealth.documents.feed import (
     ROUND_KEY,
     SNAPSHOT_KEY,
     CoalescingQueue,
-    FeedTracker,
     encode,
+    path_changes,
+    path_message,
     round_message,
     snapshot_message,
 )
 from meshhealth.documents.status_schema import StatusDocument
-from meshhealth.model import PathReport, RoundReport
+from meshhealth.model import PathKey, PathReport, PathSummary, ProbeResult, RoundReport
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +83,20 @@ class FeedStats:
     connected_total: int = 0
     lagging_total: int = 0
     rejected_total: int = 0
+    messages_built: int = 0  # snapshot, path and round messages (none while nobody watches)
+
+
+class PathResults(Protocol):
+    """What the hub reads of the agent's results (meshhealth.agent.probe_results)."""
+
+    @property
+    def running_round(self) -> Mapping[PathKey, PathReport]:
+        """Paths with a result in the running round, and that result."""
+        ...
+
+    def summary(self, key: PathKey) -> PathSummary | None:
+        """One path's summary now, the running round's result included."""
+        ...
 
 
 class FeedHub:
@@ -83,18 +104,24 @@ class FeedHub:
 
     def __init__(
         self,
+        results: PathResults,
         status: Callable[[], StatusDocument] | None = None,
         *,
-        window: int = defaults.STATS_WINDOW,
         limits: FeedLimits | None = None,
     ) -> None:
+        self.results = results
         # The status document, for the snapshot and the round messages (the agent sets
         # it once its admin handler is built).
         self.status = status
         self.limits = limits or FeedLimits()
-        self.tracker = FeedTracker(window)
         self.clients: set[FeedClient] = set()
         self.stats = FeedStats()
+        self.seq = 0  # the newest message's number
+
+    def _next_seq(self) -> int:
+        self.seq += 1
+        self.stats.messages_built += 1
+        return self.seq
 
     def _status(self) -> StatusDocument:
         if self.status is None:
@@ -110,9 +137,14 @@ class FeedHub:
                 max_rounds_behind=self.limits.max_rounds_behind,
             ),
         )
-        client.queue.put(SNAPSHOT_KEY, encode(snapshot_message(self._status(), self.tracker.seq)))
-        for update in self.tracker.catch_up():
-            client.queue.put(update.key, encode(update.message))
+        self.stats.messages_built += 1
+        client.queue.put(SNAPSHOT_KEY, encode(snapshot_message(self._status(), self.seq)))
+        for key, report in self.results.running_round.items():
+            summary = self.results.summary(key)
+            if summary is not None and summary.last is not None:
+                self.stats.messages_built += 1
+                message = path_message(key, report.ip, summary, [], self.seq)
+                client.queue.put(key, encode(message))
         self.clients.add(client)
         self.stats.connected_total += 1
         client.wake.set()
@@ -132,16 +164,24 @@ class FeedHub:
                 client.scope.deadline = trio.current_time() + self.limits.lagging_grace_s
             client.wake.set()
 
-    def publish_path(self, report: PathReport) -> None:
-        update = self.tracker.on_result(report.path, report.ip, report.result)
-        if self.clients:
-            self._fan_out(update.key, encode(update.message))
+    def publish_path(self, report: PathReport, previous: ProbeResult | None) -> None:
+        """One path result, already in `results`; `previous` is the path's result before
+        it (for `changed`). Nothing is built when nobody watches."""
+        if not self.clients:
+            return
+        summary = self.results.summary(report.path)
+        if summary is None:  # not in the record: nothing to say about it
+            return
+        changed = path_changes(previous, report.result)
+        message = path_message(report.path, report.ip, summary, changed, self._next_seq())
+        self._fan_out(report.path, encode(message))
 
     def publish_round(self, report: RoundReport) -> None:
-        self.tracker.on_round(report)
-        if self.clients:
-            message = round_message(self._status(), report.duration_s, self.tracker.next_seq())
-            self._fan_out(ROUND_KEY, encode(message), is_round=True)
+        """A finished round, already in `results` and the status document."""
+        if not self.clients:
+            return
+        message = round_message(self._status(), report.duration_s, self._next_seq())
+        self._fan_out(ROUND_KEY, encode(message), is_round=True)
 
 
 async def _pump(ws: WebSocketConnection, client: FeedClient) -> None:
