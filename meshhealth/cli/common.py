@@ -1,6 +1,11 @@
 """Bits every command shares: the `--etcd` option with its environment default, the
-etcd TLS and user options, and the one-line error users read (`meshhealth CMD: what
-and where` on stderr)."""
+etcd TLS and user options, the one-line error users read (`meshhealth CMD: what and
+where` on stderr) and the exit code of a usage error.
+
+Exit codes of every command: 0 done; 1 done, but what was found is bad (a failing
+check with `--fail-on-unreachable`, an error answer); 2 a usage error (a bad flag or
+value: argparse's own code, and ours for what argparse cannot check) or what the command
+needs cannot be reached (the agent, etcd). Each command's help says which apply."""
 
 from __future__ import annotations
 
@@ -15,6 +20,8 @@ if TYPE_CHECKING:
     from meshhealth.kvstore.etcd_config import EtcdAccess
 
 ENV_ETCD = "MESHHEALTH_ETCD"
+EXIT_USAGE = 2  # as argparse exits on a bad flag
+EXIT_UNAVAILABLE = 2  # the agent or etcd cannot be reached
 # The etcd TLS and user options: (flag, attribute, environment variable, help).
 ETCD_ACCESS_OPTIONS = (
     ("--etcd-config", "etcd_config", "MESHHEALTH_ETCD_CONFIG",
@@ -122,3 +129,9 @@ def etcd_endpoints(args: argparse.Namespace) -> str:
 def print_error(command: str, message: str) -> None:
     """`meshhealth COMMAND: message` on stderr (one line, no traceback)."""
     print(f"meshhealth {command}: {message}", file=sys.stderr)
+
+
+def usage_error(command: str, message: str) -> int:
+    """Print a bad flag or value as one line; the exit code of a usage error."""
+    print_error(command, message)
+    return EXIT_USAGE

@@ -14,9 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from meshhealth import defaults, keys
-from meshhealth.cli.common import ENV_ETCD, add_etcd_option, etcd_access_from_args, print_error
-
-EXIT_UNREACHABLE = 2
+from meshhealth.cli.common import (
+    ENV_ETCD,
+    EXIT_UNAVAILABLE,
+    add_etcd_option,
+    etcd_access_from_args,
+    print_error,
+    usage_error,
+)
 
 DESCRIPTION = f"""\
 Read every key under PREFIX (default {keys.PREFIX}), decode its value and print it.
@@ -126,13 +131,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         access = etcd_access_from_args(args)
     except ValueError as error:  # a bad endpoint list, TLS option or etcd config file
-        print_error("inspect", str(error))
-        return EXIT_UNREACHABLE
+        return usage_error("inspect", str(error))
     prefix: str = args.prefix
     timeout_s: float = args.timeout
     if not timeout_s > 0:
-        print_error("inspect", "--timeout must be > 0")
-        return EXIT_UNREACHABLE
+        return usage_error("inspect", "--timeout must be > 0")
 
     async def fetch() -> list[tuple[str, bytes]]:
         async with open_etcd(access, request_timeout_s=timeout_s, liveness=False) as etcd:
@@ -141,9 +144,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         items = trio.run(fetch)
-    except (ValueError, EtcdUnavailable) as error:  # malformed endpoint list, no etcd
+    except EtcdUnavailable as error:
         print_error("inspect", str(error))
-        return EXIT_UNREACHABLE
+        return EXIT_UNAVAILABLE
     except EtcdError as error:
         print_error("inspect", str(error))
         return 1

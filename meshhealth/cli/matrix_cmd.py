@@ -1,8 +1,8 @@
 """`meshhealth matrix`: the cluster-wide N x N view, straight from etcd (no agent needed).
 
 Exit codes: 0 when the matrix was read (even with unreachable cells), 1 when some cell
-is not reachable and `--fail-on-unreachable` is given, 2 when no etcd could be read
-(one line on stderr naming the endpoints).
+is not reachable and `--fail-on-unreachable` is given, 2 for a usage error or when no
+etcd could be read (one line on stderr naming the flag or the endpoints).
 """
 
 from __future__ import annotations
@@ -12,12 +12,16 @@ import sys
 from typing import TYPE_CHECKING
 
 from meshhealth import defaults
-from meshhealth.cli.common import add_etcd_option, etcd_access_from_args, print_error
+from meshhealth.cli.common import (
+    EXIT_UNAVAILABLE,
+    add_etcd_option,
+    etcd_access_from_args,
+    print_error,
+    usage_error,
+)
 
 if TYPE_CHECKING:
     from meshhealth.kvstore.etcd_config import EtcdAccess
-
-EXIT_UNREACHABLE = 2
 
 DESCRIPTION = f"""\
 Read every node's published health entry (meshhealth/state/health/v1/) and show the
@@ -102,12 +106,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         wanted = _sources(args)
     except ValueError as error:
-        print_error("matrix", str(error))
-        return EXIT_UNREACHABLE
+        return usage_error("matrix", str(error))
     timeout_s: float = args.timeout
     if not timeout_s > 0:
-        print_error("matrix", "--timeout must be > 0")
-        return EXIT_UNREACHABLE
+        return usage_error("matrix", "--timeout must be > 0")
 
     async def fetch() -> tuple[Matrix, int]:
         async with AsyncExitStack() as stack:
@@ -129,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if len(matrix.unavailable) == len(wanted):
         print_error("matrix", "; ".join(matrix.unavailable.values()))
-        return EXIT_UNREACHABLE
+        return EXIT_UNAVAILABLE
     doc = matrix_document(matrix)
     text = format_matrix_json(doc) if args.output == "json" else format_matrix_text(doc)
     sys.stdout.write(text)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from meshhealth import defaults
 from meshhealth.addresses import format_address, parse_listen
-from meshhealth.cli.common import print_error
+from meshhealth.cli.common import print_error, usage_error
 
 if TYPE_CHECKING:
     import trio
@@ -62,8 +62,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         ip, port = parse_listen(args.listen)
     except ValueError as exc:
-        print_error("responder", f"bad --listen: {exc}")
-        return 2
+        return usage_error("responder", f"bad --listen: {exc}")
     parent_pid = os.getppid() if args.exit_with_parent else None
     code: int = trio.run(_serve_until_signal, ip, port, args.passive, args.node_name, parent_pid)
     return code

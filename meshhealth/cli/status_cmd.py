@@ -15,7 +15,7 @@ import sys
 from typing import TYPE_CHECKING, cast
 
 from meshhealth import defaults
-from meshhealth.cli.common import print_error
+from meshhealth.cli.common import EXIT_UNAVAILABLE, print_error, usage_error
 
 if TYPE_CHECKING:
     from meshhealth.documents.matrix import MatrixDocument
@@ -82,11 +82,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         socket_path = socket_path_from_host(host)
     except ValueError as exc:
-        print_error("status", str(exc))
-        return 2
+        return usage_error("status", str(exc))
     if args.matrix and args.probe:
-        print_error("status", "--matrix and --probe cannot be combined")
-        return 2
+        return usage_error("status", "--matrix and --probe cannot be combined")
     if args.matrix:
         method, path = "GET", "/v1/matrix"
         timeout_s = defaults.ADMIN_REQUEST_TIMEOUT_S + defaults.MATRIX_READ_TIMEOUT_S
@@ -102,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except AdminUnavailable as exc:
         print_error("status", str(exc))
-        return 2
+        return EXIT_UNAVAILABLE
     if status_code != 200:
         print_error(
             "status", f"the agent at {socket_path} answered {status_code}: {doc.get('error', doc)}"
