@@ -1,4 +1,5 @@
-"""Reading health entries from etcd for the matrix (`meshhealth matrix`, GET /v1/matrix).
+"""Reading every node's health report from etcd: once for the matrix (`meshhealth
+matrix`, GET /v1/matrix), or kept current (`meshhealth watch --etcd`).
 
     matrix, invalid = await read_matrix(
         [MatrixSource("lab1", etcd1), MatrixSource("lab2", etcd2)], now=time.time()
@@ -7,20 +8,31 @@
 Each source is one etcd and the cluster whose health prefix is read there (None: every
 cluster in that etcd). Sources are read concurrently, each with `timeout_s`; a source
 that fails is listed in `matrix.unavailable` (its cluster's nodes have no row), the
-others are shown. Values that do not decode are skipped and counted (`invalid`).
+others are shown. Values that do not decode are skipped, logged and counted (`invalid`).
+
+    reports = HealthReports(etcd, None, on_change=redraw, on_invalid=warn)
+    nursery.start_soon(reports.follow)          # list, then watch with resume
+    build_matrix(reports.reports(), now=time.time())
+
+`HealthReports.follow` lists the prefix, then watches it from the list's revision + 1:
+the watch resumes by itself after etcd restarts, and when it cannot (compacted, or a
+different etcd) the prefix is listed again. A value that does not decode is skipped
+(its node has no report), counted once per key and revision, and handed to `on_invalid`
+as one line.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import trio
 
 from meshhealth import codec, defaults, keys
+from meshhealth.backoff import Backoff
 from meshhealth.documents.matrix import Matrix, NodeRef, build_matrix
-from meshhealth.kvstore import Etcd, EtcdError
+from meshhealth.kvstore import Etcd, EtcdError, EventKind, ResyncNeeded, WatchEvent
 from meshhealth.model import HealthReport
 
 log = logging.getLogger(__name__)
@@ -32,14 +44,53 @@ class MatrixSource:
     etcd: Etcd
 
 
+@dataclass(frozen=True, slots=True)
+class InvalidValue:
+    key: str
+    mod_revision: int
+    error: str
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.error}"
+
+
+def decode_report(key: str, value: bytes, mod_revision: int) -> HealthReport | InvalidValue:
+    """The health report stored at `key`, or why it cannot be read."""
+    try:
+        report = codec.decode_value(key, value)
+    except codec.DecodeError as error:
+        return InvalidValue(key, mod_revision, str(error))
+    if not isinstance(report, HealthReport):
+        return InvalidValue(key, mod_revision, f"not a health report: {type(report).__name__}")
+    return report
+
+
+async def list_reports(
+    etcd: Etcd, cluster: str | None, *, timeout_s: float
+) -> tuple[dict[str, HealthReport], list[InvalidValue], int]:
+    """key -> health report under `cluster`'s prefix (all clusters: None), the values
+    that do not decode, and the revision of the listing. EtcdError when etcd fails,
+    trio.TooSlowError after `timeout_s` (the request's own deadline may be later)."""
+    with trio.fail_after(timeout_s):
+        kvs, revision = await etcd.get_prefix(keys.health_prefix(cluster))
+    found: dict[str, HealthReport] = {}
+    invalid: list[InvalidValue] = []
+    for kv in kvs:
+        decoded = decode_report(kv.key, kv.value, kv.mod_revision)
+        if isinstance(decoded, InvalidValue):
+            invalid.append(decoded)
+        else:
+            found[kv.key] = decoded
+    return found, invalid, revision
+
+
 async def read_reports(
     etcd: Etcd, cluster: str | None, *, timeout_s: float
 ) -> tuple[list[HealthReport], list[str]]:
     """The health reports under `cluster`'s prefix (all clusters: None), and one line
     per value skipped because it did not decode. EtcdError when etcd fails."""
-    with trio.fail_after(timeout_s):  # TooSlowError; the etcd request's own deadline may be later
-        kvs, _ = await etcd.get_prefix(keys.health_prefix(cluster))
-    return codec.decode_entries(((kv.key, kv.value) for kv in kvs), HealthReport)
+    found, invalid, _ = await list_reports(etcd, cluster, timeout_s=timeout_s)
+    return list(found.values()), [str(value) for value in invalid]
 
 
 async def read_matrix(
@@ -84,3 +135,98 @@ async def read_matrix(
         reports, now=now, extra_nodes=extra_nodes, source_clusters=read, unavailable=unavailable
     )
     return matrix, skipped
+
+
+def _ignore(_: object) -> None:
+    pass
+
+
+class HealthReports:
+    """Every node's health report under one prefix, kept current by `follow`.
+
+    `listed` is set after the first listing; `invalid_values` counts values skipped
+    (once per key and revision), `resyncs` the listings after the first one.
+    Callbacks run in the trio thread: `on_change()` after a listing or a watch batch,
+    `on_invalid(value)` for each newly skipped value, `on_unavailable(why)` when a
+    listing fails (follow retries: at the next change of etcd's health, or after a
+    back-off).
+    """
+
+    def __init__(
+        self,
+        etcd: Etcd,
+        cluster: str | None = None,
+        *,
+        on_change: Callable[[], None] = lambda: None,
+        on_invalid: Callable[[InvalidValue], None] = _ignore,
+        on_unavailable: Callable[[str], None] = _ignore,
+        timeout_s: float = defaults.MATRIX_READ_TIMEOUT_S,
+    ) -> None:
+        self.etcd = etcd
+        self.cluster = cluster
+        self.on_change = on_change
+        self.on_invalid = on_invalid
+        self.on_unavailable = on_unavailable
+        self.timeout_s = timeout_s
+        self.listed = trio.Event()
+        self.invalid_values = 0
+        self.resyncs = 0
+        self._reports: dict[str, HealthReport] = {}
+        self._invalid: dict[str, int] = {}  # key -> revision of the value skipped
+
+    def reports(self) -> list[HealthReport]:
+        return list(self._reports.values())
+
+    async def follow(self) -> None:
+        """List, then watch, until cancelled. Never raises on etcd errors or bad values."""
+        prefix = keys.health_prefix(self.cluster)
+        backoff = Backoff(defaults.ETCD_RECONNECT_MIN_S, defaults.ETCD_RECONNECT_MAX_S)
+        while True:
+            try:
+                found, invalid, revision = await list_reports(
+                    self.etcd, self.cluster, timeout_s=self.timeout_s
+                )
+            except (EtcdError, trio.TooSlowError) as error:
+                why = str(error) or f"etcd {self.etcd.description}: no answer in time"
+                self.on_unavailable(why)
+                with trio.move_on_after(backoff.next_delay_s()):
+                    await self.etcd.health.wait_changed()
+                continue
+            backoff.reset()
+            if self.listed.is_set():
+                self.resyncs += 1
+            self._reports = found
+            self._invalid = {k: r for k, r in self._invalid.items() if k not in found}
+            for value in invalid:
+                self._skip(value)
+            self.listed.set()
+            self.on_change()
+            try:
+                async with self.etcd.watch_prefix(prefix, start_revision=revision + 1) as watch:
+                    async for batch in watch:
+                        self.apply(batch.events)
+                        self.on_change()
+            except ResyncNeeded as error:
+                log.warning("health reports under %s: %s; listing again", prefix, error)
+
+    def apply(self, events: Iterable[WatchEvent]) -> None:
+        """Apply watched events (pure state change, for `follow` and for tests)."""
+        for event in events:
+            self._reports.pop(event.key, None)
+            if event.kind is EventKind.DELETE:
+                self._invalid.pop(event.key, None)
+                continue
+            decoded = decode_report(event.key, event.value, event.mod_revision)
+            if isinstance(decoded, InvalidValue):
+                self._skip(decoded)
+            else:
+                self._invalid.pop(event.key, None)
+                self._reports[event.key] = decoded
+
+    def _skip(self, value: InvalidValue) -> None:
+        if self._invalid.get(value.key) == value.mod_revision:
+            return  # told already
+        self._invalid[value.key] = value.mod_revision
+        self.invalid_values += 1
+        log.debug("skipping invalid health entry %s", value)
+        self.on_invalid(value)

@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from meshhealth import codec, keys
-from meshhealth.cli.watch_cmd import feed_target
+from meshhealth.cli.watch_feed import feed_target
 from meshhealth.cli.watch_state import (
     PathView,
     WatchState,
@@ -204,7 +204,9 @@ def test_frame_text_shows_header_rows_and_disconnection() -> None:
     assert "Cluster health: 0/2 reachable" in text
     assert re.search(r"node2 .*timeout", text)
     state.mode = "matrix"
-    assert "needs --etcd" in frame_text(state, now=T0, width=120)
+    assert "matrix: loading…; press m for the list" in frame_text(state, now=T0, width=120)
+    state.matrix_note = "matrix: a TCP feed carries only what its node sees"
+    assert "only what its node sees; press m" in frame_text(state, now=T0, width=120)
 
 
 # --- the command, against real agents -------------------------------------------------
@@ -359,8 +361,15 @@ def test_live_view_under_tmux(tmp_path: Path, etcd_server: EtcdServer) -> None:
             assert "2/3 reachable" in fault
             n2.signal(signal.SIGCONT)
             tmux.wait_screen(lambda s: "3/3 reachable" in s, "n2 recovered", timeout_s=10)
-            tmux("send-keys", "-t", "w", "m")
-            tmux.wait_screen(lambda s: "needs --etcd" in s, "matrix note", timeout_s=5)
+            tmux("send-keys", "-t", "w", "m")  # the agent's matrix: a row per node
+            tmux.wait_screen(
+                lambda s: (
+                    "each row is what that node sees" in s
+                    and all(re.search(rf"^ *{n} +● +● +●", s, re.M) for n in ("n1", "n2", "n3"))
+                ),
+                "the agent's matrix",
+                timeout_s=10,
+            )
             tmux("send-keys", "-t", "w", "q")
             tmux.wait_screen(lambda s: "WATCH-EXIT=0" in s, "q quits", timeout_s=5)
             tmux(

@@ -20,6 +20,7 @@ from typing import Any, Literal, cast
 
 from meshhealth import defaults
 from meshhealth.documents.feed import LaggingMessage, PathMessage, RoundMessage, SnapshotMessage
+from meshhealth.documents.matrix import MatrixDocument
 from meshhealth.documents.reachability import Reachability, statuses_reachability
 from meshhealth.documents.status_schema import PathDocument, StatusDocument
 from meshhealth.model import STATUS_TEXT, HealthReport, ProbeStatus, Protocol, TargetType, path_name
@@ -75,7 +76,9 @@ class WatchState:
     etcd_error: str | None = None
     last_update: float | None = None  # unix seconds of the newest message
     mode: Literal["list", "matrix"] = "list"
-    matrix: Any = None  # meshhealth.documents.matrix.Matrix with --etcd, else None
+    matrix: MatrixDocument | None = None  # from the agent's admin API, or built (--etcd)
+    matrix_note: str = ""  # why there is no matrix (yet)
+    invalid_values: int = 0  # values in etcd skipped because they do not decode (--etcd)
     note: str = ""
 
     @property
@@ -256,7 +259,11 @@ def aggregate_paths(reports: Iterable[HealthReport]) -> dict[NodeRef, dict[str, 
 
 
 def apply_health_reports(
-    state: WatchState, reports: list[HealthReport], *, now: float, matrix: Any = None
+    state: WatchState,
+    reports: list[HealthReport],
+    *,
+    now: float,
+    matrix: MatrixDocument | None = None,
 ) -> list[Change]:
     """The list view from every node's published report (and the matrix, when given)."""
     state.last_update = now

@@ -138,6 +138,11 @@ def header(state: WatchState, *, now: float) -> Text:
     text.append(f"   probe time: {iso(state.probe_time)} ({ago(now, state.probe_time)} ago)")
     if state.last_update is not None and state.connection == "connected":
         text.append(f"   last update {ago(now, state.last_update)} ago")
+    if state.invalid_values:
+        count = state.invalid_values
+        text.append(
+            f"   {count} invalid entr{'y' if count == 1 else 'ies'} skipped", style="yellow"
+        )
     if state.note:
         text.append(f"\n{state.note}", style="yellow")
     return text
@@ -173,29 +178,28 @@ def list_view(state: WatchState, *, now: float) -> list[RenderableType]:
 
 
 def matrix_view(state: WatchState) -> list[RenderableType]:
-    """Rows: source nodes (who probes); columns: targets (meshhealth.documents.matrix)."""
+    """Rows: source nodes (who probes); columns: targets (the matrix document of
+    meshhealth.documents.matrix, from the agent or built from etcd)."""
     matrix = state.matrix
     if matrix is None:
-        return [
-            Text(
-                "matrix: needs --etcd URLS (this agent's feed carries only what this node "
-                "sees); press m for the list",
-                style="yellow",
-            )
-        ]
+        note = state.matrix_note or "matrix: loading…"
+        return [Text(f"{note}; press m for the list", style="yellow")]
     title = Text("matrix: each row is what that node sees of each column", style="bold")
     table = Table(box=None)
     table.add_column("source", no_wrap=True)
-    for _cluster, name in matrix.columns:
-        table.add_column(name, justify="center", no_wrap=True)
-    for row in matrix.rows:
-        label = f"{row.source[1]}" + (" (stale)" if row.stale else "")
+    for node in matrix["nodes"]:
+        table.add_column(node["name"], justify="center", no_wrap=True)
+    for row in matrix["rows"]:
+        label = row["name"] + (" (stale)" if row["stale"] else "")
         cells = [
-            Text(MATRIX_SYMBOL.get(cell.state, "?"), style=MATRIX_COLOUR.get(cell.state, "grey50"))
-            for cell in row.cells
+            Text(
+                MATRIX_SYMBOL.get(cell["state"], "?"),
+                style=MATRIX_COLOUR.get(cell["state"], "grey50"),
+            )
+            for cell in row["cells"]
         ]
         table.add_row(label, *cells)
-    lines = [Text(line) for line in getattr(matrix, "lines", ())]
+    lines = [Text(line) for line in matrix["summary"]["lines"]]
     legend = Text("● reachable  ✗ unreachable  ? stale report  · unknown", style="grey50")
     return [title, table, legend, *lines]
 

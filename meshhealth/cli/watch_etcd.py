@@ -1,0 +1,113 @@
+"""`meshhealth watch --etcd`: the view from every node's published health report.
+
+The reports are listed once, then followed with a prefix watch that resumes after etcd
+restarts (meshhealth.matrix_source.HealthReports): etcd sends what changes, nothing is
+polled. The list view aggregates what every source sees of each node; the matrix view
+is the matrix of meshhealth.documents.matrix. Both are rebuilt from the reports held in
+memory every `rebuild_s` as well, so a report that stops being refreshed turns stale
+on screen. A value that does not decode is skipped, counted in the header and reported
+once (a line in the plain output; one line on stderr with `--once`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import trio
+
+from meshhealth import defaults
+from meshhealth.cli.watch_cmd import Event, Notify, WatchError
+from meshhealth.cli.watch_state import WatchState, apply_health_reports
+from meshhealth.documents.matrix import build_matrix, matrix_document
+from meshhealth.kvstore import Etcd, EtcdError, open_etcd
+from meshhealth.kvstore.endpoints import parse_endpoints
+from meshhealth.kvstore.etcd_config import EtcdAccess
+from meshhealth.matrix_source import HealthReports, InvalidValue, list_reports
+from meshhealth.model import HealthReport
+
+
+def show_reports(state: WatchState, reports: list[HealthReport], notify: Notify) -> None:
+    now = time.time()
+    matrix = matrix_document(build_matrix(reports, now=now))
+    notify(apply_health_reports(state, reports, now=now, matrix=matrix))
+
+
+def _connected(state: WatchState, etcd: Etcd, event: Event) -> None:
+    if state.connection != "connected":
+        event(f"reading {etcd.description}")
+    state.connection, state.connection_detail = "connected", ""
+    state.etcd_up, state.etcd_error = True, None
+
+
+def _disconnected(state: WatchState, why: str, event: Event) -> None:
+    if state.connection != "disconnected":
+        event(f"etcd unavailable: {why}; retrying")
+    state.connection, state.connection_detail = "disconnected", why
+    state.etcd_up, state.etcd_error = False, why
+
+
+async def read_once(state: WatchState, urls: str | EtcdAccess, notify: Notify, warn: Event) -> None:
+    """One listing (`--once`); WatchError when etcd cannot be read."""
+    async with open_etcd(urls, liveness=False) as etcd:
+        try:
+            found, invalid, _ = await list_reports(
+                etcd, None, timeout_s=defaults.MATRIX_READ_TIMEOUT_S
+            )
+        except EtcdError as exc:
+            raise WatchError(str(exc)) from None
+        except trio.TooSlowError:
+            raise WatchError(f"etcd {etcd.description}: no answer in time") from None
+        for value in invalid:
+            warn(f"skipped invalid health entry {value}")
+        state.invalid_values = len(invalid)
+        _connected(state, etcd, lambda text: None)
+        show_reports(state, list(found.values()), notify)
+
+
+async def run_etcd(
+    state: WatchState,
+    urls: str | EtcdAccess,
+    notify: Notify,
+    event: Event,
+    *,
+    once: bool,
+    rebuild_s: float,
+) -> None:
+    """Follow every node's health report until cancelled (`once`: read them once)."""
+    try:
+        if isinstance(urls, str):
+            parse_endpoints(urls)
+    except ValueError as exc:
+        raise WatchError(f"--etcd: {exc}") from None
+    if once:
+        await read_once(state, urls, notify, event)
+        return
+    async with open_etcd(urls) as etcd:
+
+        def on_invalid(value: InvalidValue) -> None:
+            state.invalid_values = reports.invalid_values
+            event(f"skipping invalid health entry {value}")
+
+        def on_change() -> None:
+            _connected(state, etcd, event)
+            show_reports(state, reports.reports(), notify)
+
+        def on_unavailable(why: str) -> None:
+            _disconnected(state, why, event)
+            notify([])
+
+        reports = HealthReports(
+            etcd, on_change=on_change, on_invalid=on_invalid, on_unavailable=on_unavailable
+        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reports.follow)
+            await reports.listed.wait()
+            while True:
+                # etcd's health (the watch resumes by itself once etcd is back), and the
+                # age of the reports, shown every `rebuild_s`.
+                with trio.move_on_after(rebuild_s):
+                    await etcd.health.wait_changed()
+                if etcd.health.up:
+                    on_change()
+                elif etcd.health.changes:
+                    on_unavailable(etcd.health.last_error)
