@@ -306,3 +306,22 @@ async def test_agent_feed_snapshot_then_deltas_and_a_stopped_peer(
                     ):
                         break
         print(f"n2 node/http failing on the feed {failed_after_s:.2f}s after SIGSTOP")
+
+
+async def test_clients_that_vanish_mid_send_do_not_stop_the_feed(tmp_path: Path) -> None:
+    """A viewer that goes away while the server writes to it (watch --once exits right
+    after its snapshot) ends its own connection only: the feed keeps serving."""
+    prober = FakeProber(nodes=600)  # rounds larger than the socket buffers
+    hub = FeedHub(prober.status, window=5)
+    async with served_hub(tmp_path, hub) as (path, _port):
+        for _ in range(20):
+            stream = await trio.open_unix_socket(path)
+            async with trio.open_nursery() as nursery:
+                ws = await wrap_client_stream(nursery, stream, "localhost", FEED_PATH)
+                assert (await next_json(ws))["type"] == "snapshot"
+                prober.round(hub, rtt_s=1e-3)  # queued for this client, being sent
+                await stream.aclose()  # gone without a close frame
+                nursery.cancel_scope.cancel()
+            await poll(lambda: not hub.clients, 5, "the vanished client detached")
+        async with ws_client(unix_path=path) as fresh:
+            assert (await next_json(fresh))["type"] == "snapshot"

@@ -235,7 +235,7 @@ async def handle_feed_stream(stream: trio.abc.Stream, hub: FeedHub, name: str) -
                     inner.start_soon(_ignore_incoming, ws, inner.cancel_scope)
                     await _pump(ws, client)
                     inner.cancel_scope.cancel()
-        except ConnectionClosed:
+        except* ConnectionClosed:  # the viewer went away, also while a send was running
             pass
         finally:
             hub.detach(client)
@@ -243,6 +243,8 @@ async def handle_feed_stream(stream: trio.abc.Stream, hub: FeedHub, name: str) -
                 closing.shield = True
                 code = CLOSE_LAGGING if client.queue.lagging else 1000
                 await ws.aclose(code, "lagging" if client.queue.lagging else None)
+            with trio.CancelScope(shield=True):
+                await stream.aclose()  # ws.aclose leaves it open when the viewer cut first
             nursery.cancel_scope.cancel()
 
 
