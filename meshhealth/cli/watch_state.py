@@ -134,7 +134,10 @@ def _update_path(
     node.paths[name] = new
     if old is not None and old.status == new.status and old.text == new.text:
         return []
-    return [Change(new.last_probed, node.label, name, None if old is None else old.text, new.text)]
+    # A path never probed (an agent that restarted) has no probe time: the change is
+    # dated when this viewer learnt it.
+    at = new.last_probed if new.last_probed is not None else state.last_update
+    return [Change(at, node.label, name, None if old is None else old.text, new.text)]
 
 
 def _node(state: WatchState, cluster: str, name: str) -> NodeView:
