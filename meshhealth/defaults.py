@@ -124,6 +124,11 @@ DEFAULT_CLUSTER: Final = "default"
 ADMIN_SOCKET: Final = "/run/meshhealth/health.sock"
 # Owner and group may talk to the agent (give operators the group), nobody else.
 ADMIN_SOCKET_MODE: Final = 0o660
+# An existing socket file at the admin (or feed) path is in use when something accepts a
+# connection on it within this time; otherwise it is a crashed agent's, and replaced.
+ADMIN_SOCKET_LIVE_CHECK_TIMEOUT_S: Final = 1.0
+# Connections the kernel queues on the admin and feed unix sockets before we accept them.
+UNIX_SOCKET_BACKLOG: Final = 128
 # A client must send a whole request within this time (the admin API and /metrics).
 ADMIN_READ_TIMEOUT_S: Final = 5.0
 # Connections served at once on the admin socket; more are closed at once.

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_client_stream
 
 from meshhealth.agent.probe_results import ProbeResults
@@ -169,7 +170,7 @@ async def test_fifty_clients_get_snapshot_paths_and_rounds(tmp_path: Path) -> No
         await poll(lambda: len(hub.clients) == 50, 10, "50 clients connected")
         for number in range(1, rounds + 1):
             prober.round(hub, rtt_s=number * 1e-3)
-            await trio.sleep(0.05)
+            await trio.testing.wait_all_tasks_blocked(0.01)  # the clients took it
     assert len(seen) == 50
     for latest in seen:  # every client ends with the newest value of every path
         assert len(latest) == 20
@@ -220,7 +221,7 @@ async def test_slow_client_is_told_it_lags_then_closed(tmp_path: Path) -> None:
         await poll(lambda: len(hub.clients) == 1, 5, "connected")
         for _ in range(3):
             prober.round(hub, rtt_s=1e-3)
-            await trio.sleep(0.05)
+            await trio.testing.wait_all_tasks_blocked(0.01)  # its queue stopped draining
             if hub.stats.lagging_total:
                 break
         assert hub.stats.lagging_total == 1

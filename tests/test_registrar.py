@@ -94,8 +94,11 @@ async def test_register_is_visible_with_etcdctl_and_revoked_on_shutdown(
                     "10.1.0.2", "10.0.0.1", "n1", 4, ("reserved:health",)
                 ),
             }
-            # Outlives its TTL: the keepalive works.
-            await trio.sleep(TTL_S * 1.5)
+            # Outlives its TTL: the keepalive works (a refresh every TTL/3; five of them
+            # span more than the TTL after the registration).
+            registered_at = trio.current_time()
+            await poll_until(lambda: registrar.refreshes >= 5, TTL_S * 4, what="5 keepalives")
+            assert trio.current_time() - registered_at > TTL_S
             assert len(await entries_in_etcd(etcd_server)) == 3
             assert registrar.registered
         # Clean shutdown: the lease is revoked, the entries are gone at once (no polling).
@@ -202,9 +205,8 @@ async def test_starts_while_etcd_is_down_and_registers_when_it_comes_up(
         entered = trio.current_time()
         async with running(registrar):
             assert trio.current_time() - entered < 1.0  # started() at once, etcd down
-            await trio.sleep(0.5)
+            await poll_until(lambda: "unreachable" in registrar.last_error, 5.0, what="a try")
             assert not registrar.first_registered.is_set()
-            assert "unreachable" in registrar.last_error
             await trio.to_thread.run_sync(etcd_server.start)
             took = await poll_until(lambda: registrar.registered, 8.0, what="registered")
             print(f"registered {took:.2f} s after etcd started")
@@ -217,7 +219,7 @@ async def test_survives_etcd_kill_and_restart(etcd_server: EtcdServer) -> None:
             with trio.fail_after(5):
                 await registrar.first_registered.wait()
             await trio.to_thread.run_sync(etcd_server.kill)
-            await trio.sleep(TTL_S)  # down for a whole TTL
+            await trio.sleep(TTL_S)  # the outage under test: etcd down for a whole TTL
             await trio.to_thread.run_sync(etcd_server.start)
             restarted = trio.current_time()
             # etcd keeps leases across restarts: the keepalive resumes on the same lease.
@@ -235,10 +237,14 @@ async def test_reregisters_after_etcd_lost_its_data(etcd_server: EtcdServer) -> 
         async with running(registrar):
             with trio.fail_after(5):
                 await registrar.first_registered.wait()
-            first_lease = registrar.lease_id
+            first_lease, seen = registrar.lease_id, registrar.changes
             await trio.to_thread.run_sync(lambda: etcd_server.restart(wipe_data=True))
             restarted = trio.current_time()
-            await poll_until(lambda: registrar.registrations == 2, TTL_S + 5.0)
+            with trio.fail_after(TTL_S + 5.0):  # the events the publisher waits on
+                seen = await registrar.wait_changed(seen)  # the lease is lost...
+                assert registrar.lease_id is None
+                while registrar.registrations < 2:  # ... and a new one taken
+                    seen = await registrar.wait_changed(seen)
             took = trio.current_time() - restarted
             print(f"re-registered {took:.2f} s after a wiped etcd came back")
             assert registrar.lease_id != first_lease

@@ -81,7 +81,8 @@ class Registrar:
     State for the admin API and metrics: `registered`, `lease_id`, `registrations`
     (successful registrations), `re_registrations` (after a lost lease or lost
     entries), `lease_losses`, `last_error`, `refreshed_at` (trio clock of the last
-    confirmed keepalive); `first_registered` is set after the first registration.
+    confirmed keepalive), `refreshes` (confirmed keepalives); `first_registered` is set
+    after the first registration.
     `wait_changed(seen)` returns when `lease_id` or `registrations` changed since the
     `changes` count `seen` (the publisher writes under the new lease at once).
     """
@@ -100,6 +101,7 @@ class Registrar:
         self.lease_losses = 0
         self.last_error = ""
         self.refreshed_at = 0.0  # trio.current_time() of the last confirmed refresh
+        self.refreshes = 0
         self.changes = 0  # changes of lease_id or registrations
         self._changed = trio.Event()
 
@@ -252,6 +254,7 @@ class Registrar:
                 ttl = await self.etcd.lease_keepalive_once(lease_id)
                 if ttl > 0:
                     self.refreshed_at = trio.current_time()
+                    self.refreshes += 1
                     await self._check_entries(lease_id)
             except EtcdError as error:
                 # The lease may well survive (etcd keeps leases across restarts): keep

@@ -14,9 +14,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
-# How long a stale-socket check waits for an answer on an existing socket file.
-_LIVE_CHECK_TIMEOUT_S = 1.0
-_LISTEN_BACKLOG = 128
+from meshhealth import defaults
 
 
 class AdminSocketError(Exception):
@@ -26,7 +24,7 @@ class AdminSocketError(Exception):
 async def _someone_answers(socket_path: str) -> bool:
     """True when a server accepts connections on this unix socket."""
     try:
-        with trio.fail_after(_LIVE_CHECK_TIMEOUT_S):
+        with trio.fail_after(defaults.ADMIN_SOCKET_LIVE_CHECK_TIMEOUT_S):
             stream = await trio.open_unix_socket(socket_path)
     except (ConnectionRefusedError, FileNotFoundError):
         return False
@@ -59,7 +57,7 @@ async def _bind_unix_listener(socket_path: str, mode: int) -> tuple[trio.SocketL
     try:
         await sock.bind(socket_path)
         os.chmod(socket_path, mode)
-        sock.listen(_LISTEN_BACKLOG)
+        sock.listen(defaults.UNIX_SOCKET_BACKLOG)
         inode = os.stat(socket_path).st_ino
     except OSError as exc:
         sock.close()
