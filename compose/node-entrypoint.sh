@@ -66,6 +66,7 @@ pod_net="${MH_POD_NET:-10.80}"
 cidr="${MESHHEALTH_CIDR:-$pod_net.$index.0/24}"
 health_ip="${MESHHEALTH_HEALTH_IP:-$pod_net.$index.2}"
 metrics_listen="${MESHHEALTH_METRICS_LISTEN:-$node_ip:9962}"
+web_listen="${MESHHEALTH_WEB_LISTEN:-$node_ip:9963}"
 
 # The pod range is reachable only through the routes the agent programs from etcd
 # (--route-cidrs): without one, a CIDR is unreachable here instead of following the
@@ -83,4 +84,5 @@ exec meshhealth agent \
     --cidr "$cidr" \
     --health-ip "$health_ip" \
     --metrics-listen "$metrics_listen" \
+    --web-listen "$web_listen" \
     "$@"

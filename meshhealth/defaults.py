@@ -239,6 +239,19 @@ WATCH_RETRY_MAX_S: Final = 2.0
 # RTTs kept per path for the view's sparkline.
 WATCH_SPARKLINE_POINTS: Final = 20
 
+# --- web page (meshhealth.agent.serving.web_server, meshhealth.agent.path_history) ----
+# One-minute summaries kept per own path for the page's sparkline: one hour, ~1.6 KB a path.
+PATH_HISTORY_MINUTES: Final = 60
+# The port the labs give `--web-listen` (next to the metrics' 9962).
+WEB_PORT: Final = 9963
+# Page viewers' HTTP connections at once (a page holds 1-2 plus its WebSocket).
+WEB_MAX_CONNECTIONS: Final = 64
+# A request (its head) must arrive within this time; idle keep-alive connections close.
+WEB_READ_TIMEOUT_S: Final = 10.0
+# The matrix the page shows is read from etcd at most once per this share of the probe
+# interval, however many viewers ask: viewers add no etcd load beyond that.
+WEB_MATRIX_MAX_AGE_FRACTION: Final = 0.5
+
 # --- suspicion (meshhealth.diagnosis.suspicion, docs/diagnosis.md) --------------------
 # Shortest suspicion time, in probe intervals, scaled by max(1, log10(N)): half an interval
 # at N <= 10 (5 s), so the second failure in a row (one interval later, whatever the round

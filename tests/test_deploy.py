@@ -203,7 +203,7 @@ def exported_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[set[s
         text, _ = wait_for(
             agent.metrics_text,
             lambda text: "# TYPE meshhealth_rounds_total" in text,
-            20.0,
+            60.0,  # generous: a loaded CI machine starts Python slowly
             what="the agent's /metrics",
         )
     names: set[str] = set()

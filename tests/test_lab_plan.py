@@ -131,7 +131,8 @@ def test_agent_argv_one_cluster() -> None:
         *("--node-ip", "10.77.0.1", "--health-ip", "10.78.1.2", "--cidr", "10.78.1.0/24"),
         *("--socket", "/run/meshhealth/lab/mh/lab1/node1.sock", "--health-mode", "netns"),
         *("--health-netns", "mh-lab1-node1-ep"),
-        *("--route-cidrs", "--metrics-listen", "10.77.0.1:9962", "--interval", "2"),
+        *("--route-cidrs", "--metrics-listen", "10.77.0.1:9962"),
+        *("--web-listen", "10.77.0.1:9963", "--interval", "2"),
     ]
 
 

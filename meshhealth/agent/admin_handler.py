@@ -25,7 +25,7 @@ from meshhealth.agent.membership.registrar import Registrar
 from meshhealth.agent.probe_results import ProbeResults
 from meshhealth.agent.prober_loop import ProberLoop
 from meshhealth.agent.serving.admin_api import EncodedJson
-from meshhealth.documents.matrix import MatrixDocument, matrix_document
+from meshhealth.documents.matrix import Matrix, MatrixDocument, matrix_document
 from meshhealth.documents.status import (
     EtcdState,
     LocalNode,
@@ -123,12 +123,17 @@ class AgentAdminHandler:
     async def matrix(self) -> MatrixDocument:
         """GET /v1/matrix: read on request (no background watch: zero etcd load when
         nobody asks) from this cluster's etcd and every admitted remote's."""
+        return matrix_document(await self.read_matrix())
+
+    async def read_matrix(self) -> Matrix:
+        """The matrix from this cluster's etcd and every admitted remote's (the web page
+        reads it too)."""
         sources = [MatrixSource(cluster, etcd) for cluster, etcd in self.members.etcd_sources()]
         extra_nodes = [(t.cluster, t.node) for t in self.members.targets()]
         matrix, skipped = await read_matrix(sources, now=time.time(), extra_nodes=extra_nodes)
         if skipped:
             self._invalid_health.inc(skipped)
-        return matrix_document(matrix)
+        return matrix
 
     async def probe_now(self) -> EncodedJson:
         """PUT /v1/status/probe: a round that starts now; the document once it ended."""

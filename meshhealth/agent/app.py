@@ -37,6 +37,7 @@ from meshhealth.agent.membership.registrar import NodeNameTaken
 from meshhealth.agent.serving.admin_api import AdminSocketError, serve_admin_api
 from meshhealth.agent.serving.feed_server import serve_feed_tcp, serve_feed_unix
 from meshhealth.agent.serving.metrics_server import serve_metrics
+from meshhealth.agent.serving.web_server import WebData, serve_web
 from meshhealth.documents.feed import feed_socket_path
 from meshhealth.kvstore import open_etcd
 from meshhealth.kvstore.etcd_config import EtcdConfigError
@@ -73,6 +74,18 @@ async def _start(
         raise AgentStartError(f"cannot {what}: {error.strerror}") from None
 
 
+def web_data(parts: AgentComponents) -> WebData:
+    """What `--web-listen` serves, from the agent's own components."""
+    return WebData(
+        local=(parts.config.cluster, parts.config.node),
+        interval_s=parts.config.interval_s,
+        status=parts.admin.status_document,
+        read_matrix=parts.admin.read_matrix,
+        history=parts.history,
+        feed=parts.feed,
+    )
+
+
 async def _start_serving(nursery: trio.Nursery, parts: AgentComponents) -> None:
     """The admin API, the live feed, /metrics and the /hello responder."""
     config = parts.config
@@ -85,6 +98,10 @@ async def _start_serving(nursery: trio.Nursery, parts: AgentComponents) -> None:
         host, port = config.feed_listen
         what = f"serve the feed on {host}:{port}"
         await _start(nursery, what, serve_feed_tcp, host, port, parts.feed)
+    if config.web_listen is not None:
+        host, port = config.web_listen
+        what = f"serve the web page on {host}:{port}"
+        await _start(nursery, what, serve_web, host, port, web_data(parts))
     if config.metrics_listen is not None:
         host, port = config.metrics_listen
         what = f"serve metrics on {host}:{port}"

@@ -12,7 +12,8 @@ Who holds what:
 - probing: `loop` (a round every interval or on request), `results` (the one record
   of results), `sink` (what follows each result and each round);
 - serving: `admin` (the admin API's answers), `feed` (the live feed's hub), `registry`
-  (what /metrics exposes), `responder_stats` (the /hello responder);
+  (what /metrics exposes), `responder_stats` (the /hello responder), `history` (an hour
+  of one-minute summaries per own path, for the web page);
 - `endpoint`: the health endpoint supervisor (None without a HealthIP or in mode none).
 
 Every metric handle is given to the component that counts; what other packages count
@@ -39,6 +40,7 @@ from meshhealth.agent.membership.probe_targets import ProbeTargets
 from meshhealth.agent.membership.publisher import Publisher
 from meshhealth.agent.membership.registrar import Registrar
 from meshhealth.agent.metric_readings import read_at_scrape
+from meshhealth.agent.path_history import PathHistory
 from meshhealth.agent.probe_results import ProbeResults
 from meshhealth.agent.prober_loop import ProberLoop
 from meshhealth.agent.round_sink import RoundSink
@@ -74,6 +76,7 @@ class AgentComponents:
     endpoint: HealthEndpoint | None
     routes: RouteProgrammer | None
     peer_nodes: PeerNodes | None
+    history: PathHistory
 
 
 def node_entry(config: AgentConfig, started_at: float) -> Node:
@@ -127,7 +130,8 @@ def build_components(
 
     results = ProbeResults(local, window=config.stats_window)
     feed = FeedHub(results)
-    sink = RoundSink(results, metrics, publisher, feed)
+    history = PathHistory()
+    sink = RoundSink(results, metrics, publisher, feed, history)
     loop = ProberLoop(
         probe_set=members.targets,
         run_round=partial(
@@ -189,4 +193,5 @@ def build_components(
         endpoint=endpoint,
         routes=routes,
         peer_nodes=peer_nodes,
+        history=history,
     )

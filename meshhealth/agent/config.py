@@ -57,6 +57,7 @@ class AgentConfig:
     stats_window: int = defaults.STATS_WINDOW
     feed_listen: tuple[str, int] | None = None
     health_netns: str | None = None  # None: mh-health-<cluster>-<node>
+    web_listen: tuple[str, int] | None = None  # the live web page (docs/ui.md)
     # etcd TLS and user (meshhealth.agent.etcd_access turns them into an EtcdAccess);
     # `etcd` is () when it comes from the --etcd-config file.
     etcd_config: str | None = None
@@ -194,6 +195,13 @@ OPTIONS: tuple[Option, ...] = (
         values.listen,
         None,
         "also serve the live WebSocket feed (meshhealth watch --url) on IP:PORT",
+        metavar="IP:PORT",
+    ),
+    Option(
+        "web_listen",
+        values.listen,
+        None,
+        "serve the live web page of the mesh (docs/ui.md) on IP:PORT",
         metavar="IP:PORT",
     ),
     Option(

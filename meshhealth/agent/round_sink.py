@@ -9,7 +9,8 @@ watches, onto the live feed. Each finished round updates, in this order: the rec
 (nodes that left are forgotten, the summaries taken), the metrics (round duration,
 RTTs, the status gauges), the publisher (it decides whether etcd needs a write) and
 the feed (the `round` message, built from the status document, which has the round by
-then).
+then). With a PathHistory, the round also goes into its one-minute summaries (the web
+page's sparklines).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from meshhealth.agent.agent_metrics import AgentMetrics
+from meshhealth.agent.path_history import PathHistory
 from meshhealth.agent.probe_results import ProbeResults
 from meshhealth.model import PathKey, PathReport, PathSummary, ProbeResult, RoundReport
 
@@ -51,11 +53,13 @@ class RoundSink:
         metrics: AgentMetrics,
         publisher: RoundPublisher,
         feed: RoundFeed,
+        history: PathHistory | None = None,
     ) -> None:
         self.results = results
         self.metrics = metrics
         self.publisher = publisher
         self.feed = feed
+        self.history = history
 
     def on_result(self, report: PathReport) -> None:
         """One path result, as its probe ends (never blocks)."""
@@ -71,6 +75,9 @@ class RoundSink:
         self.metrics.observe_round(report)
         self.metrics.sync_connectivity(report.targets, summaries)
         self.publisher.note_round(report, summaries)
+        if self.history is not None:
+            self.history.record_round(report)
+            self.history.retain_targets(report.targets)
         log.debug(
             "round of %d paths to %d nodes took %.3fs, %d failing",
             len(report.paths),

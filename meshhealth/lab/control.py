@@ -224,4 +224,6 @@ def status_lines(st: S.LabState, plan: P.LabPlan, present_netns: set[str]) -> li
             except (OSError, ValueError, KeyError) as exc:
                 line = f"no answer on {node.socket}: {exc}"
             lines.append(f"  {node.qualified:<12} {line}")
+        lines.append("web pages (reachable inside the lab, see docs/ui.md):")
+        lines += [f"  {node.qualified:<12} {node.web_url}" for node in plan.nodes]
     return lines

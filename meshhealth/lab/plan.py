@@ -78,6 +78,15 @@ class NodePlan:
         return f"{self.netns}-ep"
 
     @property
+    def web_listen(self) -> str:
+        """`--web-listen`: the live page on the NodeIP (reachable inside the lab)."""
+        return f"{self.node_ip}:{defaults.WEB_PORT}"
+
+    @property
+    def web_url(self) -> str:
+        return f"http://{self.web_listen}/"
+
+    @property
     def qualified(self) -> str:
         """`lab1/node2`: the name users type and status prints."""
         return f"{self.cluster}/{self.name}"
@@ -257,6 +266,8 @@ def agent_argv(
         "--route-cidrs",
         "--metrics-listen",
         node.metrics_listen,
+        "--web-listen",
+        node.web_listen,
     ]
     if interval_s is not None:
         argv += ["--interval", f"{interval_s:g}"]

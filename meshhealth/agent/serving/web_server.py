@@ -1,0 +1,343 @@
+"""`--web-listen IP:PORT`: the live web page of the mesh, its JSON and its WebSocket feed.
+
+    data = WebData(local=("lab1", "node1"), interval_s=10, status=agent.status_document,
+                   read_matrix=read, history=path_history, feed=feed_hub)
+    port = await nursery.start(serve_web, "10.77.0.1", 9963, data)
+
+One TCP port serves everything the page needs, all from the package (no CDN):
+
+    GET /, /app.js, /style.css   the page (meshhealth/web/), read once at start
+    GET /v1/web/status           the status document (docs/status.md)
+    GET /v1/web/matrix           the matrix, one character per cell (web_views)
+    GET /v1/web/cell?source=C/N&target=C/N
+                                 one cell's paths; this agent's own row adds its
+                                 percentiles and the last hour
+    GET /v1/feed (Upgrade: websocket)   the live feed of `meshhealth watch`
+
+The matrix is read from etcd at most once per `max_age_s` whatever the number of viewers
+(`MatrixCache`, single flight). Only GET (and HEAD for the assets) is served; the page
+is read-only. `/v1/web/cell` allows any origin, so that a page opened on one agent can
+show the history another agent keeps of its own paths.
+
+A connection's first request head is read here: a WebSocket upgrade to the feed goes,
+with the bytes already read, to the feed's handler (`ReplayStream`); anything else to an
+h11 loop. The server's own limits (connections, read timeout) are those of
+meshhealth.http_server.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs
+
+import h11
+import trio
+
+from meshhealth import defaults
+from meshhealth.agent.path_history import PathHistory
+from meshhealth.agent.serving.feed_server import FeedHub, handle_feed_stream
+from meshhealth.agent.serving.web_views import (
+    cell_document,
+    compact_matrix_document,
+    parse_node_ref,
+)
+from meshhealth.documents.feed import FEED_PATH
+from meshhealth.documents.matrix import Matrix, NodeRef
+from meshhealth.http_server import (
+    ClientGoneError,
+    HttpRequest,
+    HttpResponse,
+    RequestRejectedError,
+    accept_connections,
+    bound_port,
+    open_tcp_listener,
+    read_request,
+    send_response,
+)
+from meshhealth.model import PathKey, Protocol, TargetType, path_name
+
+log = logging.getLogger(__name__)
+
+ASSETS: Mapping[str, tuple[str, str]] = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/index.html": ("index.html", "text/html; charset=utf-8"),
+    "/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/style.css": ("style.css", "text/css; charset=utf-8"),
+}
+JSON = "application/json"
+TEXT = "text/plain; charset=utf-8"
+# The page loads only its own files; it may talk to other agents' /v1/web/cell.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; connect-src 'self' ws: wss: http: https:; img-src 'self' data:; "
+    "frame-ancestors 'none'"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WebData:
+    """What the page shows, as the agent has it."""
+
+    local: NodeRef
+    interval_s: float
+    status: Callable[[], Mapping[str, Any]]  # the status document
+    read_matrix: Callable[[], Awaitable[Matrix]]  # from etcd (every admitted cluster)
+    history: PathHistory
+    feed: FeedHub
+
+
+def load_assets() -> dict[str, bytes]:
+    """The page's files from the package (meshhealth/web/), by file name."""
+    folder = resources.files("meshhealth.web")
+    return {name: folder.joinpath(name).read_bytes() for name, _ in set(ASSETS.values())}
+
+
+class MatrixCache:
+    """The newest matrix, re-read when older than `max_age_s`; one read at a time."""
+
+    def __init__(
+        self,
+        read: Callable[[], Awaitable[Matrix]],
+        max_age_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._read = read
+        self.max_age_s = max_age_s
+        self._clock = clock
+        self._lock = trio.Lock()
+        self._matrix: Matrix | None = None
+        self._read_at = float("-inf")
+        self.reads = 0
+
+    async def get(self) -> Matrix:
+        async with self._lock:
+            if self._matrix is None or self._clock() - self._read_at >= self.max_age_s:
+                self._matrix = await self._read()
+                self._read_at = self._clock()
+                self.reads += 1
+            return self._matrix
+
+
+def _json_response(document: Any, *, headers: tuple[tuple[str, str], ...] = ()) -> HttpResponse:
+    body = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
+    return HttpResponse(200, body, JSON, headers=(("Cache-Control", "no-store"), *headers))
+
+
+def text_error(status_code: int, message: str) -> HttpResponse:
+    return HttpResponse(status_code, f"{message}\n".encode(), TEXT)
+
+
+class WebApp:
+    """Answers the page's requests (everything but the WebSocket)."""
+
+    def __init__(self, data: WebData, assets: Mapping[str, bytes], max_age_s: float) -> None:
+        self.data = data
+        self.assets = assets
+        self.matrix = MatrixCache(data.read_matrix, max_age_s)
+        # The compact document of the cached matrix, encoded once for every viewer.
+        self._compact: tuple[Matrix, bytes] | None = None
+
+    async def handle(self, request: HttpRequest) -> HttpResponse:
+        if request.method not in ("GET", "HEAD"):
+            return HttpResponse(405, b"method not allowed\n", TEXT, headers=(("Allow", "GET"),))
+        asset = ASSETS.get(request.path)
+        if asset is not None:
+            name, content_type = asset
+            return HttpResponse(
+                200,
+                self.assets[name],
+                content_type,
+                headers=(
+                    ("Cache-Control", "no-cache"),
+                    ("Content-Security-Policy", CONTENT_SECURITY_POLICY),
+                    ("X-Content-Type-Options", "nosniff"),
+                ),
+            )
+        if request.path == "/v1/web/status":
+            return _json_response(self.data.status())
+        if request.path == "/v1/web/matrix":
+            return await self._compact_matrix()
+        if request.path == "/v1/web/cell":
+            return await self._cell(request.query)
+        if request.path == FEED_PATH:
+            return text_error(400, f"{FEED_PATH} is a WebSocket: connect with Upgrade: websocket")
+        return text_error(404, f"not found: {request.path}")
+
+    async def _compact_matrix(self) -> HttpResponse:
+        matrix = await self.matrix.get()
+        if self._compact is None or self._compact[0] is not matrix:
+            body = json.dumps(compact_matrix_document(matrix), separators=(",", ":")).encode()
+            self._compact = (matrix, body)
+        return HttpResponse(200, self._compact[1], JSON, headers=(("Cache-Control", "no-store"),))
+
+    async def _cell(self, query: str) -> HttpResponse:
+        params = parse_qs(query)
+        try:
+            source = parse_node_ref(params.get("source", [""])[0])
+            target = parse_node_ref(params.get("target", [""])[0])
+        except ValueError as error:
+            return text_error(400, f"/v1/web/cell?source=C/N&target=C/N: {error}")
+        history = {}
+        if source == self.data.local:
+            now = time.time()
+            for target_type in TargetType:
+                for protocol in Protocol:
+                    key = PathKey(target[0], target[1], target_type, protocol)
+                    history[path_name(target_type, protocol)] = self.data.history.minutes(
+                        key, now=now
+                    )
+        document = cell_document(
+            await self.matrix.get(),
+            source,
+            target,
+            local=self.data.local,
+            status=self.data.status() if source == self.data.local else {},
+            history=history,
+            history_minutes=self.data.history.minutes_kept,
+        )
+        if document is None:
+            return text_error(404, f"no cell {source[0]}/{source[1]} -> {target[0]}/{target[1]}")
+        return _json_response(document, headers=(("Access-Control-Allow-Origin", "*"),))
+
+
+class ReplayStream(trio.abc.Stream):
+    """A stream whose first reads return `prefix` (bytes already read from `inner`)."""
+
+    def __init__(self, inner: trio.abc.Stream, prefix: bytes) -> None:
+        self.inner = inner
+        self._prefix = prefix
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        if self._prefix:
+            size = len(self._prefix) if max_bytes is None else max_bytes
+            chunk, self._prefix = self._prefix[:size], self._prefix[size:]
+            return chunk
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def read_head(
+    stream: trio.abc.Stream, limit: int = defaults.HTTP_SERVER_MAX_HEAD_BYTES
+) -> bytes:
+    """Bytes up to and including the end of the first request head (or all there were
+    when the client stopped early or passed `limit`). The caller sets the deadline."""
+    data = b""
+    while b"\r\n\r\n" not in data and len(data) <= limit:
+        chunk = await stream.receive_some(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def is_feed_upgrade(head: bytes) -> bool:
+    """Whether a request head asks for the feed's WebSocket (pure)."""
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or parts[0] != b"GET":
+        return False
+    if parts[1].split(b"?", 1)[0].decode("latin-1") != FEED_PATH:
+        return False
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if sep and name.strip().lower() == b"upgrade":
+            return value.strip().lower() == b"websocket"
+    return False
+
+
+async def _serve_http(stream: trio.abc.Stream, app: WebApp, read_timeout_s: float) -> None:
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=defaults.HTTP_SERVER_MAX_HEAD_BYTES)
+    while True:
+        try:
+            with trio.fail_after(read_timeout_s):
+                request = await read_request(stream, conn, max_body_bytes=0)
+        except trio.TooSlowError:
+            return
+        except RequestRejectedError as error:
+            response = text_error(error.status_code, str(error))
+            with trio.move_on_after(read_timeout_s):
+                await _send(stream, conn, response, head_only=False, close=True)
+            return
+        try:
+            response = await app.handle(request)
+        except Exception:  # one failing request must not stop the page: log, answer 500
+            log.exception("web: %s %s failed", request.method, request.path)
+            response = text_error(500, f"internal error answering {request.path}")
+        with trio.move_on_after(read_timeout_s) as write:
+            await _send(stream, conn, response, head_only=request.method == "HEAD", close=False)
+        if write.cancelled_caught:
+            return
+        if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+            return
+        conn.start_next_cycle()
+
+
+async def _send(
+    stream: trio.abc.Stream,
+    conn: h11.Connection,
+    response: HttpResponse,
+    *,
+    head_only: bool,
+    close: bool,
+) -> None:
+    headers = [
+        ("Content-Type", response.content_type),
+        ("Content-Length", str(len(response.body))),
+        *response.headers,
+    ]
+    await send_response(
+        stream, conn, response.status_code, headers, response.body, close=close, head_only=head_only
+    )
+
+
+async def serve_web(
+    host: str,
+    port: int,
+    data: WebData,
+    *,
+    max_connections: int = defaults.WEB_MAX_CONNECTIONS,
+    read_timeout_s: float = defaults.WEB_READ_TIMEOUT_S,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve until cancelled; `started(port)` gives the bound port (0: any free one).
+    Bind errors are raised as OSError before `started`."""
+    app = WebApp(
+        data, load_assets(), max_age_s=data.interval_s * defaults.WEB_MATRIX_MAX_AGE_FRACTION
+    )
+    listener = await open_tcp_listener(host, port)
+    port_bound = bound_port(listener)
+    where = f"web {host}:{port_bound}"
+    counter = 0
+
+    async def serve_one(stream: trio.abc.Stream) -> None:
+        nonlocal counter
+        counter += 1
+        try:
+            with trio.fail_after(read_timeout_s):
+                head = await read_head(stream)
+            replay = ReplayStream(stream, head)
+            if is_feed_upgrade(head):
+                await handle_feed_stream(replay, data.feed, f"{where}#{counter}")
+            else:
+                await _serve_http(replay, app, read_timeout_s)
+        except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        except ClientGoneError:
+            return
+
+    task_status.started(port_bound)
+    async with listener:
+        await accept_connections(listener, serve_one, max_connections=max_connections, name=where)

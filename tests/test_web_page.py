@@ -1,0 +1,233 @@
+"""The live web page in a real browser (Debian's chromium through Playwright).
+
+- loopback agents (no root): the page shows every node, live, a click opens a path, and
+  it reconnects when the agent it is served by restarts;
+- the netns lab (root; CI runs it): the browser runs inside node1's namespace, a fault
+  turns its cells within two intervals, a click on another observer's cell shows that
+  observer's own history, and a screenshot is saved (its path is printed);
+- a synthetic 1,000-node mesh: the page draws it and lists every node (the frame time
+  is measured by bench/web_frame_time.py, not asserted here).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page
+
+from meshhealth import defaults
+from meshhealth.lab import netns_ops
+from meshhealth.lab import plan as P
+from meshhealth.lab.build import endpoint_names_taken
+from tests.agent_cluster import AgentCluster, AgentProcess
+from tests.plugins.etcd_server import EtcdServer, running_etcd
+from tests.plugins.local_etcd import free_loopback_port
+from tests.plugins.netns import require_root
+from tests.web_browser import (
+    chromium,
+    click_cell,
+    page_errors,
+    synthetic_web,
+    wait_page_ready,
+)
+
+CLI = [sys.executable, "-m", "meshhealth"]
+VIEWPORT = {"width": 1400, "height": 900}
+
+
+def cell_state(page: Page, source: str, target: str) -> str | None:
+    state: str | None = page.evaluate(
+        "([s, t]) => window.meshhealth.cellState(s, t)", [source, target]
+    )
+    return state
+
+
+def wait_cells(page: Page, cells: list[tuple[str, str]], want: str, timeout_s: float) -> float:
+    """Seconds until every cell reads `want` on the page; fails after `timeout_s`."""
+    start = time.monotonic()
+    while True:
+        seen = {cell: cell_state(page, *cell) for cell in cells}
+        if all(state == want for state in seen.values()):
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout_s:
+            pytest.fail(f"cells not {want} within {timeout_s:g}s: {seen}")
+        page.wait_for_timeout(100)
+
+
+def screenshot_dir() -> Path:
+    path = Path(tempfile.gettempdir()) / "meshhealth-screenshots"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+# --- loopback agents ------------------------------------------------------------------
+
+
+@pytest.fixture
+def agents(tmp_path: Path) -> Iterator[tuple[AgentCluster, list[AgentProcess], int]]:
+    with (
+        running_etcd(EtcdServer()) as etcd,
+        AgentCluster(tmp_path, etcd.endpoint, interval_s=1.0) as cluster,
+    ):
+        web_port = free_loopback_port()  # one port, each agent on its own NodeIP
+        started = [
+            cluster.start(name, "--web-listen", f"127.{cluster.octet}.1.{i}:{web_port}")
+            for i, name in enumerate(("n1", "n2", "n3"), 1)
+        ]
+        yield cluster, started, web_port
+
+
+def test_page_shows_every_node_live_and_reconnects_after_a_restart(
+    agents: tuple[AgentCluster, list[AgentProcess], int],
+) -> None:
+    cluster, (n1, _n2, n3), web_port = agents
+    with chromium() as browser:
+        page = browser.new_page(viewport=VIEWPORT)
+        errors = page_errors(page)
+        page.goto(f"http://{n1.node_ip}:{web_port}/")
+        wait_page_ready(page, 3)
+        every = [(f"c1/{s}", f"c1/{t}") for s in ("n1", "n2", "n3") for t in ("n1", "n2", "n3")]
+        wait_cells(page, every, "reachable", 30)
+        page.wait_for_function(
+            "() => document.getElementById('health').textContent.startsWith("
+            "'Cluster health: 3/3 reachable')"
+        )
+        rows = page.locator("#node-table tbody tr")
+        assert rows.count() == 3
+        assert rows.all_inner_texts()[0].startswith("c1/n1")
+        page.fill("#filter", "n3")
+        page.wait_for_function(
+            "() => document.querySelectorAll('#node-table tbody tr').length === 1"
+        )
+        assert "c1/n3" in page.inner_text("#node-table tbody")
+        page.fill("#filter", "")
+
+        click_cell(page, "c1/n1", "c1/n3")
+        detail = page.inner_text("#detail")
+        for label in ("Host ICMP", "Host HTTP", "Endpoint ICMP", "Endpoint HTTP", "OK"):
+            assert label in detail
+        assert n3.node_ip in detail
+
+        # The agent serving the page restarts: the page says so, then is live again.
+        cluster.stop(n1)
+        page.wait_for_function("() => !window.meshhealth.state.live", timeout=15_000)
+        assert "reconnecting" in page.inner_text("#conn")
+        cluster.spawn(n1)
+        cluster.wait_admin(n1)
+        page.wait_for_function("() => window.meshhealth.state.live", timeout=30_000)
+        wait_cells(page, every, "reachable", 30)
+        assert errors == []
+
+
+# --- the netns lab ---------------------------------------------------------------------
+
+LAB_INTERVAL_S = 2.0
+LAB_TIMEOUT_S = defaults.PROBE_TIMEOUT_S
+
+
+def lab(*args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, "lab", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def web_lab() -> Iterator[P.LabPlan]:
+    require_root()
+    prefix = f"he{os.getpid() % 100000}"
+    plan = P.make_plan(prefix, 4, 1)
+    taken = endpoint_names_taken(plan)
+    assert not taken, f"{taken[0]} exists: another lab with this prefix is up"
+    up = lab("up", "--prefix", prefix, "--nodes", "4", "--interval", f"{LAB_INTERVAL_S:g}")
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        yield plan
+    finally:
+        down = lab("down", "--prefix", prefix)
+        assert down.returncode == 0, down.stderr
+        assert [n for n in netns_ops.list_netns() if n.startswith(f"{prefix}-")] == []
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_page_in_the_lab_shows_a_fault_and_a_path(web_lab: P.LabPlan) -> None:
+    prefix = web_lab.prefix
+    node1, node3 = web_lab.node("node1"), web_lab.node("node3")
+    status = lab("status", "--prefix", prefix)
+    assert node1.web_url in status.stdout and node3.web_url in status.stdout
+
+    names = [n.qualified for n in web_lab.nodes]
+    with chromium(netns=node1.netns) as browser:
+        page = browser.new_page(viewport=VIEWPORT)
+        errors = page_errors(page)
+        page.goto(node1.web_url)
+        wait_page_ready(page, 4)
+        every = [(s, t) for s in names for t in names]
+        wait_cells(page, every, "reachable", 60)
+        assert page.locator("#node-table tbody tr").count() == 4
+
+        # The health endpoint of node3 stops getting traffic: every observer's cell of
+        # node3 turns within two intervals (plus the probe timeout of the failing probe).
+        fault = lab("fault", "--prefix", prefix, "endpoint-forward-drop", "node3")
+        assert fault.returncode == 0, fault.stderr
+        try:
+            column = [(s, node3.qualified) for s in names if s != node3.qualified]
+            took_s = wait_cells(page, column, "unreachable", 30)
+            print(
+                f"\nfault -> every cell of {node3.qualified} unreachable on the page: {took_s:.1f}s"
+            )
+            assert took_s <= 2 * LAB_INTERVAL_S + LAB_TIMEOUT_S + 2.0
+
+            click_cell(page, node1.qualified, node3.qualified)
+            page.wait_for_function(
+                "() => document.getElementById('detail-paths').innerText.includes('timed out')"
+            )
+            detail = page.inner_text("#detail")
+            assert "Endpoint ICMP" in detail and "Connection timed out" in detail
+
+            # Another observer's cell: its own agent (same port, its NodeIP) answers with
+            # its percentiles and history, not only what it published to etcd.
+            click_cell(page, "lab1/node2", node3.qualified)
+            page.wait_for_selector("#detail-history canvas")
+            assert page.inner_text("#detail-note") == ""
+            shot = screenshot_dir() / f"web-page-lab-{prefix}.png"
+            page.screenshot(path=str(shot), full_page=True)
+            print(f"screenshot: {shot}")
+            assert shot.stat().st_size > 10_000
+        finally:
+            cleared = lab("fault", "--prefix", prefix, "clear")
+            assert cleared.returncode == 0, cleared.stderr
+        wait_cells(page, every, "reachable", 60)
+        assert errors == []
+
+
+# --- 1,000 nodes ------------------------------------------------------------------------
+
+
+def test_page_draws_a_thousand_nodes() -> None:
+    with synthetic_web(1000) as url, chromium() as browser:
+        page = browser.new_page(viewport=VIEWPORT)
+        errors = page_errors(page)
+        page.goto(url)
+        page.wait_for_function(
+            "() => window.meshhealth.state.matrix && window.meshhealth.state.renders > 0",
+            timeout=60_000,
+        )
+        assert page.locator("#node-table tbody tr").count() == 1000
+        assert cell_state(page, "c1/node0001", "c1/node1000") == "reachable"
+        width = page.evaluate("() => window.meshhealth.state.view.cols.length")
+        assert width == 1000
+        page.fill("#filter", "node09")
+        page.wait_for_function("() => window.meshhealth.state.view.cols.length === 100")
+        assert page.locator("#node-table tbody tr").count() == 100
+        frames = page.evaluate("() => window.meshhealth.frameTimes()")
+        print(f"\nrender times at 1,000 nodes (ms): {[round(f, 1) for f in frames]}")
+        assert frames
+        assert errors == []

@@ -1,0 +1,365 @@
+"""The web page's server: its JSON views (pure) and the server over real TCP, with the
+real feed hub behind its WebSocket. The page itself runs in a browser in
+tests/test_web_page.py."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+import trio
+import trio.lowlevel
+import trio.testing
+from trio_websocket import open_websocket_url
+
+from meshhealth.agent.path_history import PathHistory
+from meshhealth.agent.probe_results import ProbeResults
+from meshhealth.agent.serving.feed_server import FeedHub
+from meshhealth.agent.serving.web_server import (
+    MatrixCache,
+    ReplayStream,
+    WebData,
+    is_feed_upgrade,
+    load_assets,
+    serve_web,
+)
+from meshhealth.agent.serving.web_views import (
+    STATE_CODES,
+    cell_document,
+    compact_matrix_document,
+    parse_node_ref,
+)
+from meshhealth.documents.matrix import Matrix, build_matrix
+from meshhealth.documents.status import LocalNode, path_document
+from meshhealth.model import PathKey, ProbeResult, ProbeStatus, Protocol, TargetType
+from tests import matrix_stories
+
+LOCAL = ("lab1", "node1")
+
+
+def story_matrix(name: str) -> Matrix:
+    return build_matrix(matrix_stories.STORIES[name](), now=matrix_stories.NOW)
+
+
+def status_doc() -> dict[str, Any]:
+    """A status document with node1's view of node2 (host paths only)."""
+    timed_out = path_document(None) | {"status": "timeout", "text": "Connection timed out"}
+    return {
+        "local": {"cluster": "lab1", "name": "node1", "node_ip": "10.77.0.1", "health_ip": None},
+        "summary": {"reachable": 2, "unreachable": 1, "unknown": 0, "total": 3},
+        "nodes": [
+            {
+                "cluster": "lab1",
+                "name": "node2",
+                "host": {
+                    "primary_address": {
+                        "ip": "10.77.0.2",
+                        "icmp": path_document(None) | {"status": "ok", "rtt_p95_s": 0.002},
+                        "http": timed_out,
+                    }
+                },
+                "health_endpoint": None,
+            }
+        ],
+    }
+
+
+# --- pure views ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("story", sorted(matrix_stories.STORIES))
+def test_compact_matrix_has_one_code_per_cell(story: str) -> None:
+    matrix = story_matrix(story)
+    doc = compact_matrix_document(matrix)
+    assert [(n["cluster"], n["name"]) for n in doc["nodes"]] == list(matrix.columns)
+    assert len(doc["rows"]) == len(matrix.rows)
+    for row, compact in zip(matrix.rows, doc["rows"], strict=True):
+        assert doc["nodes"][compact["node"]] == {"cluster": row.source[0], "name": row.source[1]}
+        assert compact["states"] == "".join(STATE_CODES[c.state] for c in row.cells)
+        assert compact["stale"] == row.stale
+    assert doc["lines"] == list(matrix.lines)
+    assert set(doc["codes"].values()) >= {"reachable", "unreachable", "stale", "unknown"}
+    json.dumps(doc)  # plain types only
+
+
+def test_compact_matrix_shows_the_forward_drop_column() -> None:
+    doc = compact_matrix_document(story_matrix("endpoint_forward_drop"))
+    assert [row["states"] for row in doc["rows"]] == ["RUR", "RRR", "RUR"]
+
+
+@pytest.mark.parametrize(
+    ("text", "ref"),
+    [("lab1/node1", ("lab1", "node1")), ("a/b-c.d", ("a", "b-c.d"))],
+)
+def test_parse_node_ref(text: str, ref: tuple[str, str]) -> None:
+    assert parse_node_ref(text) == ref
+
+
+@pytest.mark.parametrize("text", ["", "node1", "/node1", "lab1/", "a/b/c"])
+def test_parse_node_ref_refuses(text: str) -> None:
+    with pytest.raises(ValueError, match="CLUSTER/NODE"):
+        parse_node_ref(text)
+
+
+def test_cell_of_another_observer_is_what_etcd_has() -> None:
+    doc = cell_document(
+        story_matrix("endpoint_forward_drop"),
+        ("lab1", "node3"),
+        ("lab1", "node2"),
+        local=LOCAL,
+        status={},
+        history={},
+        history_minutes=60,
+    )
+    assert doc is not None
+    assert (doc["source"], doc["target"], doc["state"], doc["own"]) == (
+        "lab1/node3",
+        "lab1/node2",
+        "unreachable",
+        False,
+    )
+    by_name = {p["name"]: p for p in doc["paths"]}
+    assert by_name["endpoint/icmp"]["status"] == "timeout"
+    assert by_name["endpoint/icmp"]["loss"] == 1.0
+    assert by_name["node/icmp"]["status"] == "ok"
+    assert "history" not in by_name["node/icmp"]
+
+
+def test_cell_of_this_agent_adds_its_own_view_and_history() -> None:
+    history = PathHistory()
+    key = PathKey("lab1", "node2", TargetType.NODE, Protocol.ICMP)
+    history.record(key, ProbeResult(ProbeStatus.OK, 1_800_000_000.0, (0.001,), 1, 1))
+    doc = cell_document(
+        story_matrix("healthy"),
+        LOCAL,
+        ("lab1", "node2"),
+        local=LOCAL,
+        status=status_doc(),
+        history={"node/icmp": history.minutes(key, now=1_800_000_010.0)},
+        history_minutes=60,
+    )
+    assert doc is not None and doc["own"]
+    by_name = {p["name"]: p for p in doc["paths"]}
+    # the agent's newest view wins over what it last published (all OK in etcd)
+    assert by_name["node/http"]["status"] == "timeout"
+    assert by_name["node/http"]["text"] == "Connection timed out"
+    assert by_name["node/icmp"]["rtt_p95_s"] == 0.002
+    assert by_name["node/icmp"]["ip"] == "10.77.0.2"
+    assert by_name["node/icmp"]["history"] == [[1_800_000_000 - 0, 1, 0, 0.001, 0.001, 0.001]]
+    assert by_name["node/http"]["history"] == []
+
+
+def test_cell_of_unknown_nodes_is_none() -> None:
+    matrix = story_matrix("healthy")
+    for source, target in ((("lab1", "nodeX"), LOCAL), (LOCAL, ("lab9", "node1"))):
+        assert (
+            cell_document(
+                matrix, source, target, local=LOCAL, status={}, history={}, history_minutes=60
+            )
+            is None
+        )
+
+
+# --- the connection's first bytes ----------------------------------------------------
+
+UPGRADE = b"GET /v1/feed HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("head", "feed"),
+    [
+        (UPGRADE, True),
+        (UPGRADE.replace(b"/v1/feed", b"/v1/feed?x=1"), True),
+        (UPGRADE.replace(b"Upgrade: websocket", b"upgrade:  WebSocket"), True),
+        (UPGRADE.replace(b"/v1/feed", b"/"), False),
+        (UPGRADE.replace(b"GET", b"POST"), False),
+        (b"GET /v1/feed HTTP/1.1\r\nHost: x\r\n\r\n", False),
+        (UPGRADE.replace(b"websocket", b"h2c"), False),
+        (b"garbage\r\n\r\n", False),
+        (b"", False),
+    ],
+)
+def test_is_feed_upgrade(head: bytes, feed: bool) -> None:
+    assert is_feed_upgrade(head) is feed
+
+
+async def test_replay_stream_gives_the_prefix_first() -> None:
+    left, right = trio.testing.memory_stream_pair()
+    replay = ReplayStream(right, b"abcdef")
+    await left.send_all(b"ghi")
+    assert await replay.receive_some(4) == b"abcd"
+    assert await replay.receive_some(100) == b"ef"
+    assert await replay.receive_some(100) == b"ghi"
+    await replay.send_all(b"out")
+    assert await left.receive_some(100) == b"out"
+
+
+async def test_matrix_cache_reads_once_per_max_age() -> None:
+    clock = [0.0]
+    reads = 0
+
+    async def read() -> Matrix:
+        nonlocal reads
+        reads += 1
+        await trio.lowlevel.checkpoint()
+        return story_matrix("healthy")
+
+    cache = MatrixCache(read, max_age_s=5.0, clock=lambda: clock[0])
+    async with trio.open_nursery() as nursery:
+        for _ in range(10):  # ten viewers at once: one read
+            nursery.start_soon(cache.get)
+    assert reads == 1
+    clock[0] = 4.9
+    await cache.get()
+    assert reads == 1
+    clock[0] = 5.0
+    await cache.get()
+    assert reads == 2
+
+
+def test_assets_come_from_the_package() -> None:
+    assets = load_assets()
+    assert set(assets) == {"index.html", "app.js", "style.css"}
+    html = assets["index.html"].decode()
+    assert 'src="app.js"' in html and 'href="style.css"' in html
+    for text in (html, assets["app.js"].decode(), assets["style.css"].decode()):
+        assert "http://" not in text.replace("http://${", "") and "https://" not in text
+        assert "cdn" not in text.lower()
+
+
+# --- the server over TCP --------------------------------------------------------------
+
+
+class Served:
+    def __init__(self) -> None:
+        self.matrix_reads = 0
+        self.fail_status = False
+        self.history = PathHistory()
+        self.feed = FeedHub(
+            ProbeResults(LocalNode("lab1", "node1", "10.77.0.1", None)), self.status
+        )
+
+    def status(self) -> dict[str, Any]:
+        if self.fail_status:
+            raise RuntimeError("broken on purpose")
+        return status_doc()
+
+    async def read_matrix(self) -> Matrix:
+        self.matrix_reads += 1
+        return story_matrix("endpoint_forward_drop")
+
+    def data(self) -> WebData:
+        return WebData(
+            local=LOCAL,
+            interval_s=60.0,
+            status=self.status,
+            read_matrix=self.read_matrix,
+            history=self.history,
+            feed=self.feed,
+        )
+
+
+def get(
+    port: int, path: str, method: str = "GET", conn: http.client.HTTPConnection | None = None
+) -> tuple[int, Mapping[str, str], bytes]:
+    own = conn is None
+    conn = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request(method, path)
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        if own:
+            conn.close()
+
+
+async def fetch(port: int, path: str, method: str = "GET") -> tuple[int, Mapping[str, str], bytes]:
+    return await trio.to_thread.run_sync(get, port, path, method)
+
+
+async def test_server_answers_the_page_its_json_and_errors() -> None:
+    served = Served()
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve_web, "127.0.0.1", 0, served.data())
+        status, headers, body = await fetch(port, "/")
+        assert status == 200 and headers["content-type"].startswith("text/html")
+        assert "default-src 'self'" in headers["content-security-policy"]
+        assert b"<canvas" in body
+        for path, kind in (("/app.js", "text/javascript"), ("/style.css", "text/css")):
+            status, headers, body = await fetch(port, path)
+            assert status == 200 and headers["content-type"].startswith(kind) and body
+
+        status, headers, body = await fetch(port, "/v1/web/matrix")
+        assert status == 200 and headers["cache-control"] == "no-store"
+        assert [r["states"] for r in json.loads(body)["rows"]] == ["RUR", "RRR", "RUR"]
+        await fetch(port, "/v1/web/matrix")
+        assert served.matrix_reads == 1  # cached for half an interval
+
+        status, headers, body = await fetch(port, "/v1/web/status")
+        assert status == 200 and json.loads(body)["summary"]["total"] == 3
+
+        status, headers, body = await fetch(
+            port, "/v1/web/cell?source=lab1/node3&target=lab1/node2"
+        )
+        assert status == 200 and headers["access-control-allow-origin"] == "*"
+        assert json.loads(body)["state"] == "unreachable"
+
+        for path, want in (
+            ("/v1/web/cell?source=node3&target=lab1/node2", 400),
+            ("/v1/web/cell?source=lab1/node9&target=lab1/node2", 404),
+            ("/nothing", 404),
+            ("/v1/feed", 400),  # without the upgrade
+        ):
+            status, _, body = await fetch(port, path)
+            assert status == want, (path, body)
+        status, headers, _ = await fetch(port, "/", method="POST")
+        assert status == 405 and headers["allow"] == "GET"
+        status, headers, body = await fetch(port, "/app.js", method="HEAD")
+        assert status == 200 and body == b"" and int(headers["content-length"]) > 0
+
+        served.fail_status = True
+        status, _, body = await fetch(port, "/v1/web/status")
+        assert status == 500 and b"internal error" in body
+        served.fail_status = False
+        status, _, _ = await fetch(port, "/v1/web/status")
+        assert status == 200  # one failing request does not stop the server
+        nursery.cancel_scope.cancel()
+
+
+async def test_keep_alive_serves_several_requests_on_one_connection() -> None:
+    served = Served()
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve_web, "127.0.0.1", 0, served.data())
+
+        def two_requests() -> list[int]:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            try:
+                return [get(port, p, conn=conn)[0] for p in ("/", "/v1/web/status")]
+            finally:
+                conn.close()
+
+        assert await trio.to_thread.run_sync(two_requests) == [200, 200]
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_feed_websocket_shares_the_port() -> None:
+    served = Served()
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve_web, "127.0.0.1", 0, served.data())
+        async with open_websocket_url(f"ws://127.0.0.1:{port}/v1/feed") as ws:
+            first = json.loads(await ws.get_message())
+            assert first["type"] == "snapshot"
+            assert first["status"]["summary"]["total"] == 3
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_port_in_use_is_an_oserror_before_started() -> None:
+    served = Served()
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve_web, "127.0.0.1", 0, served.data())
+        with pytest.raises(OSError):
+            await nursery.start(serve_web, "127.0.0.1", port, served.data())
+        nursery.cancel_scope.cancel()
