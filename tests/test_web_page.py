@@ -108,6 +108,7 @@ def test_page_shows_every_node_live_and_reconnects_after_a_restart(
         )
         assert "c1/n3" in page.inner_text("#node-table tbody")
         page.fill("#filter", "")
+        page.wait_for_function("() => window.meshhealth.state.view.cols.length === 3")
 
         click_cell(page, "c1/n1", "c1/n3")
         detail = page.inner_text("#detail")
