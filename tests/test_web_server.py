@@ -239,7 +239,7 @@ class Served:
         self.fail_status = False
         self.history = PathHistory()
         self.feed = FeedHub(
-            ProbeResults(LocalNode("lab1", "node1", "10.77.0.1", None)), self.status
+            ProbeResults(LocalNode("lab1", "node1", "10.77.0.1", None), window=30), self.status
         )
 
     def status(self) -> dict[str, Any]:

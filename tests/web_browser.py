@@ -162,7 +162,9 @@ def synthetic_web(nodes: int, clusters: int = 1) -> Iterator[str]:
         status=lambda: status,
         read_matrix=read_matrix,
         history=PathHistory(),
-        feed=FeedHub(ProbeResults(LocalNode(*matrix.columns[0], "10.0.0.1", None)), lambda: status),
+        feed=FeedHub(
+            ProbeResults(LocalNode(*matrix.columns[0], "10.0.0.1", None), window=30), lambda: status
+        ),
     )
     ports: queue.Queue[int | BaseException] = queue.Queue()
     stop: list[trio.lowlevel.TrioToken | trio.CancelScope] = []
