@@ -112,7 +112,7 @@ def test_feed_messages_make_changes_history_and_lines() -> None:
 def test_a_restarted_agent_forgetting_a_path_is_dated_when_seen() -> None:
     state = WatchState(source="test")
     apply_feed_message(state, snapshot(["node1", "node2"]), now=T0)
-    apply_feed_message(state, path_msg(FeedTracker(10), "node2", ProbeStatus.OK, T0), now=T0)
+    apply_feed_message(state, path_msg(StatsBook(10), "node2", ProbeStatus.OK, T0), now=T0)
     changes = apply_feed_message(state, snapshot(["node1", "node2"]), now=T0 + 30)
     assert [change_line(c) for c in changes] == [
         "2026-11-18T11:07:10Z lab1/node2 endpoint/http OK -> Not probed yet"
