@@ -208,8 +208,11 @@ def driver_main(args: argparse.Namespace) -> None:
 # --- orchestrator: builds the namespaces, runs the drivers, prints the figures --------
 
 
-def _driver(netns: str, mode: str, live: list[str], *options: object) -> dict[str, Any]:
-    argv = ["ip", "netns", "exec", netns, sys.executable, str(Path(__file__).resolve())]
+def _driver(
+    netns: str, mode: str, live: list[str], *options: object, script: Path | None = None
+) -> dict[str, Any]:
+    script = script or Path(__file__).resolve()
+    argv = ["ip", "netns", "exec", netns, sys.executable, str(script)]
     argv += ["--driver", mode, "--live-ips", ",".join(live), *map(str, options)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
     if done.returncode != 0:
@@ -275,12 +278,98 @@ def _rate_line(name: str, res: dict[str, Any]) -> str:
     )
 
 
+def _bench_netns_names() -> None:
+    """Namespaces made by this bench are called hc<pid>n<k> (the lab prefix of the
+    probe benches), not the test suite's mh<pid>n<k>."""
+    from tests.plugins import netns as netns_plugin
+
+    counter = iter(range(1, 1_000_000))
+    netns_plugin._next_name = lambda: f"hc{os.getpid()}n{next(counter)}"  # type: ignore[attr-defined]
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+def compare(args: argparse.Namespace, factory: Any, lab: Any) -> None:
+    """Before/after: this checkout's drivers and those of `--compare-with DIR` (another
+    checkout of meshhealth), run alternately in the same lab, with fping in between."""
+    before = Path(args.compare_with).resolve() / "bench" / "probe_round.py"
+    t = args.timeout
+    common = ["--timeout", t, "--max-in-flight", args.max_in_flight, "--gc", args.gc]
+    common += ["--repeat", args.repeat]
+    burst = max(args.probes // args.live, 1)
+    c, live = lab.client, lab.live
+    dead = ["--dead-ips", ",".join(lab.dead)]
+    wide = ["--max-in-flight", max(2 * (args.live + args.dead), args.max_in_flight)]
+    cases: list[tuple[str, list[object]]] = [
+        ("burst", ["icmp", "--paths", args.probes]),
+        ("round ICMP count=1", ["round", *dead, "--protocols", "icmp"]),
+        ("round ICMP count=1 + HTTP", ["round", *dead, *wide]),
+        ("round ICMP count=3 + HTTP, 1024 in flight", ["round", *dead, "--count", 3]),
+        ("live round count=3", ["icmp", "--paths", len(live), "--count", 3]),
+    ]
+    figures: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    loads = [os.getloadavg()[0]]
+    for k in range(args.alternations):
+        order = [("after", None), ("before", before)]
+        if k % 2:
+            order.reverse()
+        for who, script in order:
+            for name, (mode, *options) in cases:
+                res = _driver(c, str(mode), live, *common, *options, script=script)
+                figures.setdefault((name, who), []).append(res)
+        fping = _driver(c, "fping", live, *common, "--count", burst, "--fping-period-ms", 0)
+        figures.setdefault(("burst", "fping"), []).append(fping)
+        loads.append(os.getloadavg()[0])
+    print(
+        f"before/after: {args.alternations} alternations, each figure the median of them "
+        f"(each run itself the median of {args.repeat}); load average (1 min) during the "
+        f"runs: {' '.join(f'{x:.1f}' for x in loads)}"
+    )
+    print(f"   before = {args.compare_with}\n")
+    for name, _ in cases:
+        for who in ("before", "after", "fping"):
+            runs = figures.get((name, who))
+            if not runs:
+                continue
+            if "probes" in runs[0]:
+                per_echo_us = [r["cpu_s"] / r["probes"] * 1e6 for r in runs]
+                rates = [r["probes"] / r["wall_s"] for r in runs]
+                wall = _median([r["wall_s"] for r in runs])
+                each = " ".join(f"{x:.2f}" for x in per_echo_us)
+                print(
+                    f"   {name:42} {who:6}: CPU {_median(per_echo_us):6.2f} us/echo "
+                    f"(runs {each}), {_median(rates):8.0f} echoes/s, wall {wall:.3f} s"
+                )
+            else:
+                walls = [r["wall_s"] for r in runs]
+                wrong = sum(r["wrong_count"] for r in runs)
+                each = " ".join(f"{w:.3f}" for w in walls)
+                print(
+                    f"   {name:42} {who:6}: wall {_median(walls):.3f} s = "
+                    f"{_median(walls) / t:.3f} x timeout (runs {each}; {wrong} wrong)"
+                )
+
+
 def orchestrate(args: argparse.Namespace) -> int:
     from tests.plugins.netns import NetnsFactory
 
     if os.geteuid() != 0:
         print("probe_round.py: needs root (creates network namespaces)", file=sys.stderr)
         return 2
+    _bench_netns_names()
+    if args.compare_with:
+        factory = NetnsFactory()
+        try:
+            lab = factory.make_lab(live=args.live, dead=args.dead)
+            _spawn_responders(factory, lab.target)
+            print(f"machine: {_machine()}")
+            compare(args, factory, lab)
+        finally:
+            factory.close()
+        return 0
     t = args.timeout
     common = ["--timeout", t, "--max-in-flight", args.max_in_flight, "--gc", args.gc]
     common += ["--repeat", args.repeat]
@@ -420,6 +509,12 @@ def main() -> int:
     )
     parser.add_argument("--repeat", type=int, default=5, help="runs per throughput figure")
     parser.add_argument("--profile", action="store_true", help="cProfile the throughput run")
+    parser.add_argument(
+        "--compare-with",
+        metavar="DIR",
+        help="before/after: run DIR's drivers (another checkout) alternately with ours",
+    )
+    parser.add_argument("--alternations", type=int, default=3, help="with --compare-with")
     # internal: the driver that runs inside the client namespace
     parser.add_argument(
         "--driver", choices=("round", "icmp", "fping", "responder"), help=argparse.SUPPRESS

@@ -35,6 +35,17 @@ PROBE_LOOP_SUMMARY_S: Final = 10.0
 RESOLVE_CONCURRENCY: Final = 16
 # Results kept per path for loss and percentiles (5 minutes at the default interval).
 STATS_WINDOW: Final = 30
+# Extra time a probe gets past its own budget before the round gives up on it. Probe
+# functions keep their own deadlines; this only stops a bug from hanging a round.
+PROBE_DEADLINE_MARGIN_S: Final = 0.2
+# Probes the round scheduler starts together: one task and one safety-net deadline per
+# batch (a cancel scope per probe costs ~6 us), and the ICMP probes of a batch are one
+# Pinger.ping_batch call. Large enough to amortise, small enough that a batch's start
+# stays within a few hundred microseconds.
+PROBE_DISPATCH_BATCH: Final = 128
+# A probe that starts late (a busy loop) still gets at least this fraction of its
+# timeout: its deadline stays where the plan put it, unless that leaves too little.
+PROBE_MIN_TIMEOUT_FRACTION: Final = 0.5
 
 # --- HTTP responder (meshhealth.probe.responder, `meshhealth responder`) --------------
 # Same port and path as Cilium, so firewall rules written for it keep working.

@@ -207,8 +207,13 @@ async def test_a_batch_runs_in_one_task_with_per_probe_deadlines(
             pinger.open_socket_for(ip)
         trio.lowlevel.add_instrument(spawns)
         start = trio.current_time()
+        ended: dict[int, float] = {}
+
+        def on_result(i: int, result: ProbeResult) -> None:
+            ended[i] = trio.current_time() - start
+
         results = await pinger.ping_batch(
-            ips, count=count, interval_s=interval_s, timeout_s=timeouts
+            ips, count=count, interval_s=interval_s, timeout_s=timeouts, on_result=on_result
         )
         elapsed = trio.current_time() - start
         trio.lowlevel.remove_instrument(spawns)
@@ -224,17 +229,27 @@ async def test_a_batch_runs_in_one_task_with_per_probe_deadlines(
         else:
             assert_ok(result, count)
     assert (count - 1) * interval_s + 0.6 <= elapsed < (count - 1) * interval_s + 0.6 + SLACK_S
+    # each probe's result is final when its own answers are in or its deadline passed,
+    # not when the batch ends
+    assert sorted(ended) == list(range(len(ips)))
+    for i, ip in enumerate(ips):
+        if ip not in dead:
+            assert ended[i] < (count - 1) * interval_s + 0.3
+        elif ip != lab.dead[0]:
+            assert (count - 1) * interval_s + 0.3 <= ended[i] < (count - 1) * interval_s + 0.6
     for result in live_only:
         assert_ok(result, 1)
 
 
-async def test_batch_arguments_are_checked_before_sending() -> None:
+async def test_batch_arguments_and_bad_addresses() -> None:
     require_root()
     async with open_pinger() as pinger:
         with pytest.raises(ValueError, match="2 timeouts for 1 addresses"):
             await pinger.ping_batch(["127.0.0.1"], timeout_s=[1.0, 2.0])
-        with pytest.raises(ValueError):
-            await pinger.ping_batch(["127.0.0.1", "nope"], count=1)
+        results = await pinger.ping_batch(["127.0.0.1", "nope"], count=1)
+        assert_ok(results[0], 1)
+        assert results[1].status is ProbeStatus.ERROR
+        assert (results[1].sent, results[1].detail) == (0, "not an IP address: 'nope'")
         assert await pinger.ping_batch([], count=1) == []
         assert pinger.in_flight == 0
 

@@ -540,3 +540,52 @@ def test_cancelled_round_leaves_nothing_behind(netns_factory: NetnsFactory) -> N
     assert {p.ip for p in seen} <= set(lab.live)  # only live ones finished in 0.3 s
     assert len(seen) == 4
     assert after.ok
+
+
+class SpawnCounter(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.spawned = 0
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawned += 1
+
+
+@pytest.mark.netns
+def test_icmp_probes_run_in_batches_not_a_task_each(netns_factory: NetnsFactory) -> None:
+    lab = netns_factory.make_lab(live=150, dead=150)
+    targets = [target(f"l{i}", ip) for i, ip in enumerate(lab.live)]
+    targets += [target(f"d{i}", ip) for i, ip in enumerate(lab.dead)]
+    spawns = SpawnCounter()
+    finished_at: dict[str, float] = {}
+
+    async def probe_round() -> tuple[model.RoundReport, float]:
+        async with open_pinger() as pinger:
+            pinger.open_socket_for(lab.live[0])  # its receiver task: not the round's
+            trio.lowlevel.add_instrument(spawns)
+            t0 = trio.current_time()
+
+            def on_result(report: model.PathReport) -> None:
+                finished_at[report.ip] = trio.current_time() - t0
+
+            report = await run_round(
+                targets,
+                pinger=pinger,
+                timeout_s=0.4,
+                icmp_count=1,
+                protocols=frozenset({ICMP}),
+                on_result=on_result,
+            )
+            trio.lowlevel.remove_instrument(spawns)
+            return report, trio.current_time() - t0
+
+    report, wall_s = run_in_netns(lab.client, probe_round)
+    for p in report.paths:
+        expected = model.ProbeStatus.OK if p.ip in lab.live else model.ProbeStatus.TIMEOUT
+        assert p.result.status is expected, (p.ip, p.result)
+    # 300 probes: one task per dispatch batch (and the round's own), not one per probe
+    batches = -(-len(targets) // scheduler.DISPATCH_BATCH)
+    assert spawns.spawned <= batches + 2
+    # a live probe's result is reported when its reply is in, not when its batch ends
+    assert max(finished_at[ip] for ip in lab.live) < 0.4
+    assert min(finished_at[ip] for ip in lab.dead) >= 0.4 * scheduler.MIN_TIMEOUT_FRACTION
+    assert 0.4 * scheduler.MIN_TIMEOUT_FRACTION <= wall_s < 0.4 + scheduler.DEADLINE_MARGIN_S + 0.5

@@ -36,7 +36,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
 import trio
@@ -70,10 +70,9 @@ _UNREACHABLE_ERRNOS = frozenset({errno.ENETUNREACH, errno.EHOSTUNREACH})
 class _Batch:
     """The probes of one ping_batch() call, as the receiver and the timer see them."""
 
-    __slots__ = ("outstanding", "park_token", "sending", "task")
+    __slots__ = ("park_token", "sending", "task")
 
     def __init__(self) -> None:
-        self.outstanding = 0  # requests of all its probes sent and not yet answered
         self.sending = True  # more requests to send: replies alone do not end it
         self.task: trio.lowlevel.Task | None = None  # set while parked
         self.park_token = 0  # its key in Pinger._parked while parked, else 0
@@ -138,6 +137,7 @@ class Pinger:
         Raises ValueError for an invalid IP or count, PingerPermissionError without
         privileges, trio.ClosedResourceError after the pinger was closed.
         """
+        canonical_ip(ip)  # a bad address raises here (a batch reports it as ERROR)
         (result,) = await self.ping_batch(
             (ip,), count=count, interval_s=interval_s, timeout_s=timeout_s
         )
@@ -150,13 +150,17 @@ class Pinger:
         count: int = defaults.ICMP_COUNT,
         interval_s: float = defaults.ICMP_INTERVAL_S,
         timeout_s: float | Sequence[float] = defaults.PROBE_TIMEOUT_S,
+        on_result: Callable[[int, ProbeResult], None] | None = None,
     ) -> list[ProbeResult]:
         """`ping` every address of `ips` in this one task; results in the same order.
 
-        `timeout_s` is one timeout for all or one per address. Every probe has the
-        contract of `ping` (its own deadlines, its own result); the call returns when
-        every probe has all its answers or its last deadline has passed. Raises as
-        `ping` does, before sending anything.
+        `timeout_s` is one timeout for all or one per address. Every probe keeps the
+        contract of `ping`: its own deadlines, its own result, which is final as soon as
+        all its requests are answered or its last deadline has passed; `on_result(i,
+        result)` (if given) is called then, from this task. An address that is not an IP
+        address gets an ERROR result at once. Raises ValueError for a bad count or
+        timeouts, PingerPermissionError without privileges, trio.ClosedResourceError
+        after the pinger was closed.
         """
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
@@ -167,50 +171,85 @@ class Pinger:
         )
         if len(timeouts) != len(ips):
             raise ValueError(f"{len(timeouts)} timeouts for {len(ips)} addresses")
-        batch = _Batch()
-        probes: list[tuple[EchoProbe, _FamilySocket, float]] = []
-        for ip, probe_timeout_s in zip(ips, timeouts, strict=True):
-            family, target = canonical_ip(ip)
-            fs = self._socket_for(family)
-            probes.append(
-                (EchoProbe(target, count, self._new_cookie(), batch), fs, probe_timeout_s)
-            )
         started_at = time.time()
+        batch = _Batch()
+        results: list[ProbeResult | None] = [None] * len(ips)
+        probes: list[tuple[int, EchoProbe, _FamilySocket, float]] = []
+        for i, ip in enumerate(ips):
+            try:
+                family, target = canonical_ip(ip)
+            except ValueError as exc:
+                results[i] = ProbeResult(ProbeStatus.ERROR, started_at, sent=0, detail=str(exc))
+                continue
+            probe = EchoProbe(target, count, self._new_cookie(), batch)
+            probes.append((i, probe, self._socket_for(family), timeouts[i]))
+        if on_result is not None:
+            for i, result in enumerate(results):
+                if result is not None:
+                    on_result(i, result)
+        try:
+            await self._send_all(batch, probes, count, interval_s)
+            batch.sending = False
+            # Each probe ends when all its requests are answered or at its last
+            # deadline; the receiver wakes the batch when one is answered in full.
+            pending = sorted(probes, key=lambda entry: entry[1].last_deadline)
+            now = self._now
+            parked = count > 1
+            while pending:
+                now_s = now()
+                waiting = []
+                for entry in pending:
+                    i, probe, fs, _ = entry
+                    if probe.outstanding and probe.last_deadline > now_s:
+                        waiting.append(entry)
+                        continue
+                    fs.matcher.release(probe)
+                    result = results[i] = probe.result(started_at)
+                    if on_result is not None:
+                        on_result(i, result)
+                pending = waiting
+                if pending:
+                    await self._park(batch, pending[0][1].last_deadline)
+                    parked = True
+            if not parked:  # (a batch that sent nothing) still a checkpoint
+                await trio.lowlevel.checkpoint()
+        finally:
+            for _, probe, fs, _ in probes:
+                fs.matcher.release(probe)
+        return [r for r in results if r is not None]
+
+    async def _send_all(
+        self,
+        batch: _Batch,
+        probes: list[tuple[int, EchoProbe, _FamilySocket, float]],
+        count: int,
+        interval_s: float,
+    ) -> None:
+        """Request k of every probe, in one go, every `interval_s` from the start."""
         now = self._now
         start = now()
         identifier = self.identifier
-        try:
-            for index in range(count):
-                if index:
-                    await self._park(batch, start + index * interval_s)
-                for probe, fs, probe_timeout_s in probes:
+        for index in range(count):
+            if index:
+                await self._park(batch, start + index * interval_s)
+            for _, probe, fs, probe_timeout_s in probes:
+                if probe.local_error is not None:
+                    continue
+                sequence = fs.matcher.allocate(probe, index)
+                if sequence is None:
+                    probe.local_error = (ProbeStatus.ERROR, TOO_MANY_IN_FLIGHT)
+                    continue
+                packet = build_echo_request(
+                    ipv6=fs.ipv6, identifier=identifier, sequence=sequence, payload=probe.cookie
+                )
+                address = (probe.target, 0)
+                try:
+                    fs.sock.sendto(packet, address)
+                except OSError as exc:
+                    probe.local_error = await self._send_slowly(fs, packet, address, exc)
                     if probe.local_error is not None:
                         continue
-                    sequence = fs.matcher.allocate(probe, index)
-                    if sequence is None:
-                        probe.local_error = (ProbeStatus.ERROR, TOO_MANY_IN_FLIGHT)
-                        continue
-                    packet = build_echo_request(
-                        ipv6=fs.ipv6, identifier=identifier, sequence=sequence, payload=probe.cookie
-                    )
-                    address = (probe.target, 0)
-                    try:
-                        fs.sock.sendto(packet, address)
-                    except OSError as exc:
-                        probe.local_error = await self._send_slowly(fs, packet, address, exc)
-                        if probe.local_error is not None:
-                            continue
-                    probe.mark_sent(index, now(), probe_timeout_s)
-                    batch.outstanding += 1
-            batch.sending = False
-            if batch.outstanding:
-                await self._park(batch, max([max(probe.deadlines) for probe, _, _ in probes]))
-            else:
-                await trio.lowlevel.checkpoint()
-        finally:
-            for probe, fs, _ in probes:
-                fs.matcher.release(probe)
-        return [probe.result(started_at) for probe, _, _ in probes]
+                probe.mark_sent(index, now(), probe_timeout_s)
 
     def _new_cookie(self) -> bytes:
         """COOKIE_BYTES unpredictable bytes (os.urandom, read in bulk)."""
@@ -320,11 +359,10 @@ class Pinger:
                     log.warning("icmp: receive failed: %s", exc)
                     break
                 probe = match(data, address[0], now())
-                if probe is not None:
+                if probe is not None and not probe.outstanding:
                     batch = probe.batch
-                    batch.outstanding -= 1
-                    if not batch.outstanding and not batch.sending:
-                        wake(batch)
+                    if not batch.sending:
+                        wake(batch)  # a probe of it is answered in full
 
     def _close(self) -> None:
         self._closed = True

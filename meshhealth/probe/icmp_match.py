@@ -59,6 +59,7 @@ class EchoProbe:
         "cookie",
         "deadlines",
         "errors",
+        "last_deadline",
         "local_error",
         "outstanding",
         "rtts",
@@ -74,6 +75,7 @@ class EchoProbe:
         self.sequences: list[int] = []  # allocated so far, released when the probe ends
         self.send_times = [0.0] * count
         self.deadlines = [-math.inf] * count  # -inf until sent: nothing can match early
+        self.last_deadline = -math.inf  # of the last request sent (they go in order)
         self.rtts: list[float | None] = [None] * count
         self.errors: list[str] = []
         self.outstanding = 0  # sent, neither answered nor errored yet
@@ -82,7 +84,7 @@ class EchoProbe:
     def mark_sent(self, index: int, now: float, timeout_s: float) -> None:
         """Request `index` left at `now`; an answer counts until `now + timeout_s`."""
         self.send_times[index] = now
-        self.deadlines[index] = now + timeout_s
+        self.deadlines[index] = self.last_deadline = now + timeout_s
         self.outstanding += 1
 
     def result(self, started_at: float) -> ProbeResult:

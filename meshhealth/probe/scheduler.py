@@ -10,6 +10,9 @@ A round probes each (target, address, protocol) path once:
   walks the plan in start order, waits for each start time and for a free slot, and
   starts everything that may start now as one batch (up to DISPATCH_BATCH probes); so at
   most ``max_in_flight`` probe tasks exist at any time, whatever the size of the round.
+- **ICMP in batches**: the ICMP probes of a batch run in ONE task, one
+  ``Pinger.ping_batch`` call (one park per send step, not one task per probe); each
+  still has its own deadlines and reports, and frees its slot, as soon as it ends.
 - **Deadlines**: each probe function enforces its own timeout (ICMP: ``(count - 1) *
   interval_s + timeout_s``; HTTP: ``timeout_s``). As a safety net each batch runs under
   ``move_on_after(largest budget in the batch + DEADLINE_MARGIN_S)`` (one cancel scope
@@ -38,23 +41,17 @@ import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final, NamedTuple, Protocol
 
 import trio
 
 from meshhealth import defaults, model
 from meshhealth.probe.http import http_probe
 
-# Extra time a probe gets past its own budget before the round gives up on it. Probe
-# functions keep their own deadlines; this only stops a bug from hanging a round.
-DEADLINE_MARGIN_S: Final = 0.2
-
-# Probes the dispatcher starts together (one task, one safety-net deadline per batch).
-DISPATCH_BATCH: Final = 64
-
-# A probe that starts late still gets at least this fraction of its timeout.
-MIN_TIMEOUT_FRACTION: Final = 0.5
+# Tunables (reasons in meshhealth/defaults.py), under the names the docs use.
+DEADLINE_MARGIN_S: Final = defaults.PROBE_DEADLINE_MARGIN_S
+DISPATCH_BATCH: Final = defaults.PROBE_DISPATCH_BATCH
+MIN_TIMEOUT_FRACTION: Final = defaults.PROBE_MIN_TIMEOUT_FRACTION
 
 ALL_PROTOCOLS: Final = frozenset(model.Protocol)
 # Order of paths within a target in reports: node then endpoint, ICMP then HTTP.
@@ -68,23 +65,38 @@ OVERRAN: Final = "probe overran its deadline"
 class SupportsPing(Protocol):
     """What the scheduler needs from meshhealth.probe.icmp.Pinger."""
 
-    async def ping(
-        self, ip: str, *, count: int, interval_s: float, timeout_s: float
-    ) -> model.ProbeResult: ...
+    async def ping_batch(
+        self,
+        ips: Sequence[str],
+        *,
+        count: int,
+        interval_s: float,
+        timeout_s: float | Sequence[float],
+        on_result: Callable[[int, model.ProbeResult], None] | None = None,
+    ) -> list[model.ProbeResult]: ...
 
 
-@dataclass(frozen=True, slots=True)
-class PlannedProbe:
-    """One path of a round: what to probe, when to start, how long it may take."""
+class PlannedProbe(NamedTuple):
+    """One path of a round: what to probe, when to start, how long it may take.
+
+    (A NamedTuple: made once per path per round, it costs a third of a frozen
+    dataclass.)"""
 
     path: model.PathKey
     ip: str
     offset_s: float  # start, in seconds after the round started
     budget_s: float  # the probe's own deadline (its timeout contract)
+    order: int = 0  # its position in report order (enumerate_paths)
 
 
 # Called with the planned probe and how late it starts (s, >= 0) against the plan.
 ProbeFn = Callable[[PlannedProbe, float], Awaitable[model.ProbeResult]]
+# Runs several planned ICMP probes in one task: called with the probes, how late each
+# starts, and a function to call with (position, result) as each one ends.
+BatchProbeFn = Callable[
+    [Sequence[PlannedProbe], Sequence[float], Callable[[int, model.ProbeResult], None]],
+    Awaitable[None],
+]
 
 
 def enumerate_paths(
@@ -136,17 +148,15 @@ def plan_round(
     http_budget_s: float,
 ) -> list[PlannedProbe]:
     """Shuffle the paths and give each a start offset; the plan is sorted by offset."""
-    order = list(paths)
+    order = list(enumerate(paths))
     rng.shuffle(order)
     offsets = spread_offsets(len(order), spread_s, rng)
+    icmp = model.Protocol.ICMP
     return [
         PlannedProbe(
-            path=key,
-            ip=ip,
-            offset_s=offset,
-            budget_s=icmp_budget_s if key.protocol is model.Protocol.ICMP else http_budget_s,
+            key, ip, offset, icmp_budget_s if key.protocol is icmp else http_budget_s, position
         )
-        for (key, ip), offset in zip(order, offsets, strict=True)
+        for (position, (key, ip)), offset in zip(order, offsets, strict=True)
     ]
 
 
@@ -183,10 +193,13 @@ async def run_planned(
     max_in_flight: int = defaults.MAX_PROBES_IN_FLIGHT,
     on_result: Callable[[model.PathReport], None] | None = None,
     icmp_count: int = defaults.ICMP_COUNT,
+    icmp_batch: BatchProbeFn | None = None,
 ) -> tuple[model.PathReport, ...]:
     """Run `probe` for every planned path (see the module docstring); reports in plan order.
 
-    `plan` must be sorted by offset (as `plan_round` returns it).
+    With `icmp_batch`, the ICMP probes of each dispatch batch run through it, in one
+    task, instead of one `probe` task each. `plan` must be sorted by offset (as
+    `plan_round` returns it).
     """
     if max_in_flight < 1:
         raise ValueError(f"max_in_flight must be >= 1, not {max_in_flight}")
@@ -203,14 +216,37 @@ async def run_planned(
 
     async def run_one(index: int, not_before: float) -> None:
         try:
-            planned = plan[index]
-            # Late against its planned start, or against the moment a slot became free
-            # when it had to queue for one: waiting for a slot is the in-flight bound
-            # doing its job, not lateness.
-            due = max(round_start + planned.offset_s, not_before)
-            finish(index, await probe(planned, max(trio.current_time() - due, 0.0)))
+            late = late_s(index, trio.current_time(), not_before)
+            finish(index, await probe(plan[index], late))
         finally:
             slots.release()
+
+    def late_s(index: int, now: float, not_before: float) -> float:
+        # Late against its planned start, or against the moment a slot became free
+        # when it had to queue for one: waiting for a slot is the in-flight bound
+        # doing its job, not lateness.
+        return max(now - max(round_start + plan[index].offset_s, not_before), 0.0)
+
+    async def run_together(batch: list[int], not_before: float) -> None:
+        assert icmp_batch is not None
+        released = [False] * len(batch)
+
+        def done(position: int, result: model.ProbeResult) -> None:
+            finish(batch[position], result)
+            if not released[position]:
+                released[position] = True
+                slots.release()
+
+        now = trio.current_time()
+        try:
+            await icmp_batch(
+                [plan[index] for index in batch],
+                [late_s(index, now, not_before) for index in batch],
+                done,
+            )
+        finally:
+            for _ in range(released.count(False)):  # cancelled, or a bug: free them
+                slots.release()
 
     async def run_batch(batch: list[int], not_before: float) -> None:
         # Probes started together share one safety-net deadline (a cancel scope per
@@ -218,10 +254,19 @@ async def run_planned(
         # least its own budget + DEADLINE_MARGIN_S from its start.
         started_at = time.time()
         budget_s = max(plan[index].budget_s for index in batch)
+        together: list[int] = []
+        if icmp_batch is not None:
+            together = [i for i in batch if plan[i].path.protocol is model.Protocol.ICMP]
         with trio.move_on_after(budget_s + DEADLINE_MARGIN_S):
-            async with trio.open_nursery() as batch_nursery:
-                for index in batch:
-                    batch_nursery.start_soon(run_one, index, not_before)
+            if len(together) == len(batch):
+                await run_together(together, not_before)
+            else:
+                async with trio.open_nursery() as batch_nursery:
+                    if together:
+                        batch_nursery.start_soon(run_together, together, not_before)
+                    for index in batch:
+                        if not together or plan[index].path.protocol is not model.Protocol.ICMP:
+                            batch_nursery.start_soon(run_one, index, not_before)
         for index in batch:
             if reports[index] is None:
                 finish(index, overran_result(plan[index], started_at, icmp_count))
@@ -296,30 +341,58 @@ async def run_round(
     async def probe(planned: PlannedProbe, late_s: float) -> model.ProbeResult:
         # A probe that starts late (a busy loop) has that much less time: the deadline
         # counts from its planned start, so the round still ends on time.
-        probe_timeout_s = late_timeout_s(timeout_s, late_s)
+        if planned.path.protocol is model.Protocol.ICMP:  # (only without a pinger)
+            return _error_result(ICMP_DISABLED)
         try:
-            if planned.path.protocol is model.Protocol.HTTP:
-                return await http_probe(planned.ip, http_port, timeout_s=probe_timeout_s)
-            if pinger is None:
-                return _error_result(ICMP_DISABLED)
-            return await pinger.ping(
-                planned.ip,
-                count=icmp_count,
-                interval_s=icmp_interval_s,
-                timeout_s=probe_timeout_s,
+            return await http_probe(
+                planned.ip, http_port, timeout_s=late_timeout_s(timeout_s, late_s)
             )
         except (OSError, ValueError) as exc:
             # A local failure (no buffer space, a target that is not an IP) fails this
             # path only, never the round.
             return _error_result(str(exc) or type(exc).__name__)
 
+    async def icmp_batch(
+        planned: Sequence[PlannedProbe],
+        lates_s: Sequence[float],
+        done: Callable[[int, model.ProbeResult], None],
+    ) -> None:
+        assert pinger is not None
+        reported = [False] * len(planned)
+
+        def on_ping_result(position: int, result: model.ProbeResult) -> None:
+            reported[position] = True
+            done(position, result)
+
+        try:
+            await pinger.ping_batch(
+                [p.ip for p in planned],
+                count=icmp_count,
+                interval_s=icmp_interval_s,
+                timeout_s=[late_timeout_s(timeout_s, late) for late in lates_s],
+                on_result=on_ping_result,
+            )
+        except (OSError, ValueError) as exc:
+            # A local failure (no raw socket) fails these paths only, never the round.
+            error = _error_result(str(exc) or type(exc).__name__)
+            for position, was_reported in enumerate(reported):
+                if not was_reported:
+                    done(position, error)
+
     done = await run_planned(
-        plan, probe, max_in_flight=max_in_flight, on_result=on_result, icmp_count=icmp_count
+        plan,
+        probe,
+        max_in_flight=max_in_flight,
+        on_result=on_result,
+        icmp_count=icmp_count,
+        icmp_batch=icmp_batch if pinger is not None else None,
     )
-    order = {key: i for i, (key, _) in enumerate(paths)}
+    in_order: list[model.PathReport] = list(done)
+    for planned, report in zip(plan, done, strict=True):
+        in_order[planned.order] = report
     return model.RoundReport(
         started_at=started_at,
         duration_s=trio.current_time() - t0,
         targets=tuple(targets),
-        paths=tuple(sorted(done, key=lambda r: order[r.path])),
+        paths=tuple(in_order),
     )
