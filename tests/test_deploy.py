@@ -5,6 +5,7 @@ a real agent exports."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -16,8 +17,10 @@ from typing import Any
 
 import pytest
 
+from meshhealth.lab import netns_ops
 from tests.agent_cluster import AgentCluster, wait_for
 from tests.plugins.etcd_server import EtcdServer, running_etcd
+from tests.plugins.netns import NetnsFactory
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "meshhealth.rules.yml"
@@ -273,3 +276,108 @@ def test_systemd_unit_keeps_only_the_capabilities_the_agent_needs() -> None:
     assert settings["ProtectSystem"] == "strict"
     assert settings["RuntimeDirectory"] == "meshhealth"  # /run/meshhealth/health.sock
     assert settings["StateDirectory"] == "meshhealth"
+
+
+# --- the unit's capabilities, tried for real --------------------------------------------
+
+
+def _unit_capabilities() -> list[str]:
+    for line in UNIT.read_text().splitlines():
+        if line.startswith("CapabilityBoundingSet="):
+            return line.partition("=")[2].split()
+    raise AssertionError("no CapabilityBoundingSet in the unit")
+
+
+def _run_agent_with(
+    netns_factory: NetnsFactory, tmp_path: Path, capabilities: list[str]
+) -> tuple[dict[str, Any] | None, str]:
+    """The agent in netns health mode in a namespace of its own, as root restricted to
+    `capabilities` and no new privileges (what the unit gives it, via setpriv); etcd
+    unreachable (a closed loopback port). Returns its status once its first round has
+    probed its own endpoint (None if that never came) and its log."""
+    ns, peer = netns_factory.create(), netns_factory.create()
+    netns_factory.veth(ns, peer, addrs_a=["10.251.0.1/24"], addrs_b=["10.251.0.254/24"])
+    endpoint_ns = f"{ns}-ep"
+    sock = tmp_path / f"{ns}.sock"
+    log_path = tmp_path / f"{ns}.log"
+    bounding = ",".join(["-all", *(f"+{c.removeprefix('CAP_').lower()}" for c in capabilities)])
+    argv = [
+        *("setpriv", "--no-new-privs", "--bounding-set", bounding, "--"),
+        *(sys.executable, "-m", "meshhealth", "agent", "--etcd", "http://127.0.0.1:9"),
+        *("--cluster", "c1", "--node", "n1", "--node-ip", "10.251.0.1"),
+        *("--cidr", "10.252.0.0/24", "--health-ip", "10.252.0.2", "--health-mode", "netns"),
+        *("--health-netns", endpoint_ns, "--socket", str(sock), "--interval", "1"),
+        *("--timeout", "0.5"),
+    ]
+    doc: dict[str, Any] | None = None
+    with log_path.open("wb") as log_file:
+        proc = netns_factory.spawn(ns, *argv, stdout=log_file, stderr=subprocess.STDOUT)
+        try:
+
+            def status() -> dict[str, Any]:
+                done = _run(sys.executable, "-m", "meshhealth", "status", "-o", "json",
+                            "-H", f"unix://{sock}")  # fmt: skip
+                if done.returncode not in (0, 1):
+                    raise ValueError(done.stderr)
+                found: dict[str, Any] = json.loads(done.stdout)
+                return found
+
+            def own_endpoint_probed(found: dict[str, Any]) -> bool:
+                node = found["nodes"][0]
+                endpoint = node.get("health_endpoint") or {}
+                paths = endpoint.get("primary_address", {})
+                return all(paths.get(p, {}).get("status", "unknown") != "unknown"
+                           for p in ("icmp", "http"))  # fmt: skip
+
+            with contextlib.suppress(AssertionError):
+                doc, _ = wait_for(status, own_endpoint_probed, 30.0, what="the first round")
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+            if endpoint_ns in netns_ops.list_netns():  # killed before it cleaned up
+                subprocess.run(["ip", "netns", "del", endpoint_ns], check=False, timeout=10)
+    return doc, log_path.read_text(errors="replace")
+
+
+def _own_paths(doc: dict[str, Any] | None) -> dict[str, str]:
+    if doc is None:
+        return {}
+    node = doc["nodes"][0]
+    out = {}
+    for kind, key in (("host", "host"), ("endpoint", "health_endpoint")):
+        addr = (node.get(key) or {}).get("primary_address", {})
+        for proto in ("icmp", "http"):
+            out[f"{kind} {proto}"] = addr.get(proto, {}).get("status", "absent")
+    return out
+
+
+@pytest.mark.netns
+def test_the_units_capabilities_are_enough(netns_factory: NetnsFactory, tmp_path: Path) -> None:
+    """With exactly the unit's bounding set the agent probes over ICMP and builds its
+    health endpoint (namespace, veth, routes): all four paths to itself answer."""
+    doc, log = _run_agent_with(netns_factory, tmp_path, _unit_capabilities())
+    assert _own_paths(doc) == dict.fromkeys(
+        ("host icmp", "host http", "endpoint icmp", "endpoint http"), "ok"
+    ), log[-3000:]
+    assert "Permission denied" not in log and "Operation not permitted" not in log
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize(
+    ("dropped", "broken"),
+    [
+        ("CAP_NET_RAW", "host icmp"),  # no raw socket: ICMP paths are errors
+        ("CAP_NET_ADMIN", "endpoint http"),  # no veth: the endpoint is never reachable
+        ("CAP_SYS_ADMIN", "endpoint http"),  # no namespace: no endpoint
+    ],
+)
+def test_each_of_the_units_capabilities_is_needed(
+    netns_factory: NetnsFactory, tmp_path: Path, dropped: str, broken: str
+) -> None:
+    capabilities = [c for c in _unit_capabilities() if c != dropped]
+    doc, log = _run_agent_with(netns_factory, tmp_path, capabilities)
+    assert _own_paths(doc).get(broken) != "ok", log[-3000:]
