@@ -313,7 +313,7 @@ async def test_clients_that_vanish_mid_send_do_not_stop_the_feed(tmp_path: Path)
     """A viewer that goes away while the server writes to it (watch --once exits right
     after its snapshot) ends its own connection only: the feed keeps serving."""
     prober = FakeProber(nodes=600)  # rounds larger than the socket buffers
-    hub = FeedHub(prober.status, window=5)
+    hub = prober.hub()
     async with served_hub(tmp_path, hub) as (path, _port):
         for _ in range(20):
             stream = await trio.open_unix_socket(path)
