@@ -1,4 +1,8 @@
-"""The troubleshooting stories of REFERENCE.md as status inputs (pure, deterministic).
+"""The troubleshooting stories as status inputs (pure, deterministic): a healthy
+cluster; an endpoint nobody reaches because its node drops forwarding to it; ICMP
+dropped on the fabric while TCP works; an agent that stopped answering (host up, HTTP
+refused); etcd down; and an agent before its first round (docs/troubleshooting.md
+reads the same path patterns).
 
 Each story feeds a few rounds of probe results through the real StatsBook, so the
 documents and goldens built from them are what the agent would really show.

@@ -35,8 +35,10 @@ def test_status_text_matches_golden(story: str, verbose: bool) -> None:
     check_golden(f"status_{story}{'_verbose' if verbose else ''}.txt", text)
 
 
-def test_reference_shape_lines() -> None:
-    """The lines REFERENCE.md shows, verbatim (independent of the golden files)."""
+def test_cilium_health_shape_lines() -> None:
+    """The shape cilium-health users know, line by line (independent of the golden
+    files): probe time, a node per block with Host and Endpoint connectivity, the
+    `ICMP to stack:` / `HTTP to agent:` labels, Go-style RTTs, `Cluster health: X/Y`."""
     text = format_status_text(
         build_status_document(status_stories.endpoint_forward_drop()), verbose=False
     )

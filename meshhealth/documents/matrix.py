@@ -13,11 +13,13 @@ source's four paths to the target. A cell is:
   its agent is not publishing (down, or cut off from etcd), so it is not shown healthy;
 - `unknown`: the source has not probed the target (yet), or has no report at all.
 
-Summary lines are the first step of telling whose fault it is (REFERENCE.md): a node
-that fresh reports show unreachable from every other source ("look at node3 or its
-link"), a source that reaches none of the others ("look at node2's own network"), and
-sources whose reports are stale. Each needs at least two other nodes to compare with;
-when most nodes are in the same state, one line says the problem is cluster-wide.
+Summary lines are the first step of telling whose fault it is. A whole column failing
+points at the target: a node that fresh reports show unreachable from every other
+source ("look at node3 or its link"). A whole row failing points at the source: a node
+that reaches none of the others ("look at node2's own network"). And sources whose
+reports are stale are named (their agent is down or cut off from etcd). Each needs at
+least two other nodes to compare with; when most nodes are in the same state, one line
+says the problem is cluster-wide.
 """
 
 from __future__ import annotations
