@@ -8,7 +8,6 @@ document (GET /v1/status on its admin socket), the same data `meshhealth status`
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -117,14 +116,8 @@ class StoryLab:
 ALL_OK: Paths = {"host icmp": "ok", "host http": "ok", "endpoint icmp": "ok", "endpoint http": "ok"}
 
 
-def agent_available() -> bool:
-    return importlib.util.find_spec("meshhealth.agent.app") is not None
-
-
 def _make(prefix: str, nodes: int, clusters: int) -> StoryLab:
     require_root()
-    if not agent_available():
-        pytest.skip("meshhealth agent not assembled yet (meshhealth/agent/app.py)")
     taken = endpoint_names_taken(P.make_plan(prefix, nodes, clusters))
     if taken:
         pytest.skip(f"another lab with agents is up ({taken[0]} exists); `lab down` it first")
