@@ -56,7 +56,9 @@ def etcd_state(etcd: Etcd) -> EtcdState:
     # The error of an outage that is over (or the initial "not checked yet") would
     # read as "connected since T (connection refused)": only a down etcd has one.
     last_error = None if health.up else (health.last_error or None)
-    return EtcdState(up=health.up, since=health.since, last_error=last_error)
+    return EtcdState(
+        up=health.up, since=health.since, last_error=last_error, endpoint=etcd.endpoint_in_use
+    )
 
 
 class AgentAdminHandler:

@@ -99,9 +99,11 @@ def _header_lines(doc: StatusDocument, *, verbose: bool, now: float | None) -> l
 
 
 def _etcd_state(etcd: EtcdDocument) -> str:
-    """`connected since T` / `unreachable since T (error)`."""
+    """`connected since T via URL` / `unreachable since T (error)`."""
     state = "connected" if etcd["up"] else "unreachable"
     since = f" since {etcd['since']}" if etcd["since"] else ""
+    if etcd["up"] and etcd.get("endpoint"):
+        since += f" via {etcd['endpoint']}"
     error = f" ({etcd['last_error']})" if etcd.get("last_error") else ""
     return f"{state}{since}{error}"
 

@@ -13,6 +13,7 @@ from typing import Any
 from meshhealth import defaults
 from meshhealth.cli.invocation import this_program
 from meshhealth.lab import plan as P
+from meshhealth.lab import state as S
 
 DESCRIPTION = """\
 Build a multi-node meshhealth lab on this Linux host (as root) from network namespaces:
@@ -38,6 +39,9 @@ fault kinds:
   kill-agent NODE             SIGKILL the node's agent (`fault clear` restarts it)
   stop-etcd [CLUSTER|NODE]    SIGTERM the cluster's etcd (default lab1)
   start-etcd [CLUSTER|NODE]   start it again on the same data dir
+  kill-etcd-member N|labK/N   (--etcd-members 3) SIGKILL member N of the cluster's etcd
+  start-etcd-member N|labK/N  start it again on its data dir
+  partition-etcd-member N|labK/N  take member N's link down (`fault clear` restores it)
   clear [NODE|CLUSTER]        undo every fault (of NODE / CLUSTER only)
 
 examples:
@@ -79,6 +83,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--interval", type=float, default=defaults.LAB_INTERVAL_S, help="agents' probe interval, s"
     )
     up.add_argument("--no-agents", action="store_true", help="topology and etcd only")
+    up.add_argument(
+        "--etcd-members",
+        type=int,
+        default=1,
+        metavar="N",
+        help="members of each cluster's etcd (odd, up to 5); more than 1: each in a "
+        "namespace of its own, TLS with client certificates of a CA the lab makes",
+    )
     _prefix_arg(up)
     up.set_defaults(func=run_up)
 
@@ -161,6 +173,7 @@ def run_up(args: argparse.Namespace) -> int:
             interval_s=args.interval,
             agents=not args.no_agents,
             say=_say,
+            etcd_member_count=args.etcd_members,
         )
     except _errors() as exc:
         return _err(str(exc))
@@ -174,7 +187,7 @@ def run_up(args: argparse.Namespace) -> int:
         print(f"  waiting until {first.qualified} sees {n}/{n} reachable", flush=True)
         _wait_converged(first.socket, n, args.interval, 3 * args.interval + 10)
         print(f"\n$ {me} lab exec{pre} {first.qualified} -- meshhealth status", flush=True)
-        _exec(plan, first, ["meshhealth", "status"])
+        _exec(plan, first, ["meshhealth", "status"], st)
     print("\n" + next_steps(me, pre))
     return 0
 
@@ -228,10 +241,10 @@ def run_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _exec(plan: P.LabPlan, node: P.NodePlan, cmd: list[str]) -> int:
+def _exec(plan: P.LabPlan, node: P.NodePlan, cmd: list[str], st: S.LabState | None = None) -> int:
     from meshhealth.lab.control import exec_env
 
-    env = exec_env(plan, node, dict(os.environ))
+    env = exec_env(plan, node, dict(os.environ), st)
     try:
         done = subprocess.run(["ip", "netns", "exec", node.netns, *cmd], env=env, check=False)
     except KeyboardInterrupt:
@@ -250,11 +263,11 @@ def run_exec(args: argparse.Namespace) -> int:
         return _err("lab exec needs a command: meshhealth lab exec NODE -- CMD...")
     try:
         build.preflight(("ip",))
-        _st, plan = _load(args.prefix)
+        st, plan = _load(args.prefix)
         node = plan.node(args.node)
     except _errors() as exc:
         return _err(str(exc))
-    return _exec(plan, node, cmd)
+    return _exec(plan, node, cmd, st)
 
 
 def run_fault(args: argparse.Namespace) -> int:

@@ -88,6 +88,7 @@ class EtcdState:
     up: bool
     since: float | None = None  # unix seconds of the last change of `up`
     last_error: str | None = None  # one line, when down
+    endpoint: str | None = None  # the etcd member requests go to now
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,7 +378,14 @@ def clusters_document(
 
 
 def etcd_document(etcd: EtcdState) -> EtcdDocument:
-    return {"up": etcd.up, "since": iso_time(etcd.since), "last_error": etcd.last_error}
+    doc: EtcdDocument = {
+        "up": etcd.up,
+        "since": iso_time(etcd.since),
+        "last_error": etcd.last_error,
+    }
+    if etcd.endpoint is not None:
+        doc["endpoint"] = etcd.endpoint
+    return doc
 
 
 def build_healthz_document(*, started_at: float, now: float, etcd: EtcdState) -> HealthzDocument:

@@ -67,6 +67,7 @@ class EtcdDocument(TypedDict):
     up: bool
     since: str | None  # when `up` last changed
     last_error: str | None  # one line, when down
+    endpoint: NotRequired[str]  # the member requests go to now (when known)
 
 
 class RoundDocument(TypedDict):

@@ -16,13 +16,13 @@ running and `health` says why.
 
 Authentication: with `EtcdAccess.auth` the transport asks etcd for a token (the
 password is read from its file each time), sends it with every call, and asks for a
-new one when etcd says the token is invalid or expired, then retries the call once.
+new one when etcd says the token is invalid or expired, then retries the call once
+(meshhealth.kvstore.auth holds the token).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -33,6 +33,7 @@ import trio
 from etcd3 import etcdrpc
 
 from meshhealth import defaults
+from meshhealth.kvstore.auth import Tokens
 from meshhealth.kvstore.endpoints import EtcdEndpoint, describe, parse_endpoints
 from meshhealth.kvstore.errors import EtcdError, EtcdUnavailable, RpcFailed, describe_rpc_error
 from meshhealth.kvstore.etcd_config import EtcdAccess
@@ -88,9 +89,7 @@ class EtcdTransport:
         self._limiter = trio.CapacityLimiter(threads)
         self._liveness_limiter = trio.CapacityLimiter(len(self.endpoints))
         self._by_netloc = {e.netloc: e for e in self.endpoints}
-        self._lock = threading.Lock()  # guards the token and counters bumped in threads
-        self._token: str | None = None
-        self._auth_disabled = False  # etcd said auth is not enabled: send no token
+        self.tokens = Tokens(self.access.auth, self.stats)
         self._client: Any = None
         self.retired: list[Any] = []  # replaced clients, closed once their calls ended
         self.setup_error: str | None = None  # no channels: why (the TLS files)
@@ -154,9 +153,7 @@ class EtcdTransport:
             return False
         old, self._client = self._client, client
         self.setup_error = self.files_error = None
-        with self._lock:
-            self._token = None
-            self._auth_disabled = False
+        self.tokens.reset()
         if old is not None:
             self.retired.append(old)
             self.stats.reconnects += 1
@@ -193,53 +190,14 @@ class EtcdTransport:
             if client_endpoint is not None:
                 client_endpoint.fail()
 
-    # --- authentication (worker threads) -----------------------------------------------
-
-    def _password(self) -> str:
-        auth = self.access.auth
-        assert auth is not None
-        if auth.password_file is None:
-            return auth.password or ""
-        try:
-            with open(auth.password_file, encoding="utf-8") as handle:
-                return handle.read(4096).rstrip("\r\n")
-        except (OSError, UnicodeDecodeError) as error:
-            detail = error.strerror if isinstance(error, OSError) else "not UTF-8 text"
-            raise TlsSetupError(f"password file {auth.password_file}: {detail}") from None
-
-    def _token_for(self, channel: Any, endpoint: EtcdEndpoint, timeout_s: float) -> None:
-        """Make sure a token is there (asks etcd for one when needed)."""
-        auth = self.access.auth
-        if auth is None:
-            return
-        with self._lock:
-            if self._token is not None or self._auth_disabled:
-                return
-            try:
-                request = etcdrpc.AuthenticateRequest(name=auth.user, password=self._password())
-            except TlsSetupError as error:
-                raise RpcFailed(endpoint.url, error, reason=str(error), down=True) from None
-            try:
-                response = etcdrpc.AuthStub(channel).Authenticate(request, timeout_s)
-            except grpc.RpcError as error:
-                if "authentication is not enabled" in str(error.details() or ""):
-                    log.warning("etcd %s: authentication is not enabled; no token", endpoint.url)
-                    self._auth_disabled = True
-                    return
-                raise
-            self._token = str(response.token)
-            self.stats.authentications += 1
+    # --- the one path every request takes ----------------------------------------------
 
     def drop_token(self) -> None:
         """Forget the token (etcd refused it): the next call asks for a new one."""
-        with self._lock:
-            self._token = None
+        self.tokens.drop()
 
     def _meta(self) -> dict[str, Any]:
-        token = self._token
-        return {"metadata": (("token", token),)} if token else {}
-
-    # --- the one path every request takes ----------------------------------------------
+        return self.tokens.metadata()
 
     def _explain(self, endpoint: EtcdEndpoint, error: grpc.RpcError, timeout_s: float) -> str:
         """A reason better than gRPC's for TLS and authentication failures; '' if none."""
@@ -264,14 +222,12 @@ class EtcdTransport:
         channel, endpoint = self._channel()
         for retry in (False, True):
             try:
-                self._token_for(channel, endpoint, timeout_s)
+                self.tokens.ensure(channel, endpoint, timeout_s)
                 return call(channel, timeout_s)
             except grpc.RpcError as error:
                 invalid_token = error.code() == grpc.StatusCode.UNAUTHENTICATED
                 if invalid_token and self.access.auth is not None and not retry:
-                    self.drop_token()
-                    with self._lock:
-                        self.stats.token_refreshes += 1
+                    self.tokens.refused()
                     continue
                 raise _Failed(endpoint, error) from None
         raise AssertionError("unreachable")
@@ -332,9 +288,21 @@ class EtcdTransport:
             return self.fail(f"etcd {failed.url}: {what} failed: {detail}", down=False)
         return self.fail(f"etcd {failed.url} unreachable: {detail}", down=True)
 
+    def stream_lost(self, url: str) -> None:
+        """A stream to `url` failed with UNAVAILABLE. With one endpoint etcd is down;
+        with several, only that member is (marked failed: the next stream and request
+        go to another one, and etcd stays up)."""
+        if len(self.endpoints) == 1:
+            self.health.set_down(f"etcd {url} unreachable: watch stream lost")
+            return
+        for netloc, endpoint in self._by_netloc.items():
+            client_endpoint = self._client.endpoints.get(netloc) if self._client else None
+            if endpoint.url == url and client_endpoint is not None:
+                client_endpoint.fail()
+
     async def prepare_stream(self) -> None:
         """Before opening a stream: make sure a token is there (authentication)."""
-        if self.access.auth is not None and self._token is None and not self._auth_disabled:
+        if self.tokens.needed:
             await self._call("authenticate", lambda channel, timeout_s: None)
 
     # --- liveness ------------------------------------------------------------------------
@@ -343,25 +311,30 @@ class EtcdTransport:
         """Ask each endpoint a cheap question; None when one answers, else the failure.
 
         Goes straight to each endpoint's channel (ignoring failover marks) with the
-        liveness deadline; an answer clears the endpoint's failure mark.
+        liveness deadline, the one in use first; an answer clears the endpoint's failure
+        mark, a failure sets it, so requests leave a dead or partitioned member before
+        they time out on it.
         """
         if self.setup_error is not None:
             return self.setup_error
         request = etcdrpc.RangeRequest(key=LIVENESS_KEY, count_only=True)
         timeout = self.liveness_timeout_s
         errors: list[str] = []
-        for netloc, client_endpoint in self._client.endpoints.items():
+        client = self._client
+        in_use = client.endpoint_in_use
+        ordered = sorted(client.endpoints.items(), key=lambda item: item[1] is not in_use)
+        for netloc, client_endpoint in ordered:
             endpoint = self._by_netloc[netloc]
 
             def ask(
                 channel: Any = client_endpoint.channel, endpoint: EtcdEndpoint = endpoint
             ) -> None:
                 try:
-                    self._token_for(channel, endpoint, timeout)
+                    self.tokens.ensure(channel, endpoint, timeout)
                     etcdrpc.KVStub(channel).Range(request, timeout, **self._meta())
                 except grpc.RpcError as error:
                     if error.code() == grpc.StatusCode.UNAUTHENTICATED:
-                        self.drop_token()
+                        self.tokens.drop()
                     reason = self._explain(endpoint, error, timeout)
                     raise RpcFailed(endpoint.url, error, reason=reason) from None
 
@@ -372,8 +345,12 @@ class EtcdTransport:
                     )
             except trio.TooSlowError:
                 errors.append(f"etcd {endpoint.url} unreachable: no answer within {timeout:g}s")
+                if len(ordered) > 1:
+                    client_endpoint.fail()
                 continue
             except RpcFailed as failed:
+                if len(ordered) > 1:
+                    client_endpoint.fail()
                 if failed.reason:
                     errors.append(f"etcd {failed.url}: {failed.reason}")
                 else:

@@ -141,7 +141,7 @@ class PrefixWatch:
                 if response.code() == grpc.StatusCode.UNAUTHENTICATED:
                     self._etcd.drop_token()  # expired: the next open asks for a new one
                 if response.code() == grpc.StatusCode.UNAVAILABLE:
-                    self._etcd.health.set_down(f"etcd {self._url} unreachable: watch stream lost")
+                    self._etcd.stream_lost(self._url)
                 continue
             batch = self._handle(response)
             if batch is not None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from meshhealth import defaults
-from meshhealth.lab import etcd_proc, neigh_table, netns_ops, proc_sys, processes
+from meshhealth.lab import etcd_members, etcd_proc, neigh_table, netns_ops, proc_sys, processes
 from meshhealth.lab import plan as P
 from meshhealth.lab import state as S
 
@@ -81,6 +81,8 @@ def start_agent(st: S.LabState, plan: P.LabPlan, node: P.NodePlan) -> S.ProcessR
     node.socket.parent.mkdir(parents=True, exist_ok=True)
     node.socket.unlink(missing_ok=True)
     argv = P.agent_argv(plan, node, sys.executable, st.interval_s)
+    if st.etcd_members > 1:
+        argv = etcd_members.agent_argv(argv, st, plan, node)
     rec = processes.start_detached(node.netns, argv, node.log, agent_env())
     st.processes[f"agent/{node.qualified}"] = rec
     S.save(st)
@@ -134,6 +136,7 @@ def up(
     agents: bool,
     say: Say,
     root: Path = P.LAB_ROOT,
+    etcd_member_count: int = 1,
 ) -> tuple[S.LabState, P.LabPlan]:
     """Build the lab. On any failure the half-built lab is removed and LabError raised."""
     plan = P.make_plan(prefix, nodes, clusters, root)
@@ -154,6 +157,7 @@ def up(
         clusters=clusters,
         interval_s=interval_s,
         agents=agents,
+        etcd_members=etcd_members.validate_count(etcd_member_count),
     )
     started = time.monotonic()
     try:
@@ -220,7 +224,9 @@ def _build(st: S.LabState, plan: P.LabPlan, say: Say) -> None:
     netns_ops.add_netns(plan.fabric_netns)
     netns_ops.make_fabric(plan.fabric_netns, [c.etcd_ip for c in plan.clusters])
     _hook("fabric")
-    for cluster in plan.clusters:
+    if st.etcd_members > 1:
+        etcd_members.build_members(st, plan, say)
+    for cluster in plan.clusters if st.etcd_members == 1 else ():
         rec = etcd_proc.start_etcd(plan.fabric_netns, cluster)
         st.processes[f"etcd/{cluster.name}"] = rec
         S.save(st)
@@ -240,14 +246,15 @@ def _build(st: S.LabState, plan: P.LabPlan, say: Say) -> None:
         elif n % 10 == 0 or n == total:
             say(f"  nodes: {n}/{total}")
         _hook(node.qualified)
-    for cluster in plan.clusters:
+    for cluster in plan.clusters if st.etcd_members == 1 else ():
         etcd_proc.wait_etcd(
             plan.fabric_netns,
             cluster,
             st.processes[f"etcd/{cluster.name}"],
             defaults.LAB_ETCD_READY_TIMEOUT_S,
         )
-    say(f"  etcd answering: {', '.join(c.etcd_url for c in plan.clusters)}")
+    if st.etcd_members == 1:
+        say(f"  etcd answering: {', '.join(c.etcd_url for c in plan.clusters)}")
     if st.agents:
         for node in plan.nodes:
             start_agent(st, plan, node)

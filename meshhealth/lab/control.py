@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from meshhealth import defaults
-from meshhealth.lab import etcd_proc, faults, processes
+from meshhealth.lab import etcd_members, etcd_proc, faults, processes
 from meshhealth.lab import plan as P
 from meshhealth.lab import state as S
 from meshhealth.lab.build import LabError, start_agent
@@ -20,7 +20,9 @@ from meshhealth.lab.build import LabError, start_agent
 STATUS_PATH = "/v1/status"
 
 
-def exec_env(plan: P.LabPlan, node: P.NodePlan, base: dict[str, str]) -> dict[str, str]:
+def exec_env(
+    plan: P.LabPlan, node: P.NodePlan, base: dict[str, str], st: S.LabState | None = None
+) -> dict[str, str]:
     """Environment for a command run in `node`: its socket, its cluster's etcd, and this
     installation's `meshhealth` first on PATH. Pure."""
     cluster = plan.cluster(node.cluster)
@@ -30,6 +32,8 @@ def exec_env(plan: P.LabPlan, node: P.NodePlan, base: dict[str, str]) -> dict[st
     env["ETCDCTL_ENDPOINTS"] = cluster.etcd_url
     env["ETCDCTL_API"] = "3"
     env["MESHHEALTH_LAB_NODE"] = node.qualified
+    if st is not None and st.etcd_members > 1:
+        etcd_members.exec_env(env, st, plan, node)
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = f"{bindir}:{base.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
     return env
@@ -51,6 +55,8 @@ def resolve_target(plan: P.LabPlan, kind: str, target: str | None) -> str:
 
 def apply_fault(st: S.LabState, plan: P.LabPlan, kind: str, target: str | None) -> str:
     """Inject a fault; returns a line for the user. Recorded in the state file."""
+    if kind in etcd_members.MEMBER_FAULTS:
+        return etcd_members.apply_member_fault(st, plan, kind, target)
     if kind not in faults.FAULT_KINDS:
         raise LabError(f"unknown fault {kind!r} (have {', '.join(faults.FAULT_KINDS)})")
     where = resolve_target(plan, kind, target)
@@ -110,6 +116,7 @@ def clear_faults(st: S.LabState, plan: P.LabPlan, target: str | None) -> list[st
         if faults.clear_nft(node.netns):
             lines.append(f"cleared nft rules on {node.qualified}")
     node_names = {n.qualified for n in nodes}
+    lines += etcd_members.clear_member_faults(st, plan, clusters)
     for fault in list(st.faults):
         if fault.kind == faults.STOP_ETCD and fault.target in clusters:
             lines.append(_start_etcd(st, plan, fault.target))
@@ -202,7 +209,9 @@ def status_lines(st: S.LabState, plan: P.LabPlan, present_netns: set[str]) -> li
         f"agents {'on' if st.agents else 'off'}, dir {st.dir}",
         f"namespaces: {ns_ok}/{len(plan.netns_names)} present "
         f"({plan.fabric_netns}, {plan.nodes[0].netns} ...)",
-        "etcd: "
+        etcd_members.status_line(st, plan)
+        if st.etcd_members > 1
+        else "etcd: "
         + ", ".join(
             f"{c.name} {c.etcd_url} "
             + ("answering" if etcd_proc.etcd_healthy(plan.fabric_netns, c) else "NOT ANSWERING")

@@ -102,6 +102,15 @@ def attach_node(fabric_ns: str, node: P.NodePlan) -> None:
     sysctl(node.netns, "net.ipv4.ip_forward", "1")
 
 
+def attach_veth(fabric_ns: str, netns: str, veth_fabric: str, ip: str) -> None:
+    """A namespace of its own on the fabric bridge (`eth0` with `ip`), like a node."""
+    run(["ip", "-n", fabric_ns, "link", "add", veth_fabric, "type", "veth", "peer", "name",
+         P.NODE_IFACE, "netns", netns])  # fmt: skip
+    run(["ip", "-n", fabric_ns, "link", "set", veth_fabric, "master", P.BRIDGE, "up"])
+    run(["ip", "-n", netns, "addr", "add", f"{ip}/{P.FABRIC_PREFIXLEN}", "dev", P.NODE_IFACE])
+    run(["ip", "-n", netns, "link", "set", P.NODE_IFACE, "up"])
+
+
 def set_link(netns: str, iface: str, up: bool) -> None:
     run(["ip", "-n", netns, "link", "set", iface, "up" if up else "down"])
 

@@ -148,7 +148,7 @@ def lab_dir(prefix: str, root: Path = LAB_ROOT) -> Path:
 def netns_pattern(prefix: str) -> re.Pattern[str]:
     """Namespace names `lab up` makes for this prefix (never another prefix's)."""
     p = re.escape(validate_prefix(prefix))
-    return re.compile(rf"^{p}-(fabric|lab[0-9]+-node[0-9]+(-ep)?)$")
+    return re.compile(rf"^{p}-(fabric|lab[0-9]+-node[0-9]+(-ep)?|lab[0-9]+-etcd[0-9]+)$")
 
 
 def node_ip(cluster_index: int, node_index: int) -> str:

@@ -56,6 +56,9 @@ class LabState:
     # `lab up` made a read-only /proc/sys/net writable (in a container, proc_sys.py);
     # `lab down` removes that mount.
     proc_sys_net_mounted: bool = False
+    # members of each cluster's etcd: 1 (plain http, in the fabric namespace) or more
+    # (TLS with client certificates, a namespace each: meshhealth.lab.etcd_members)
+    etcd_members: int = 1
     version: int = STATE_VERSION
 
     @property
