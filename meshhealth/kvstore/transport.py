@@ -286,6 +286,12 @@ class EtcdTransport:
         detail = describe_rpc_error(error, timeout_s)
         if isinstance(error, grpc.RpcError) and error.code() not in _CONNECTIVITY_CODES:
             return self.fail(f"etcd {failed.url}: {what} failed: {detail}", down=False)
+        if isinstance(error, etcd3.exceptions.NoServerAvailableError) and self.health.changes:
+            # Every member was marked failed just now: the reason is the last error seen
+            # (a refused certificate, a refused connection), not "all failed".
+            known = self.health.last_error
+            if not self.health.up and known and "all endpoints failed" not in known:
+                detail = f"{detail} (last error: {known})"
         return self.fail(f"etcd {failed.url} unreachable: {detail}", down=True)
 
     def stream_lost(self, url: str) -> None:
