@@ -73,6 +73,9 @@ CASES: list[tuple[str, MatrixView, list[tuple[str, tuple[str, ...]]]]] = [
     ("ingress-blocked", mesh(ABCD, cells=column("d", ABCD, "down")),
      [("ingress-blocked", _n("d"))]),
     ("one pair", mesh(ABCD, cells={("a", "d"): "down"}), [("path", _n("a", "d"))]),
+    # two nodes, a broken link: nothing says which side; the first by name is named
+    ("two nodes, one broken link", mesh("ab", cells={("a", "b"): "down", ("b", "a"): "down"}),
+     [("node-isolated", _n("a"))]),
     ("one pair, both ways", mesh(ABCD, cells={("a", "d"): "down", ("d", "a"): "down"}),
      [("path", _n("a", "d")), ("path", _n("d", "a"))]),
     ("one pair, agent only", mesh(ABCD, cells={("a", "d"): "agent"}), [("path", _n("a", "d"))]),
