@@ -206,3 +206,11 @@ def test_duplicate_cells_are_refused() -> None:
 def test_an_empty_matrix_has_no_findings() -> None:
     assert diagnose(MatrixView()) == ()
     assert diagnose(MatrixView.of([], nodes=[NodeId("lab1", "a")])) == ()
+
+
+def test_docs_explain_every_kind() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "diagnosis.md").read_text()
+    for kind in FindingKind:
+        assert f"\n| `{kind.value}` |" in doc, f"docs/diagnosis.md has no row for {kind.value}"
