@@ -111,6 +111,12 @@ ETCD_MAX_WATCHES: Final = 64
 # How often the agent looks at its etcd TLS and password files (inode, mtime, size):
 # a rotated certificate is used within this time, at the cost of a few stat calls.
 ETCD_FILES_POLL_S: Final = 2.0
+# Largest PEM file (CA, client certificate or key) read: a chain is a few kilobytes.
+ETCD_PEM_MAX_BYTES: Final = 1024 * 1024
+# Largest etcd configuration file (--etcd-config) read: a real one is a few hundred bytes.
+ETCD_CONFIG_MAX_BYTES: Final = 64 * 1024
+# The most of an etcd password file read: a password is one line.
+ETCD_PASSWORD_MAX_BYTES: Final = 4096
 
 # --- registration and discovery (meshhealth.agent.membership.registrar, .discovery) ------
 # The lease revoke on shutdown may take this long; after it the lease's TTL cleans up.

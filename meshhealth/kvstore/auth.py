@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 from etcd3 import etcdrpc
 
+from meshhealth import defaults
 from meshhealth.kvstore.endpoints import EtcdEndpoint
 from meshhealth.kvstore.errors import RpcFailed
 from meshhealth.kvstore.etcd_config import EtcdAuth
@@ -23,8 +24,7 @@ from meshhealth.kvstore.health import EtcdStats
 
 log = logging.getLogger(__name__)
 
-# The most of a password file read (a password is a line).
-MAX_PASSWORD_BYTES = 4096
+MAX_PASSWORD_BYTES = defaults.ETCD_PASSWORD_MAX_BYTES
 
 
 class Tokens:

@@ -28,10 +28,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from meshhealth import defaults
 from meshhealth.kvstore.endpoints import EtcdEndpoint, parse_endpoints
 
-# Largest etcd configuration file read (a real one is a few hundred bytes).
-MAX_CONFIG_FILE_BYTES = 64 * 1024
+MAX_CONFIG_FILE_BYTES = defaults.ETCD_CONFIG_MAX_BYTES
 
 KNOWN_KEYS = ("endpoints", "trusted-ca-file", "cert-file", "key-file")
 

@@ -25,11 +25,11 @@ from datetime import UTC, datetime
 
 import grpc
 
+from meshhealth import defaults
 from meshhealth.kvstore.endpoints import EtcdEndpoint
 from meshhealth.kvstore.etcd_config import TlsFiles
 
-# Largest PEM file read (a certificate chain is a few kilobytes).
-MAX_PEM_BYTES = 1024 * 1024
+MAX_PEM_BYTES = defaults.ETCD_PEM_MAX_BYTES
 
 Fingerprint = tuple[tuple[str, int, int, int] | tuple[str, str], ...]
 
