@@ -2,11 +2,12 @@
 own, TLS with client certificates of the lab's CA. Losing a member is harmless: with
 one member killed, partitioned or restarted (a rolling restart of all three) no agent
 dies, no node leaves any probe set, no registration is lost and `status` keeps
-answering and says which member it uses. (Root; CI runs these. 5 nodes rather than 20:
+answering and says which member it uses. (Root; CI runs these. 5 nodes rather than 20 by default:
 the test machine is shared and loaded; the lab code does not depend on the count.)"""
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -25,7 +26,9 @@ from tests.test_lab import _down, lab, leftovers, new_prefix, wait_until
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
-NODES = 5
+# 5 by default (a shared, loaded machine); MESHHEALTH_TEST_ETCD_LAB_NODES=20 runs the
+# issue's 20-node lab with the same assertions.
+NODES = int(os.environ.get("MESHHEALTH_TEST_ETCD_LAB_NODES", "5"))
 
 
 @dataclass
