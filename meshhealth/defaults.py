@@ -65,8 +65,8 @@ RESPONDER_RECEIVE_CHUNK_BYTES: Final = 4 * 1024
 # (and at most this much) before closing, so the reply is not lost to a TCP reset.
 RESPONDER_LINGER_S: Final = 0.5
 RESPONDER_LINGER_MAX_BYTES: Final = 256 * 1024
-# `meshhealth responder --exit-with-parent`: how often the parent PID is checked (an
-# orphaned endpoint exits within this).
+# `meshhealth responder --exit-with-parent` without a pidfd (old kernels): how often the
+# parent PID is checked (an orphaned endpoint exits within this).
 RESPONDER_PARENT_POLL_S: Final = 0.5
 
 # --- HTTP server of the admin API and /metrics (meshhealth.http_server) ---------------

@@ -1,8 +1,11 @@
 """`meshhealth` entry point: one argparse parser, one module per command group.
 
 Each command module has `register(subparsers)` which adds its parser and sets
-`func=<callable(args) -> int>`. Command modules import heavy libraries (etcd3, grpc,
-pyroute2) inside their run functions so `meshhealth --help` stays fast.
+`func=<callable(args) -> int>`. Only the chosen command's module is imported (all of
+them only for `meshhealth --help` or an unknown command), and command modules import
+heavy libraries (etcd3, grpc, pyroute2, rich) inside their run functions: the health
+endpoint's `meshhealth responder` process stays small (docs/performance.md, "Process
+size"; tests/test_process_size.py).
 """
 
 from __future__ import annotations
@@ -40,7 +43,23 @@ class OneLineErrorParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def chosen_command(argv: list[str]) -> str | None:
+    """The command `argv` names, or None (no command, or not one of ours). Pure.
+
+    The top-level options (--help, --version) take no value, so the command is the
+    first argument that is not an option."""
+    for arg in argv:
+        if arg == "--":
+            return None
+        if not arg.startswith("-"):
+            module = f"{arg}_cmd"
+            return module if module in COMMAND_MODULES else None
+    return None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; with `argv`, only the command it names is registered (when it names
+    one of ours), so only that command's module is imported."""
     parser = OneLineErrorParser(
         prog="meshhealth",
         description="Node-to-node connectivity health prober coordinated through etcd.",
@@ -49,14 +68,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"meshhealth {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineErrorParser)
-    for name in COMMAND_MODULES:
+    chosen = chosen_command(argv) if argv is not None else None
+    for name in (chosen,) if chosen is not None else COMMAND_MODULES:
         module = importlib.import_module(f"meshhealth.cli.{name}")
         module.register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
     if func is None:

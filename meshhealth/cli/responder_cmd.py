@@ -1,4 +1,8 @@
-"""`meshhealth responder`: serve `GET /hello` for peers' HTTP probes, nothing else."""
+"""`meshhealth responder`: serve `GET /hello` for peers' HTTP probes, nothing else.
+
+This is the health endpoint's process, one per node: it imports no trio, etcd3, grpc,
+pyroute2, rich nor msgpack (tests/test_process_size.py) and sleeps in one `select()`
+while idle (docs/performance.md, "Process size")."""
 
 from __future__ import annotations
 
@@ -6,16 +10,12 @@ import argparse
 import contextlib
 import os
 import signal
-from typing import TYPE_CHECKING
+import socket
+import time
 
 from meshhealth import defaults
 from meshhealth.addresses import format_address, parse_listen
 from meshhealth.cli.common import print_error, usage_error
-
-if TYPE_CHECKING:
-    import trio
-    from trio import TaskStatus
-
 
 DESCRIPTION = f"""\
 Serve GET {defaults.HTTP_PATH} (200, small JSON body) so that peers' HTTP probes find this
@@ -57,59 +57,92 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import trio
-
     try:
         ip, port = parse_listen(args.listen)
     except ValueError as exc:
         return usage_error("responder", f"bad --listen: {exc}")
     parent_pid = os.getppid() if args.exit_with_parent else None
-    code: int = trio.run(_serve_until_signal, ip, port, args.passive, args.node_name, parent_pid)
-    return code
+    return serve_until_signal(ip, port, args.passive, args.node_name, parent_pid)
 
 
-async def _serve_until_signal(
+def serve_until_signal(
     ip: str, port: int, passive: bool, node_name: str, parent_pid: int | None = None
 ) -> int:
-    import trio
+    """Serve /hello on ip:port until SIGTERM or SIGINT (or, with `parent_pid`, until
+    that parent exits). One thread, no trio: meshhealth.probe.hello_server."""
+    from meshhealth.probe.hello_server import HelloServer, open_listener
 
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with trio.open_nursery() as nursery:
-            try:
-                bound_port: int = await nursery.start(_serve, ip, port, node_name)
-            except OSError as exc:
-                where = format_address(ip, port)
-                print_error("responder", f"cannot listen on {where}: {_reason(exc)}")
-                return 2
-            mode = " (passive)" if passive else ""
-            print(f"responder listening on {format_address(ip, bound_port)}{mode}", flush=True)
-            if parent_pid is not None:
-                nursery.start_soon(_exit_when_orphaned, parent_pid, nursery.cancel_scope)
-            async for _ in signals:
-                break
-            nursery.cancel_scope.cancel()
+    try:
+        listener = open_listener(ip, port)
+    except OSError as exc:
+        print_error("responder", f"cannot listen on {format_address(ip, port)}: {_reason(exc)}")
+        return 2
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(listener)
+        wake = _StopSignals(stack)
+        stop_fds = [wake.fileno()]
+        parent_fd = _watch_parent(parent_pid, stack) if parent_pid is not None else None
+        if parent_fd is not None:
+            stop_fds.append(parent_fd)
+        mode = " (passive)" if passive else ""
+        bound = format_address(ip, listener.getsockname()[1])
+        print(f"responder listening on {bound}{mode}", flush=True)
+        server = HelloServer(listener, node_name=node_name, stop_fds=tuple(stop_fds))
+        if server.serve_forever() == parent_fd:
+            with contextlib.suppress(OSError):  # stderr was a pipe to the dead parent
+                print_error("responder", f"parent {parent_pid} is gone; exiting")
     return 0
 
 
-async def _exit_when_orphaned(parent_pid: int, scope: trio.CancelScope) -> None:
-    """Cancel `scope` once our parent is gone (we were re-parented: getppid() changed)."""
-    import trio
+class _StopSignals:
+    """SIGTERM and SIGINT make `fileno()` readable (signal.set_wakeup_fd); the previous
+    handlers come back when `stack` closes."""
 
-    while True:  # no event to wait on: the kernel only changes what getppid() says
-        await trio.sleep(defaults.RESPONDER_PARENT_POLL_S)
-        if os.getppid() != parent_pid:
-            break
-    with contextlib.suppress(OSError):  # stderr was a pipe to the dead parent
-        print_error("responder", f"parent {parent_pid} is gone; exiting")
-    scope.cancel()
+    def __init__(self, stack: contextlib.ExitStack) -> None:
+        self._read, write = socket.socketpair()
+        stack.enter_context(self._read)
+        stack.enter_context(write)
+        write.setblocking(False)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            stack.callback(signal.signal, signum, signal.signal(signum, _note_signal))
+        stack.callback(signal.set_wakeup_fd, signal.set_wakeup_fd(write.fileno()))
+
+    def fileno(self) -> int:
+        return self._read.fileno()
+
+
+def _note_signal(signum: int, frame: object) -> None:
+    """The wake-up descriptor carries the signal; the handler only replaces the default
+    (exit for SIGTERM, KeyboardInterrupt for SIGINT)."""
+
+
+def _watch_parent(parent_pid: int, stack: contextlib.ExitStack) -> int:
+    """A descriptor that becomes readable when `parent_pid` exits: its pidfd (Linux
+    5.3+); else (no pidfd, or the parent was reaped already) a socket that a thread
+    writes to once getppid() changes, polled every RESPONDER_PARENT_POLL_S."""
+    try:
+        pidfd = os.pidfd_open(parent_pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    if pidfd is not None:
+        stack.callback(os.close, pidfd)  # readable at once if the parent is already gone
+        return pidfd
+    import threading
+
+    read, write = socket.socketpair()
+    stack.enter_context(read)
+    stack.enter_context(write)
+
+    def poll_parent() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(defaults.RESPONDER_PARENT_POLL_S)
+        with contextlib.suppress(OSError):
+            write.send(b"x")
+
+    threading.Thread(target=poll_parent, name="parent-poll", daemon=True).start()
+    return read.fileno()
 
 
 def _reason(exc: OSError) -> str:
     """`address already in use`: strerror in lower case, as the rest of the line."""
     return (exc.strerror or str(exc)).lower()
-
-
-async def _serve(ip: str, port: int, node_name: str, *, task_status: TaskStatus[int]) -> None:
-    from meshhealth.probe.responder import serve_responder
-
-    await serve_responder(ip, port, node_name=node_name, task_status=task_status)

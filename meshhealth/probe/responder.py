@@ -19,21 +19,21 @@ Every connection handler runs in the server's nursery: cancelling `serve_respond
 closes the listener and every connection. Binding, the accept loop, reading a request
 and writing a response are meshhealth.http_server's; this module routes, keeps
 the per-cycle deadline and the counters, and lingers before closing after an error.
+What to answer is meshhealth.probe.hello_reply's (pure), shared with the trio-free
+server of the `meshhealth responder` process (meshhealth.probe.hello_server).
 """
 
 from __future__ import annotations
 
 import enum
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 
 import h11
 import trio
 
-from meshhealth import __version__, defaults
+from meshhealth import defaults
 from meshhealth.http_server import (
-    SERVER_HEADER,
     ClientGoneError,
     ConnectionStats,
     MalformedRequestError,
@@ -45,6 +45,9 @@ from meshhealth.http_server import (
     read_request,
     send_response,
 )
+from meshhealth.probe.hello_reply import Reply, error_reply, hello_body, route
+
+__all__ = ["Reply", "ResponderStats", "error_reply", "hello_body", "route", "serve_responder"]
 
 
 @dataclass(slots=True)
@@ -57,56 +60,6 @@ class ResponderStats(ConnectionStats):
     responses_by_status: Counter[int] = field(default_factory=Counter)
     read_timeouts: int = 0  # dropped because a request cycle ran out of time
     protocol_errors: int = 0  # requests h11 rejected (answered 400/431)
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    status_code: int
-    headers: tuple[tuple[str, str], ...]
-    body: bytes  # its length is the Content-Length, even for HEAD
-    head_only: bool = False  # a HEAD answer: headers only
-
-
-def hello_body(node_name: str) -> bytes:
-    """The /hello body: small JSON that says who answered. Pure."""
-    doc = {"status": "ok", "node": node_name, "version": __version__}
-    return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
-
-
-def route(method: bytes, target: bytes, node_name: str) -> Reply:
-    """What to answer to `method target`. Pure."""
-    path = target.split(b"?", 1)[0]
-    head_only = method == b"HEAD"
-    if path != defaults.HTTP_PATH.encode():
-        return _text_reply(404, b"not found\n", head_only=head_only)
-    if method not in (b"GET", b"HEAD"):
-        return _text_reply(405, b"method not allowed\n", extra=(("Allow", "GET, HEAD"),))
-    body = hello_body(node_name)
-    return Reply(200, _headers("application/json", len(body)), body, head_only)
-
-
-def error_reply(status_code: int) -> Reply:
-    """The answer to a request we could not parse (400, 431) or take (413). Pure."""
-    return _text_reply(status_code, f"error {status_code}\n".encode())
-
-
-def _text_reply(
-    status_code: int,
-    body: bytes,
-    extra: tuple[tuple[str, str], ...] = (),
-    *,
-    head_only: bool = False,
-) -> Reply:
-    headers = _headers("text/plain; charset=utf-8", len(body)) + extra
-    return Reply(status_code, headers, body, head_only)
-
-
-def _headers(content_type: str, length: int) -> tuple[tuple[str, str], ...]:
-    return (
-        ("Content-Type", content_type),
-        ("Content-Length", str(length)),
-        ("Server", SERVER_HEADER),
-    )
 
 
 async def serve_responder(

@@ -1,0 +1,60 @@
+"""What each long-running process imports (docs/performance.md, "Process size").
+
+No timing and no RSS figure here: the figures are bench/process_size.py's. These tests
+keep the heavy libraries out of the processes that do not use them, by importing what
+the process imports in a fresh interpreter and reading `sys.modules`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+HEAVY = ("trio", "trio_websocket", "etcd3", "grpc", "pyroute2", "rich", "msgpack", "asyncio")
+
+
+def heavy_modules_after(code: str) -> list[str]:
+    """Which of HEAVY a fresh interpreter has imported after running `code`."""
+    listed = f"sorted(m for m in {HEAVY!r} if m in sys.modules)"
+    probe = f"{code}\nimport json, sys\nprint(json.dumps({listed}))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    )
+    loaded: list[str] = json.loads(out.stdout.splitlines()[-1])
+    return loaded
+
+
+def parse_and_load(argv: list[str]) -> str:
+    """Code that parses `argv` as `meshhealth` does (only the command's module loads)."""
+    return (
+        "from meshhealth.cli.main import build_parser\n"
+        f"args = build_parser({argv!r}).parse_args({argv!r})\n"
+    )
+
+
+def test_the_health_endpoint_responder_imports_none_of_them() -> None:
+    argv = ["responder", "--listen", "127.0.0.1:0", "--passive", "--exit-with-parent"]
+    code = parse_and_load(argv) + "import meshhealth.probe.hello_server\n"
+    assert heavy_modules_after(code) == []
+
+
+@pytest.mark.parametrize("command", ["status", "matrix", "inspect", "probe", "watch", "lab"])
+def test_a_command_loads_no_other_commands_module(command: str) -> None:
+    code = parse_and_load([command, "--help"]).replace("args = ", "try:\n    args = ")
+    code += "except SystemExit:\n    pass\nimport sys\n"
+    code += "assert 'meshhealth.cli.agent_cmd' not in sys.modules, sorted(sys.modules)\n"
+    assert "pyroute2" not in heavy_modules_after(code)
+
+
+def test_the_agent_imports_no_pyroute2_nor_rich() -> None:
+    """pyroute2 loads only when netns mode or routes need it, rich only in `watch`."""
+    code = parse_and_load(["agent", "--node", "n1"]) + "import meshhealth.agent.app\n"
+    loaded = heavy_modules_after(code)
+    assert "pyroute2" not in loaded
+    assert "rich" not in loaded
+    assert "trio" in loaded  # the probe can fail: the agent does load its own libraries
