@@ -34,6 +34,7 @@ from meshhealth.probe.assignment import (
     targets_per_node,
 )
 
+# Pure and fast, but the machine running the suite may be loaded: no per-example deadline.
 LABEL = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12)
 CLUSTERS = st.sampled_from(["default", "east", "west"])
 NODE = st.tuples(CLUSTERS, LABEL)
@@ -149,6 +150,7 @@ def test_the_ring_is_sorted_by_key_then_name() -> None:
     assert keys == sorted(keys)
 
 
+@settings(deadline=None)
 @given(
     keyed=st.lists(
         st.tuples(st.integers(min_value=0, max_value=3), NODE), unique_by=lambda kn: kn[1]
@@ -174,7 +176,7 @@ def test_nearest_on_ring_walks_the_sorted_ring_even_with_equal_keys(
 # --- guarantees in every epoch -----------------------------------------------------------
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(
     listed=node_lists(),
     epoch=EPOCH,
@@ -199,7 +201,7 @@ def test_every_node_probes_k_and_is_probed_by_k(
         assert set(plan.probers_of(node)) == {p for p, t in assignments if t == node}
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(
     listed=node_lists(),
     me=NODE,
@@ -216,6 +218,7 @@ def test_one_nodes_view_matches_the_whole_plan(
     assert probers_for(me, listed, epoch, k, **mesh) == plan.probers_of(me)
 
 
+@settings(deadline=None)
 @given(listed=node_lists(max_size=30), epoch=EPOCH, seed=st.randoms(use_true_random=False))
 def test_the_plan_depends_on_the_set_not_on_order_or_duplicates(
     listed: list[NodeKey], epoch: int, seed: random.Random
@@ -258,7 +261,7 @@ def expected_moves(n_before: int, n_after: int, k: int, full_mesh_max_nodes: int
     return 3 * k  # ring before and after
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(
     listed=node_lists(min_size=1, max_size=40),
     newcomer=NODE,
@@ -287,7 +290,7 @@ def test_a_join_or_leave_moves_3k_assignments_and_touches_k_probers(
         assert moves == 3 * k
 
 
-@settings(max_examples=50)
+@settings(max_examples=50, deadline=None)
 @given(
     start=node_lists(min_size=20, max_size=40),
     epoch=EPOCH,
