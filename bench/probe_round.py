@@ -59,7 +59,7 @@ async def _drive_round(args: argparse.Namespace) -> dict[str, Any]:
     targets = [model.Target("bench", f"live{i}", ip) for i, ip in enumerate(live)]
     targets += [model.Target("bench", f"dead{i}", ip) for i, ip in enumerate(dead)]
     async with open_pinger() as pinger:
-        t0 = trio.current_time()
+        cpu0, t0 = _cpu_s(resource.RUSAGE_SELF), trio.current_time()
         report = await run_round(
             targets,
             pinger=pinger,
@@ -72,6 +72,7 @@ async def _drive_round(args: argparse.Namespace) -> dict[str, Any]:
             protocols=frozenset(model.Protocol(p) for p in args.protocols.split(",")),
         )
         wall_s = trio.current_time() - t0
+        cpu_s = _cpu_s(resource.RUSAGE_SELF) - cpu0
     wrong = [
         f"{p.ip} {p.path.protocol}: {p.result.status}"
         for p in report.paths
@@ -82,6 +83,8 @@ async def _drive_round(args: argparse.Namespace) -> dict[str, Any]:
         "max_in_flight": args.max_in_flight,
         "ok": sum(p.result.ok for p in report.paths),
         "wall_s": wall_s,
+        "cpu_s": cpu_s,
+        "rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         "wrong": wrong[:10],
         "wrong_count": len(wrong),
     }
@@ -135,7 +138,9 @@ async def _drive_icmp(args: argparse.Namespace) -> dict[str, Any]:
                 ok = sum(p.result.received for p in report.paths)
             wall_s = trio.current_time() - t0
             cpu_s = _cpu_s(resource.RUSAGE_SELF) - cpu0
-            runs.append({"probes": n * args.count, "ok": ok, "wall_s": wall_s, "cpu_s": cpu_s})
+            rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            run = {"probes": n * args.count, "ok": ok, "wall_s": wall_s, "cpu_s": cpu_s}
+            runs.append({**run, "rss_kb": rss_kb})
     return _median_run(runs)
 
 

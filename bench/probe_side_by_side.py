@@ -15,7 +15,9 @@ client namespace, on the same targets:
   Prometheus's `X-Prometheus-Scrape-Timeout-Seconds` header (1.5 s, so 1 s remains
   for the probe after the exporter's 0.5 s offset);
 - **meshhealth**: the `meshhealth probe` command, as users run it (its figures include
-  the interpreter's start-up, ~0.1 s and ~0.1 s CPU).
+  the interpreter's start-up and imports, printed on their own), and the probe engine
+  alone ("meshhealth engine": `run_round` with the pinger in a driver process of
+  bench/probe_round.py, timed around the round).
 
 Two runs per prober and protocol:
 
@@ -31,7 +33,8 @@ CPU is the prober's own user + system time: GNU time's for fping and meshhealth,
 RSS is the prober's peak resident set (GNU time's %M; the exporter's VmHWM). GNU time
 counts in 10 ms steps: CPU per probe is only meaningful for runs of thousands of
 probes. `meshhealth probe` start-up (interpreter and imports) is measured on its own
-(one echo to 127.0.0.1) and shown, and subtracted in the "start-up aside" rows.
+(one echo to 127.0.0.1) and printed. The engine's CPU and RSS are its driver
+process's own (getrusage; the RSS includes the interpreter and its imports).
 Everything made (namespaces, processes, temporary files) is removed at the end.
 """
 
@@ -231,20 +234,19 @@ def _exporter(
     return _in_client(netns, [*driver, *options])
 
 
-def _ours(
-    rows: list[dict[str, Any]],
-    name: str,
-    res: dict[str, Any],
-    probes: int,
-    startup: dict[str, Any],
-) -> None:
-    """The `meshhealth probe` row, and the same with its start-up subtracted."""
-    ok = _count_ok_summary(res["stdout"])
-    rows.append(_row(name, res, probes, ok))
-    aside = dict(res)
-    aside["wall_s"] = max(res["wall_s"] - startup["wall_s"], 1e-6)
-    aside["cpu_s"] = max(res["cpu_s"] - startup["cpu_s"], 0.0)
-    rows.append(_row(name + ", start-up aside", aside, probes, ok))
+def _ours(rows: list[dict[str, Any]], name: str, res: dict[str, Any], probes: int) -> None:
+    """A `meshhealth probe` row."""
+    rows.append(_row(name, res, probes, _count_ok_summary(res["stdout"])))
+
+
+def _engine(netns: str, mode: str, live: list[str], *options: object) -> dict[str, Any]:
+    """The probe engine itself (run_round in a driver of bench/probe_round.py, timed
+    around the round: no interpreter start-up, no imports)."""
+    from bench.probe_round import _driver
+
+    res = _driver(netns, mode, live, "--gc", "tuned", "--max-in-flight", 1024, *options)
+    res.setdefault("probes", res.get("paths", 0))
+    return res
 
 
 def _row(name: str, res: dict[str, Any], probes: int, ok: int) -> dict[str, Any]:
@@ -302,19 +304,23 @@ def orchestrate(args: argparse.Namespace) -> int:
         icmp_burst = [*meshhealth, "--icmp", "-q", "--count", str(n), "--interval", "0"]
         icmp_round = [*meshhealth, "--icmp", "-q", "--count", "1", "--timeout", "1"]
         http = [*meshhealth, "--http", "-q", "--timeout", "1", "--port", str(HTTP_PORT)]
+        dead = ["--dead-ips", ",".join(lab.dead), "--timeout", 1]
         for k in range(args.repeat):
-            startup = _command(c, [*meshhealth, "--icmp", "--count", "1", "127.0.0.1"])
-            startups.append(startup)
+            startups.append(_command(c, [*meshhealth, "--icmp", "--count", "1", "127.0.0.1"]))
             # 1. bursts over the live addresses
             res = _command(c, [*fping, "-C", str(n), "-f", live_file])
             replies = _count_replies(res["stderr"])
             burst_rows.append(_row("fping (ICMP)", res, n * len(live), replies))
             res = _command(c, [*icmp_burst, "-f", live_file])
-            _ours(burst_rows, "meshhealth probe (ICMP)", res, n * len(live), startup)
+            _ours(burst_rows, "meshhealth probe (ICMP)", res, n * len(live))
+            res = _engine(c, "icmp", live, "--paths", len(live), "--count", n, "--interval", 0)
+            burst_rows.append(_row("meshhealth engine (ICMP)", res, res["probes"], res["ok"]))
             res = _exporter(c, exporter_driver, "icmp", n, ",".join(live))
             burst_rows.append(_row("blackbox_exporter (ICMP)", res, res["probes"], res["ok"]))
             res = _command(c, [*http, "-f", live_file])
-            _ours(burst_rows, "meshhealth probe (HTTP)", res, len(live), startup)
+            _ours(burst_rows, "meshhealth probe (HTTP)", res, len(live))
+            res = _engine(c, "round", live, "--protocols", "http", "--timeout", 1)
+            burst_rows.append(_row("meshhealth engine (HTTP)", res, res["probes"], res["ok"]))
             res = _exporter(c, exporter_driver, "http_hello", 1, live_urls)
             burst_rows.append(_row("blackbox_exporter (HTTP)", res, res["probes"], res["ok"]))
             # 2. one round over live + dead
@@ -322,11 +328,15 @@ def orchestrate(args: argparse.Namespace) -> int:
             replies = _count_replies(res["stderr"])
             round_rows.append(_row("fping (ICMP)", res, len(every), replies))
             res = _command(c, [*icmp_round, "-f", all_file])
-            _ours(round_rows, "meshhealth probe (ICMP)", res, len(every), startup)
+            _ours(round_rows, "meshhealth probe (ICMP)", res, len(every))
+            res = _engine(c, "round", live, *dead, "--protocols", "icmp")
+            round_rows.append(_row("meshhealth engine (ICMP)", res, res["probes"], res["ok"]))
             res = _exporter(c, exporter_driver, "icmp", 1, ",".join(every))
             round_rows.append(_row("blackbox_exporter (ICMP)", res, res["probes"], res["ok"]))
             res = _command(c, [*http, "-f", all_file])
-            _ours(round_rows, "meshhealth probe (HTTP)", res, len(every), startup)
+            _ours(round_rows, "meshhealth probe (HTTP)", res, len(every))
+            res = _engine(c, "round", live, *dead, "--protocols", "http")
+            round_rows.append(_row("meshhealth engine (HTTP)", res, res["probes"], res["ok"]))
             res = _exporter(c, exporter_driver, "http_hello", 1, all_urls)
             round_rows.append(_row("blackbox_exporter (HTTP)", res, res["probes"], res["ok"]))
             loads.append(os.getloadavg()[0])
@@ -340,12 +350,15 @@ def orchestrate(args: argparse.Namespace) -> int:
         f"lab: {args.live} live + {args.dead} dead addresses; medians of {args.repeat} runs; "
         f"load average (1 min) during the runs: {' '.join(f'{x:.1f}' for x in loads)}\n"
     )
-    walls = sorted(r["wall_s"] for r in startups)
-    cpus = sorted(r["cpu_s"] for r in startups)
+    startup = {
+        "wall_s": _median_of([r["wall_s"] for r in startups]),
+        "cpu_s": _median_of([r["cpu_s"] for r in startups]),
+    }
     print(
         "meshhealth probe start-up (one echo to 127.0.0.1), medians: "
-        f"wall {walls[len(walls) // 2]:.3f} s, CPU {cpus[len(cpus) // 2]:.3f} s\n"
+        f"wall {startup['wall_s']:.3f} s, CPU {startup['cpu_s']:.3f} s\n"
     )
+
     _print_table(
         f"1. burst over the {args.live} live addresses ({n} echoes per address for ICMP, "
         "one GET per address for HTTP)",
@@ -358,18 +371,23 @@ def orchestrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _median_of(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
 def _print_table(title: str, rows: list[dict[str, Any]]) -> None:
     print(title)
-    print("| prober | probes | OK | wall | probes/s | CPU per probe | peak RSS |")
+    print("| prober | probes | OK (median) | wall | probes/s | CPU per probe | peak RSS |")
     print("|---|---|---|---|---|---|---|")
     names = list(dict.fromkeys(row["prober"] for row in rows))
     for name in names:
-        mine = sorted((r for r in rows if r["prober"] == name), key=lambda r: r["wall_s"])
-        med = mine[len(mine) // 2]
-        cpu = sorted(r["cpu_us"] for r in mine)[len(mine) // 2]
+        mine = [r for r in rows if r["prober"] == name]
+        wall, ok = _median_of([r["wall_s"] for r in mine]), _median_of([r["ok"] for r in mine])
+        cpu, rss = _median_of([r["cpu_us"] for r in mine]), _median_of([r["rss_mb"] for r in mine])
         print(
-            f"| {name} | {med['probes']:,} | {med['ok']:,} | {med['wall_s']:.3f} s "
-            f"| {med['rate']:,.0f} | {cpu:.1f} µs | {med['rss_mb']:.0f} MB |"
+            f"| {name} | {mine[0]['probes']:,} | {ok:,.0f} | {wall:.3f} s "
+            f"| {mine[0]['probes'] / wall:,.0f} | {cpu:.1f} µs | {rss:.0f} MB |"
         )
     print()
 
