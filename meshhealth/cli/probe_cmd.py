@@ -12,11 +12,11 @@ NO_RAW_SOCKET = f"{PROG}: ICMP needs root or CAP_NET_RAW; use --http to probe wi
 
 DESCRIPTION = f"""\
 Probe each TARGET (IP address or host name) over ICMP (echo, {defaults.ICMP_COUNT} \
-requests {defaults.ICMP_INTERVAL_S * 1000:.0f} ms apart) and HTTP (GET \
-{defaults.HTTP_PATH}, 200 = OK), all at once, each under its own deadline, and print one
-line per target and protocol. A host name is resolved once, at start, to its first
-IPv4 and first IPv6 address (both are probed). Exit status: 0 when every probe is OK,
-1 when any is not, 2 on usage errors.
+requests {defaults.ICMP_INTERVAL_S * 1000:.0f} ms apart)
+and HTTP (GET {defaults.HTTP_PATH}, 200 = OK), all at once, each under its own deadline,
+and print one line per target and protocol. A host name is resolved once, at start, to
+its first IPv4 and first IPv6 address (both are probed). Exit status: 0 when every
+probe is OK, 1 when any is not, 2 on usage errors.
 
 examples:
   meshhealth probe 10.0.0.2 10.0.0.9
