@@ -36,6 +36,8 @@ def test_no_command_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
         (["matrix", "--etcd", "ftp://127.0.0.1:1"], "ftp://127.0.0.1:1"),
         (["matrix", "--timeout", "soon"], "soon"),
         (["matrix", "-o", "yaml"], "yaml"),
+        (["diagnose", "--timeout", "0"], "--timeout must be > 0"),
+        (["diagnose", "--mesh", "lab2"], "--mesh: expected NAME=URLS"),
         (["status", "-H", "http://127.0.0.1:1"], "only unix://PATH"),
         (["status", "--matrix", "--probe", "-H", "unix:///nonexistent.sock"], "cannot be combined"),
         (["watch", "--poll", "0"], "--poll"),

@@ -60,6 +60,7 @@ def test_commands_read_etcd_over_tls(tls_etcd_server: EtcdServer, tmp_path: Path
     for command in (
         ["inspect"],
         ["matrix", "-o", "json"],
+        ["diagnose", "-o", "json"],
         ["watch", "--etcd", server.endpoint, "--once", "--plain"],
     ):
         result = cli(*command, "--etcd-config", str(config))

@@ -43,7 +43,9 @@ def test_the_health_endpoint_responder_imports_none_of_them() -> None:
     assert heavy_modules_after(code) == []
 
 
-@pytest.mark.parametrize("command", ["status", "matrix", "inspect", "probe", "watch", "lab"])
+@pytest.mark.parametrize(
+    "command", ["status", "matrix", "diagnose", "inspect", "probe", "watch", "lab"]
+)
 def test_a_command_loads_no_other_commands_module(command: str) -> None:
     code = parse_and_load([command, "--help"]).replace("args = ", "try:\n    args = ")
     code += "except SystemExit:\n    pass\nimport sys\n"

@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "agent_cmd",
     "status_cmd",
     "matrix_cmd",
+    "diagnose_cmd",
     "watch_cmd",
     "inspect_cmd",
     "responder_cmd",
@@ -31,6 +32,7 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 EPILOG = """examples:
   meshhealth status                      what this node sees (cilium-health status)
+  meshhealth diagnose                    whose fault it is (reads etcd)
   meshhealth inspect --etcd http://127.0.0.1:2379
   meshhealth probe 127.0.0.1 --icmp      one-shot probe, fping-like
 """

@@ -21,6 +21,7 @@ from meshhealth.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from meshhealth.documents.matrix import Matrix
     from meshhealth.kvstore.etcd_config import EtcdAccess
 
 DESCRIPTION = f"""\
@@ -44,6 +45,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_matrix_source_options(parser)
+    parser.add_argument(
+        "-o", "--output", choices=("text", "json"), default="text", help="output format"
+    )
+    parser.add_argument(
+        "--fail-on-unreachable",
+        action="store_true",
+        help="exit 1 when any cell is unreachable or stale",
+    )
+    parser.set_defaults(func=run)
+
+
+def add_matrix_source_options(parser: argparse.ArgumentParser) -> None:
+    """`--etcd` (TLS and user options included), `--cluster`, `--mesh`, `--timeout`:
+    where the health reports are read (`meshhealth matrix`, `meshhealth diagnose`)."""
     add_etcd_option(parser)
     parser.add_argument(
         "--cluster",
@@ -59,21 +75,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="also read the reports of remote cluster NAME from its etcd (repeatable)",
     )
     parser.add_argument(
-        "-o", "--output", choices=("text", "json"), default="text", help="output format"
-    )
-    parser.add_argument(
         "--timeout",
         type=float,
         default=defaults.ETCD_REQUEST_TIMEOUT_S,
         metavar="SECONDS",
         help=f"per-etcd deadline (default {defaults.ETCD_REQUEST_TIMEOUT_S:g})",
     )
-    parser.add_argument(
-        "--fail-on-unreachable",
-        action="store_true",
-        help="exit 1 when any cell is unreachable or stale",
-    )
-    parser.set_defaults(func=run)
 
 
 def _sources(args: argparse.Namespace) -> list[tuple[str | None, EtcdAccess]]:
@@ -92,24 +99,24 @@ def _sources(args: argparse.Namespace) -> list[tuple[str | None, EtcdAccess]]:
     return sources
 
 
-def run(args: argparse.Namespace) -> int:
+def read_matrix_from_args(args: argparse.Namespace, command: str) -> Matrix | int:
+    """The matrix of the reports `add_matrix_source_options` point at, read now; or the
+    exit code after a one-line error (usage error, no etcd could be read)."""
     import time
     from contextlib import AsyncExitStack
 
     import trio
 
-    from meshhealth.cli.format_matrix import format_matrix_json, format_matrix_text
-    from meshhealth.documents.matrix import Matrix, matrix_document
     from meshhealth.kvstore import open_etcd
     from meshhealth.matrix_source import MatrixSource, read_matrix
 
     try:
         wanted = _sources(args)
     except ValueError as error:
-        return usage_error("matrix", str(error))
+        return usage_error(command, str(error))
     timeout_s: float = args.timeout
     if not timeout_s > 0:
-        return usage_error("matrix", "--timeout must be > 0")
+        return usage_error(command, "--timeout must be > 0")
 
     async def fetch() -> tuple[Matrix, int]:
         async with AsyncExitStack() as stack:
@@ -127,11 +134,21 @@ def run(args: argparse.Namespace) -> int:
     matrix, skipped = trio.run(fetch)
     if skipped:
         print_error(
-            "matrix", f"skipped {skipped} health entries that do not decode (see the log above)"
+            command, f"skipped {skipped} health entries that do not decode (see the log above)"
         )
     if len(matrix.unavailable) == len(wanted):
-        print_error("matrix", "; ".join(matrix.unavailable.values()))
+        print_error(command, "; ".join(matrix.unavailable.values()))
         return EXIT_UNAVAILABLE
+    return matrix
+
+
+def run(args: argparse.Namespace) -> int:
+    from meshhealth.cli.format_matrix import format_matrix_json, format_matrix_text
+    from meshhealth.documents.matrix import matrix_document
+
+    matrix = read_matrix_from_args(args, "matrix")
+    if isinstance(matrix, int):
+        return matrix
     doc = matrix_document(matrix)
     text = format_matrix_json(doc) if args.output == "json" else format_matrix_text(doc)
     sys.stdout.write(text)

@@ -1,0 +1,60 @@
+"""`meshhealth diagnose`: whose fault it is, from the matrix in etcd (no agent needed).
+
+Exit codes: 0 when the matrix was read and diagnosis finds nothing, 1 when it finds
+something, 2 for a usage error or when no etcd could be read (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from meshhealth.cli.matrix_cmd import add_matrix_source_options, read_matrix_from_args
+
+EXIT_FINDINGS = 1
+
+DESCRIPTION = """\
+Read every node's published health entry (as `meshhealth matrix` does) and tell whose
+fault a failure is: node-down, node-isolated, ingress-blocked, egress-blocked,
+agent-down, endpoint-down, mtu-blackhole, path, partition, observer-degraded. One line
+per finding, most confident first: kind, nodes, confidence (0..1), since when, and the
+evidence. docs/diagnosis.md explains every kind and what to check.
+
+exit codes: 0 no findings, 1 findings, 2 usage error or etcd unreachable
+
+examples:
+  meshhealth diagnose --etcd http://127.0.0.1:2379
+  meshhealth diagnose --etcd http://10.0.0.1:2379 -o json
+  meshhealth diagnose --etcd http://10.0.0.1:2379 --mesh lab2=http://10.1.0.1:2379
+"""
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "diagnose",
+        help="tell whose fault a connectivity failure is, from the matrix in etcd",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_matrix_source_options(parser)
+    parser.add_argument(
+        "-o", "--output", choices=("text", "json"), default="text", help="output format"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from meshhealth.cli.format_findings import format_findings_json, format_findings_text
+    from meshhealth.diagnosis.diagnose import diagnose
+    from meshhealth.diagnosis.findings import findings_json
+    from meshhealth.diagnosis.from_matrix import matrix_view
+
+    matrix = read_matrix_from_args(args, "diagnose")
+    if isinstance(matrix, int):
+        return matrix
+    findings = diagnose(matrix_view(matrix))
+    doc = findings_json(findings, generated_at=matrix.generated_at)
+    text = format_findings_json(doc) if args.output == "json" else format_findings_text(doc)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    return EXIT_FINDINGS if findings else 0

@@ -1,0 +1,61 @@
+"""Text (and JSON) of the findings (pure): `meshhealth diagnose`.
+
+    Findings at 2026-11-18T11:06:40Z: 1
+    KIND           NODES       CONFIDENCE  SINCE                        EVIDENCE
+    endpoint-down  lab1/node2  0.75        2026-11-18T11:06:38Z (2s)    host paths are ok ...
+
+One line per finding, most confident first (diagnosis's order); SINCE is followed by how
+long before `generated_at` it was. Input: the document of
+meshhealth.diagnosis.findings.findings_json, so the text is a function of the document
+alone.
+"""
+
+from __future__ import annotations
+
+import json
+
+from meshhealth.diagnosis.findings import FindingJSON, FindingsJSON
+from meshhealth.timefmt import format_age, parse_iso_time
+
+HEADER = ("KIND", "NODES", "CONFIDENCE", "SINCE", "EVIDENCE")
+GAP = "  "
+
+
+def _since(finding: FindingJSON, generated_at: str | None) -> str:
+    since = finding["since"]
+    if since is None:
+        return "-"
+    if generated_at is None:
+        return since
+    return f"{since} ({format_age(parse_iso_time(generated_at) - parse_iso_time(since))})"
+
+
+def finding_columns(finding: FindingJSON, generated_at: str | None) -> tuple[str, ...]:
+    """The five columns of one finding's line (a partition's evidence names its
+    groups)."""
+    return (
+        finding["kind"],
+        ",".join(finding["nodes"]),
+        f"{finding['confidence']:.2f}",
+        _since(finding, generated_at),
+        finding["evidence"],
+    )
+
+
+def format_findings_text(doc: FindingsJSON) -> str:
+    """`Findings at T: N`, then a header and one line per finding (none: one line)."""
+    at = doc["generated_at"] or "unknown time"
+    findings = doc["findings"]
+    if not findings:
+        return f"No findings at {at}\n"
+    rows = [HEADER, *(finding_columns(f, doc["generated_at"]) for f in findings)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER) - 1)]
+    lines = [f"Findings at {at}: {len(findings)}"]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        lines.append(GAP.join([*cells, row[-1]]))
+    return "\n".join(lines) + "\n"
+
+
+def format_findings_json(doc: FindingsJSON) -> str:
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
