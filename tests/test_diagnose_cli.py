@@ -24,14 +24,14 @@ from tests.plugins.local_etcd import free_loopback_port
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def diagnose_cli(*args: str) -> subprocess.CompletedProcess[str]:
+def diagnose_cli(*args: str, command: str = "diagnose") -> subprocess.CompletedProcess[str]:
     env = {
         k: v
         for k, v in os.environ.items()
         if k.lower() != "http_proxy" and not k.startswith("MESHHEALTH_")
     }
     return subprocess.run(
-        [sys.executable, "-m", "meshhealth", "diagnose", *args],
+        [sys.executable, "-m", "meshhealth", command, *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -81,6 +81,14 @@ def test_an_endpoint_down_is_one_finding_exit_1(etcd_server: EtcdServer) -> None
         ["lab1/node2"],
         0.75,
     )
+
+
+def test_the_matrix_text_ends_with_the_findings(etcd_server: EtcdServer) -> None:
+    put_reports(etcd_server, S.endpoint_forward_drop)
+    result = diagnose_cli("--etcd", etcd_server.endpoint, command="matrix")
+    assert result.returncode == 0, result.stderr
+    last = result.stdout.splitlines()[-1]
+    assert last.startswith("Finding:   endpoint-down lab1/node2 (confidence 0.75): host paths")
 
 
 def test_a_node_everyone_loses_exit_1(etcd_server: EtcdServer) -> None:

@@ -15,6 +15,9 @@ import pytest
 
 from meshhealth.cli.format_matrix import cell_text, format_matrix_json, format_matrix_text
 from meshhealth.cli.format_status import format_status_text
+from meshhealth.diagnosis.diagnose import diagnose
+from meshhealth.diagnosis.findings import findings_json
+from meshhealth.diagnosis.from_matrix import matrix_view
 from meshhealth.documents.matrix import build_matrix, matrix_document
 from meshhealth.documents.status import ClusterState, EtcdState, build_status_document
 from meshhealth.model import Target
@@ -31,7 +34,12 @@ def test_matrix_text_matches_golden(story: str) -> None:
     matrix = build_matrix(
         STORIES[story](), now=S.NOW, unavailable=unavailable if story == "meshed" else None
     )
-    check_golden(f"matrix_{story}.txt", format_matrix_text(matrix_document(matrix)))
+    findings = findings_json(diagnose(matrix_view(matrix)), generated_at=S.NOW)["findings"]
+    text = format_matrix_text(matrix_document(matrix), findings)
+    check_golden(f"matrix_{story}.txt", text)
+    # A fault story shows its findings after the summary lines; a healthy one none.
+    assert text.count("\nFinding:   ") == len(findings)
+    assert bool(findings) == (story in ("endpoint_forward_drop", "node_unreachable"))
 
 
 def test_reference_lines() -> None:

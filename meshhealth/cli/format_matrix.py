@@ -11,13 +11,17 @@
     Reachable:   5/6 cells   (0 stale, 0 unknown)
 
 Input: the document of meshhealth.documents.matrix.matrix_document (docs/clustermesh.md), so the
-text is a function of the document alone ("ago" is relative to `generated_at`).
+text is a function of the document alone ("ago" is relative to `generated_at`), and
+optionally diagnosis's findings (`meshhealth matrix`), one `Finding:` line each after
+the summary lines.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
+from meshhealth.diagnosis.findings import FindingJSON
 from meshhealth.documents.matrix import (
     PATH_ORDER,
     MatrixCellDocument,
@@ -84,8 +88,17 @@ def _pad(text: str, width: int) -> str:
     return text + " " * max(0, width - len(text))
 
 
-def format_matrix_text(doc: MatrixDocument) -> str:
-    """The whole text, ending with a newline."""
+def finding_line(finding: FindingJSON) -> str:
+    """`Finding:   endpoint-down lab1/node2 (confidence 0.75): evidence`."""
+    nodes = ",".join(finding["nodes"])
+    return (
+        f"Finding:   {finding['kind']} {nodes} (confidence {finding['confidence']:.2f}): "
+        f"{finding['evidence']}"
+    )
+
+
+def format_matrix_text(doc: MatrixDocument, findings: Sequence[FindingJSON] = ()) -> str:
+    """The whole text, ending with a newline; `findings` after the summary lines."""
     nodes = [(n["cluster"], n["name"]) for n in doc["nodes"]]
     lines = [
         f"Health matrix at {doc['generated_at']}: each row is what its source node sees",
@@ -128,6 +141,7 @@ def format_matrix_text(doc: MatrixDocument) -> str:
         f"{summary['unknown']} unknown)"
     )
     lines += summary["lines"]
+    lines += [finding_line(f) for f in findings]
     for item in doc["unavailable_clusters"]:
         lines.append(
             f"Warning:   cluster {item['cluster']}: {item['error']}: its nodes' reports are missing"

@@ -144,13 +144,20 @@ def read_matrix_from_args(args: argparse.Namespace, command: str) -> Matrix | in
 
 def run(args: argparse.Namespace) -> int:
     from meshhealth.cli.format_matrix import format_matrix_json, format_matrix_text
+    from meshhealth.diagnosis.diagnose import diagnose
+    from meshhealth.diagnosis.findings import findings_json
+    from meshhealth.diagnosis.from_matrix import matrix_view
     from meshhealth.documents.matrix import matrix_document
 
     matrix = read_matrix_from_args(args, "matrix")
     if isinstance(matrix, int):
         return matrix
     doc = matrix_document(matrix)
-    text = format_matrix_json(doc) if args.output == "json" else format_matrix_text(doc)
+    if args.output == "json":
+        text = format_matrix_json(doc)
+    else:
+        found = findings_json(diagnose(matrix_view(matrix)), generated_at=matrix.generated_at)
+        text = format_matrix_text(doc, found["findings"])
     sys.stdout.write(text)
     sys.stdout.flush()
     counts = matrix.counts()
