@@ -18,9 +18,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("trio", "trio_websocket", "etcd3", "grpc", "pyroute2", "rich", "msgpack", "asyncio")
 
 
-def heavy_modules_after(code: str) -> list[str]:
-    """Which of HEAVY a fresh interpreter has imported after running `code`."""
-    listed = f"sorted(m for m in {HEAVY!r} if m in sys.modules)"
+def heavy_modules_after(code: str, names: tuple[str, ...] = HEAVY) -> list[str]:
+    """Which of `names` a fresh interpreter has imported after running `code`."""
+    listed = f"sorted(m for m in {names!r} if m in sys.modules)"
     probe = f"{code}\nimport json, sys\nprint(json.dumps({listed}))"
     out = subprocess.run(
         [sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, check=True
@@ -41,6 +41,8 @@ def test_the_health_endpoint_responder_imports_none_of_them() -> None:
     argv = ["responder", "--listen", "127.0.0.1:0", "--passive", "--exit-with-parent"]
     code = parse_and_load(argv) + "import meshhealth.probe.hello_server\n"
     assert heavy_modules_after(code) == []
+    # argparse would load shutil (and with it bz2, lzma, zlib) for the terminal width.
+    assert heavy_modules_after(code, ("shutil", "bz2", "lzma", "threading")) == []
 
 
 @pytest.mark.parametrize(
@@ -53,10 +55,12 @@ def test_a_command_loads_no_other_commands_module(command: str) -> None:
     assert "pyroute2" not in heavy_modules_after(code)
 
 
-def test_the_agent_imports_no_pyroute2_nor_rich() -> None:
-    """pyroute2 loads only when netns mode or routes need it, rich only in `watch`."""
+def test_the_agent_imports_no_pyroute2_rich_nor_websocket() -> None:
+    """pyroute2 loads only when netns mode or routes need it, rich only in `watch`,
+    trio_websocket when the first feed viewer connects."""
     code = parse_and_load(["agent", "--node", "n1"]) + "import meshhealth.agent.app\n"
     loaded = heavy_modules_after(code)
     assert "pyroute2" not in loaded
     assert "rich" not in loaded
+    assert "trio_websocket" not in loaded
     assert "trio" in loaded  # the probe can fail: the agent does load its own libraries

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import NoReturn
 
@@ -43,6 +44,29 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        # argparse asks shutil for the width, and shutil loads bz2, lzma and zlib: half
+        # a megabyte in every process, the health endpoint's responder included.
+        # Every formatter class argparse ships takes `width` (typeshed only declares prog).
+        width = terminal_columns() - 2
+        return self.formatter_class(prog=self.prog, width=width)  # type: ignore[call-arg]
+
+
+def terminal_columns() -> int:
+    """Columns of the terminal, as shutil.get_terminal_size says (COLUMNS, then stdout's
+    terminal, else 80), without importing shutil."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns > 0:
+        return columns
+    stdout = sys.__stdout__
+    try:
+        return os.get_terminal_size(stdout.fileno()).columns or 80 if stdout else 80
+    except (ValueError, OSError):  # not a terminal, or closed
+        return 80
 
 
 def chosen_command(argv: list[str]) -> str | None:

@@ -20,23 +20,21 @@ is disconnected (after `lagging_grace_s` at most, whether it reads or not).
 
 trio-websocket's `serve_websocket` only listens on TCP; both listeners here accept trio
 streams themselves and hand each to `trio_websocket.wrap_server_stream`, so the unix
-socket and TCP share one code path.
+socket and TCP share one code path. trio-websocket (and wsproto under it: 3.6 MB) is
+imported when the first viewer connects, in a worker thread so the loop keeps probing:
+an agent nobody watches does not carry it (docs/performance.md, "Process size").
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
-from trio_websocket import (
-    ConnectionClosed,
-    HandshakeError,
-    WebSocketConnection,
-    wrap_server_stream,
-)
 
 from meshhealth import defaults
 from meshhealth.agent.serving.unix_socket import unix_listener
@@ -53,6 +51,9 @@ from meshhealth.documents.feed import (
 )
 from meshhealth.documents.status_schema import StatusDocument
 from meshhealth.model import PathKey, PathReport, PathSummary, ProbeResult, RoundReport
+
+if TYPE_CHECKING:
+    from trio_websocket import WebSocketConnection
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +201,8 @@ async def _pump(ws: WebSocketConnection, client: FeedClient) -> None:
 
 async def _ignore_incoming(ws: WebSocketConnection, done: trio.CancelScope) -> None:
     """Read (and drop) what the client sends, so pings and the close frame get through."""
+    from trio_websocket import ConnectionClosed
+
     try:
         while True:
             await ws.get_message()
@@ -207,8 +210,20 @@ async def _ignore_incoming(ws: WebSocketConnection, done: trio.CancelScope) -> N
         done.cancel()
 
 
+async def _load_websocket_library() -> None:
+    """Import trio_websocket for the first viewer's connection, in a worker thread (it
+    takes a few hundred ms; the loop keeps running meanwhile). Then it is a dict lookup."""
+    if "trio_websocket" not in sys.modules:
+        await trio.to_thread.run_sync(
+            importlib.import_module, "trio_websocket", limiter=trio.CapacityLimiter(1)
+        )
+
+
 async def handle_feed_stream(stream: trio.abc.Stream, hub: FeedHub, name: str) -> None:
     """One connection: the opening handshake, then the client's queue until it ends."""
+    await _load_websocket_library()
+    from trio_websocket import ConnectionClosed, HandshakeError, wrap_server_stream
+
     async with trio.open_nursery() as nursery:  # trio-websocket's reader task
         try:
             with trio.fail_after(hub.limits.handshake_timeout_s):
