@@ -95,7 +95,9 @@ class HelloServer:
                     if key.fileobj is self.listener:
                         self._accept_all()
                     else:
-                        self._on_ready(self._clients[key.fd], mask)
+                        client = self._clients.get(key.fd)
+                        if client is not None and client.sock is key.fileobj:
+                            self._on_ready(client, mask)
                 self._expire(time.monotonic())
         finally:
             for client in list(self._clients.values()):
