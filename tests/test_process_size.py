@@ -64,3 +64,34 @@ def test_the_agent_imports_no_pyroute2_rich_nor_websocket() -> None:
     assert "rich" not in loaded
     assert "trio_websocket" not in loaded
     assert "trio" in loaded  # the probe can fail: the agent does load its own libraries
+
+
+@pytest.mark.parametrize(
+    ("argv", "module"),
+    [
+        (["responder", "--listen", "127.0.0.1"], "responder_cmd"),
+        (["lab", "up", "--nodes", "3"], "lab_cmd"),
+        (["--version"], None),
+        (["-h"], None),
+        ([], None),
+        (["nope"], None),  # every command registered: argparse lists the choices
+        (["--", "agent"], None),
+    ],
+)
+def test_chosen_command(argv: list[str], module: str | None) -> None:
+    from meshhealth.cli.main import chosen_command
+
+    assert chosen_command(argv) == module
+
+
+def test_unknown_command_still_lists_every_command() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "meshhealth", "nope"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 2
+    for command in ("agent", "status", "responder", "lab"):
+        assert f"'{command}'" in out.stderr, out.stderr
