@@ -21,13 +21,13 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from meshhealth import defaults
 from meshhealth.cli.watch_state import PATH_NAMES, Change, NodeView, PathView, WatchState
 from meshhealth.model import ProbeStatus
 from meshhealth.timefmt import format_age_short, format_duration, iso_time
 
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
 FAILED_POINT = "×"
-STALE_INTERVALS = 3.0
 SHORT_STATUS = {
     ProbeStatus.OK.value: "OK",
     ProbeStatus.TIMEOUT.value: "timeout",
@@ -81,7 +81,8 @@ def path_colour(path: PathView | None, *, now: float, interval_s: float | None) 
         return "grey50"
     if path.status != ProbeStatus.OK.value:
         return "red"
-    stale_after_s = STALE_INTERVALS * (interval_s or 0.0)
+    # the same bound as a stale report in the matrix
+    stale_after_s = defaults.MATRIX_STALE_INTERVALS * (interval_s or 0.0)
     if stale_after_s and path.last_probed is not None and now - path.last_probed > stale_after_s:
         return "yellow"
     if path.loss > 0:
