@@ -21,6 +21,7 @@ declare -A NEEDED=(
   [promtool]=prometheus
   [systemd-analyze]=systemd
   [chromium]=chromium
+  [openssl]=openssl
 )
 
 missing=()
