@@ -23,6 +23,7 @@ from meshhealth.probe.icmp_match import EchoProbe
 from meshhealth.probe.icmp_packet import checksum, parse_datagram
 from tests.plugins.ipv6_loopback import IPV6_LOOPBACK
 from tests.plugins.netns import Lab, NetnsFactory
+from tests.task_spawns import SpawnCounter
 
 SLACK_S = 0.5  # scheduling slack on a busy CI machine
 
@@ -182,14 +183,6 @@ async def test_live_answer_and_dropped_time_out(netns_factory: NetnsFactory, v6:
         assert_timeout(results[ip], count)
     assert elapsed < (count - 1) * interval_s + timeout_s + SLACK_S
     assert elapsed >= (count - 1) * interval_s + timeout_s  # the dead ones waited it out
-
-
-class SpawnCounter(trio.abc.Instrument):
-    def __init__(self) -> None:
-        self.spawned = 0
-
-    def task_spawned(self, task: trio.lowlevel.Task) -> None:
-        self.spawned += 1
 
 
 @pytest.mark.netns

@@ -9,7 +9,6 @@ After an intended change of the text output, regenerate the golden and review th
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import signal
@@ -34,7 +33,6 @@ from meshhealth.cli.format_probe import (
     status_text,
 )
 from meshhealth.cli.main import main
-from meshhealth.timefmt import format_duration
 from tests.golden_files import check_golden
 from tests.plugins.netns import NetnsFactory
 
@@ -44,37 +42,6 @@ S = model.ProbeStatus
 
 
 # --- durations and formatting (pure) ----------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [
-        (0.0, "0s"),
-        (1e-9, "1ns"),
-        (0.000000999, "999ns"),
-        (0.000001, "1µs"),
-        (0.0000015, "1.5µs"),
-        (0.0004125, "412.5µs"),
-        (0.000455, "455µs"),
-        (0.00041, "410µs"),
-        (0.00099996, "1ms"),
-        (0.00102, "1.02ms"),
-        (0.0010234567, "1.023ms"),
-        (0.0027, "2.7ms"),
-        (0.030, "30ms"),
-        (0.12345, "123.5ms"),
-        (1.0, "1s"),
-        (1.5, "1.5s"),
-        (59.99, "59.99s"),
-        (90.0, "1m30s"),
-        (3725.0, "1h2m5s"),
-        (-0.0015, "-1.5ms"),
-        (math.inf, "inf"),
-        (math.nan, "NaN"),
-    ],
-)
-def test_format_duration(seconds: float, text: str) -> None:
-    assert format_duration(seconds) == text
 
 
 @pytest.mark.parametrize(

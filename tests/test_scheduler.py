@@ -33,6 +33,7 @@ from meshhealth.probe.scheduler import (
     spread_offsets,
 )
 from tests.plugins.netns import NetnsFactory
+from tests.task_spawns import SpawnCounter
 
 T = TypeVar("T")
 ICMP = model.Protocol.ICMP
@@ -540,14 +541,6 @@ def test_cancelled_round_leaves_nothing_behind(netns_factory: NetnsFactory) -> N
     assert {p.ip for p in seen} <= set(lab.live)  # only live ones finished in 0.3 s
     assert len(seen) == 4
     assert after.ok
-
-
-class SpawnCounter(trio.abc.Instrument):
-    def __init__(self) -> None:
-        self.spawned = 0
-
-    def task_spawned(self, task: trio.lowlevel.Task) -> None:
-        self.spawned += 1
 
 
 @pytest.mark.netns
