@@ -22,6 +22,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE_DIR = REPO / "compose"
 COMPOSE_FILE = COMPOSE_DIR / "docker-compose.yml"
+HA_COMPOSE_FILE = COMPOSE_DIR / "docker-compose.ha.yml"  # 3 etcd members, TLS
 TEST_IMAGE = "meshhealth:compose-test"  # built by the test, kept as a build cache
 PULL_BASE = "debian:bookworm-slim"
 LOCAL_BASE = "meshhealth-base:bookworm"  # compose/build-base-image.sh
@@ -139,16 +140,17 @@ def free_lab_net() -> str:
 
 @dataclass
 class ComposeLab:
-    """One compose project of compose/docker-compose.yml."""
+    """One compose project of compose/docker-compose.yml (or `file`)."""
 
     compose: list[str]
     project: str
     env: dict[str, str] = field(default_factory=dict)
+    file: Path = COMPOSE_FILE
 
     def __call__(
         self, *args: str, timeout_s: float = 300, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        argv = [*self.compose, "-p", self.project, "-f", str(COMPOSE_FILE), *args]
+        argv = [*self.compose, "-p", self.project, "-f", str(self.file), *args]
         return run(argv, timeout_s=timeout_s, env={**os.environ, **self.env}, check=check)
 
     def status(self, node: str) -> dict[str, Any] | None:

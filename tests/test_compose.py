@@ -7,7 +7,9 @@ meshhealth-base:bookworm from compose/build-base-image.sh, kept for the next run
 up etcd + node1..node3 as project `mhtest<pid>`, and checks what `meshhealth status` shows
 on the nodes: 3/3 reachable; a paused node (ICMP answered by its kernel, HTTP frozen); a
 killed node (ICMP and HTTP time out); a stopped node (it leaves cleanly). `down -v` must
-leave no container, network or volume of the project.
+leave no container, network or volume of the project. A second project runs
+compose/docker-compose.ha.yml (3 etcd members, TLS with client certificates) and kills
+the member the agents use: they move to another, nothing else changes.
 """
 
 from __future__ import annotations
@@ -64,7 +66,38 @@ def test_gen_compose_addresses_every_node(nodes: int) -> None:
     assert text.count("<<: *node") == nodes
 
 
-@pytest.mark.parametrize("args", [[], ["0"], ["245"], ["three"], ["3", "4"], ["-1"]])
+def test_ha_compose_file_is_the_generator_output_for_3_members() -> None:
+    done = gen_compose("--etcd-members", "3", "3")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == H.HA_COMPOSE_FILE.read_text(), (
+        "compose/docker-compose.ha.yml differs from "
+        "`compose/gen-compose.sh --etcd-members 3 3`: regenerate it"
+    )
+
+
+@pytest.mark.parametrize("members", [3, 5])
+def test_gen_compose_members_speak_tls_to_each_other_and_to_the_agents(members: int) -> None:
+    done = gen_compose("--etcd-members", str(members), "2")
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    urls = ",".join(f"https://etcd{m}:2379" for m in range(1, members + 1))
+    assert f"    MESHHEALTH_ETCD: {urls}\n" in text
+    assert "http://etcd" not in text
+    for m in range(1, members + 1):
+        assert f"  etcd{m}:\n" in text
+        assert f'"--server", "etcd{m}=${{MESHHEALTH_LAB_NET:-10.79.0}}.{1 + m}"' in text
+        assert f"ipv4_address: ${{MESHHEALTH_LAB_NET:-10.79.0}}.{1 + m}\n" in text
+        assert f"  etcd{m}-data:\n" in text
+    assert f"  etcd{members + 1}:" not in text
+    assert text.count("condition: service_completed_successfully") == members
+    assert text.count("--client-cert-auth") == 0  # the entrypoint's business, not the file's
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[], ["0"], ["245"], ["three"], ["3", "4"], ["-1"], ["--etcd-members", "2", "3"],
+     ["--etcd-members", "3"], ["3", "--etcd-members", "3"]],
+)  # fmt: skip
 def test_gen_compose_refuses_bad_counts(args: list[str]) -> None:
     done = gen_compose(*args)
     assert done.returncode == 2
@@ -205,6 +238,76 @@ def test_compose_lab_end_to_end(docker_engine: None) -> None:
             f"\ncompose lab ({' '.join(lab.compose)}): base image {t_base - t0:.0f}s, "
             f"build {t_build - t_base:.0f}s, up to 3/3 {t_up - t_build:.0f}s, "
             f"faults {t_faults - t_up:.0f}s"
+        )
+    finally:
+        down = lab("down", "-v", "--remove-orphans", "-t", "10", timeout_s=300, check=False)
+        leftovers = lab.leftovers()
+        lab.force_remove(leftovers)
+    assert down.returncode == 0, f"down -v failed: {down.stderr[-2000:]}"
+    assert leftovers == {}, f"left behind after down -v: {leftovers}"
+
+
+def etcd_views(lab: H.ComposeLab) -> dict[str, Any]:
+    """Every node's `etcd` part of its status (None: the node does not answer)."""
+    views: dict[str, Any] = {}
+    for node in NODES:
+        doc = lab.status(node)
+        views[node] = doc["etcd"] if doc else None
+    return views
+
+
+def registered_nodes(lab: H.ComposeLab) -> list[str]:
+    """The node entries in etcd, read with etcdctl inside node1 (TLS from its env)."""
+    done = lab(
+        "exec", "-T", "node1", "etcdctl", "get", "--prefix", "--keys-only",
+        "meshhealth/state/nodes/", check=False,
+    )  # fmt: skip
+    return [line for line in done.stdout.split() if line] if done.returncode == 0 else []
+
+
+@pytest.mark.compose
+@pytest.mark.slow
+def test_compose_ha_lab_loses_an_etcd_member_harmlessly(docker_engine: None) -> None:
+    """compose/docker-compose.ha.yml: 3 etcd members speaking TLS with client
+    certificates; killing the member the agents use changes nothing users see."""
+    lab = H.ComposeLab(
+        compose=H.compose_command(), project=f"mhtestha{os.getpid()}", file=H.HA_COMPOSE_FILE
+    )
+    lab.env = {
+        "BASE_IMAGE": H.base_image(),
+        "MESHHEALTH_IMAGE": H.TEST_IMAGE,
+        "MESHHEALTH_LAB_NET": H.free_lab_net(),
+    }
+    down: subprocess.CompletedProcess[str] | None = None
+    try:
+        lab("build", timeout_s=1200)
+        lab("up", "-d", timeout_s=600)
+        wait_all_reachable(lab, NODES)
+        views = etcd_views(lab)
+        assert all(
+            v and v["up"] and v["endpoint"].startswith("https://etcd") for v in views.values()
+        ), views
+        assert sorted(registered_nodes(lab)) == [
+            f"meshhealth/state/nodes/v1/{CLUSTER}/{n}" for n in NODES
+        ]
+        # the member node1 talks to now goes away for good (SIGKILL)
+        used = str(views["node1"]["endpoint"])
+        member = used.removeprefix("https://").split(":")[0]
+        lab("kill", member)
+
+        def moved() -> tuple[bool, Any]:
+            seen = etcd_views(lab)
+            done = all(v and v["up"] and v["endpoint"] != used for v in seen.values())
+            return done, seen
+
+        H.wait_for(f"every agent to leave {member} for another member", moved, FAULT_S)
+        wait_all_reachable(lab, NODES)  # nobody left any probe set, every agent answers
+        assert len(registered_nodes(lab)) == len(NODES)  # no registration lost
+        lab("start", member)
+        H.wait_for(
+            f"{member} to be healthy again",
+            lambda: ((h := lab.health(member)) == "healthy", h),
+            REACH_S,
         )
     finally:
         down = lab("down", "-v", "--remove-orphans", "-t", "10", timeout_s=300, check=False)

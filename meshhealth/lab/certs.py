@@ -110,3 +110,60 @@ def make_cert(
     csr.unlink()
     os.chmod(pair.key, 0o600)
     return pair
+
+
+def make_pki(directory: Path, servers: Sequence[tuple[str, str]], clients: Sequence[str]) -> bool:
+    """A CA, one certificate per server `(name, ip)` (with the name and the IP as
+    subjectAltNames) and one per client name, in `directory`; nothing when the CA is
+    there already (returns False), so a restarted container keeps the certificates
+    its peers trust."""
+    if (directory / "meshhealth-lab-ca.crt").exists():
+        return False
+    staging = directory / ".making"
+    shutil.rmtree(staging, ignore_errors=True)
+    ca = make_ca(staging)
+    for name, ip in servers:
+        make_cert(ca, staging, name, ips=(ip, "127.0.0.1"), dns=(name, "localhost"))
+    for name in clients:
+        make_cert(ca, staging, name, ips=(), dns=())
+    for cnf in staging.glob("*.cnf"):
+        cnf.unlink()
+    for ext in staging.glob("*.ext"):
+        ext.unlink()
+    marker = staging / "meshhealth-lab-ca.crt"
+    for path in sorted(staging.iterdir()):
+        if path != marker:
+            path.rename(directory / path.name)
+    marker.rename(directory / marker.name)  # last: the CA marks a complete set
+    staging.rmdir()
+    return True
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m meshhealth.lab.certs DIR --server NAME=IP ... --client NAME ...`: the
+    compose lab's certificates (compose/certs-entrypoint.sh)."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m meshhealth.lab.certs")
+    parser.add_argument("directory", type=Path)
+    parser.add_argument("--server", action="append", default=[], metavar="NAME=IP")
+    parser.add_argument("--client", action="append", default=[], metavar="NAME")
+    args = parser.parse_args(argv)
+    servers: list[tuple[str, str]] = []
+    for item in args.server:
+        name, sep, ip = item.partition("=")
+        if not sep or not name or not ip:
+            parser.error(f"--server {item!r}: expected NAME=IP")
+        servers.append((name, ip))
+    try:
+        made = make_pki(args.directory, servers, args.client)
+    except (CertError, OSError) as exc:
+        print(f"certs: {args.directory}: {exc}", file=sys.stderr)
+        return 1
+    print(f"certs: {'made' if made else 'kept'} the CA and certificates in {args.directory}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
