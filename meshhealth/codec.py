@@ -27,6 +27,7 @@ from meshhealth.model import (
     Protocol,
     TargetHealth,
     TargetType,
+    ip_family,
     path_name,
 )
 from meshhealth.wire_fields import DecodeError as DecodeError  # noqa: PLC0414 (re-export)
@@ -101,7 +102,7 @@ def _encode(
 
 
 def _node_to_wire(n: Node) -> dict[str, object]:
-    return {
+    wire: dict[str, object] = {
         "v": SCHEMA_VERSION,
         "name": n.name,
         "cluster": n.cluster,
@@ -112,6 +113,13 @@ def _node_to_wire(n: Node) -> dict[str, object]:
         "version": n.version,
         "started_at": n.started_at,
     }
+    # Optional (dual stack): written only when set, so a single-stack node's entry is
+    # byte for byte what older writers wrote, and older readers ignore them.
+    if n.node_ip_secondary is not None:
+        wire["node_ip_secondary"] = n.node_ip_secondary
+    if n.health_ip_secondary is not None:
+        wire["health_ip_secondary"] = n.health_ip_secondary
+    return wire
 
 
 def _ip_entry_to_wire(e: IPEntry) -> dict[str, object]:
@@ -141,22 +149,28 @@ def _health_to_wire(r: HealthReport) -> dict[str, object]:
         "cluster": r.cluster,
         "probe_time": r.probe_time,
         "interval_s": r.interval_s,
-        "targets": [
-            {
-                "cluster": t.cluster,
-                "node": t.node,
-                "paths": {
-                    name: {
-                        "status": str(p.status),
-                        "rtt_s": p.rtt_s,
-                        "loss": p.loss,
-                    }
-                    for name, p in sorted(t.paths.items())
-                },
-            }
-            for t in r.targets
-        ],
+        "targets": [_target_to_wire(t) for t in r.targets],
     }
+
+
+def _paths_to_wire(paths: Mapping[str, PathHealth]) -> dict[str, object]:
+    return {
+        name: {"status": str(p.status), "rtt_s": p.rtt_s, "loss": p.loss}
+        for name, p in sorted(paths.items())
+    }
+
+
+def _target_to_wire(t: TargetHealth) -> dict[str, object]:
+    wire: dict[str, object] = {
+        "cluster": t.cluster,
+        "node": t.node,
+        "paths": _paths_to_wire(t.paths),
+    }
+    # Optional (dual stack), only when the target has secondary addresses: older
+    # readers ignore the field and keep reading `paths`.
+    if t.secondary_paths:
+        wire["secondary_paths"] = _paths_to_wire(t.secondary_paths)
+    return wire
 
 
 # --- decoding ------------------------------------------------------------------------
@@ -267,6 +281,9 @@ def _node_from_wire(m: Mapping[str, object]) -> Node:
     cidrs = tuple(
         wf.cidr(c, f"cidrs[{i}]") for i, c in enumerate(wf.list_of(m, "cidrs", str, MAX_CIDRS))
     )
+    node_ip_secondary = _optional_ip(m, "node_ip_secondary")
+    health_ip_secondary = _optional_ip(m, "health_ip_secondary")
+    _check_dual_stack(node_ip, health_ip, node_ip_secondary, health_ip_secondary)
     return Node(
         name=name,
         cluster=cluster,
@@ -276,7 +293,48 @@ def _node_from_wire(m: Mapping[str, object]) -> Node:
         health_port=wf.integer(m, "health_port", MIN_PORT, MAX_PORT),
         version=wf.text(wf.string(m, "version"), "version", allow_empty=True),
         started_at=wf.seconds(wf.field(m, "started_at"), "started_at"),
+        node_ip_secondary=node_ip_secondary,
+        health_ip_secondary=health_ip_secondary,
     )
+
+
+def _optional_ip(m: Mapping[str, object], name: str) -> str | None:
+    """An optional address field: absent or nil is None (entries of older writers)."""
+    raw = m.get(name)
+    if raw is None:
+        return None
+    return wf.ip(wf.as_string(raw, name), name)
+
+
+def _check_dual_stack(
+    node_ip: str,
+    health_ip: str | None,
+    node_ip_secondary: str | None,
+    health_ip_secondary: str | None,
+) -> None:
+    """A secondary address is of the other family than its primary, and a node's
+    health addresses pair with its node addresses family by family (so readers of the
+    ip entries can tell primary from secondary by family alone)."""
+    if node_ip_secondary is None:
+        if health_ip_secondary is not None:
+            raise DecodeError("field 'health_ip_secondary': set without 'node_ip_secondary'")
+        return
+    primary = ip_family(node_ip)
+    if ip_family(node_ip_secondary) == primary:
+        raise DecodeError(
+            f"field 'node_ip_secondary': must be of the other family than node_ip "
+            f"({primary}), got {node_ip_secondary}"
+        )
+    if health_ip is not None and ip_family(health_ip) != primary:
+        raise DecodeError(
+            f"field 'health_ip': a dual-stack node's HealthIP is of node_ip's family "
+            f"({primary}), got {health_ip}"
+        )
+    if health_ip_secondary is not None and ip_family(health_ip_secondary) == primary:
+        raise DecodeError(
+            f"field 'health_ip_secondary': must be of node_ip_secondary's family, got "
+            f"{health_ip_secondary}"
+        )
 
 
 def _ip_entry_from_wire(m: Mapping[str, object]) -> IPEntry:
@@ -334,18 +392,24 @@ def _health_from_wire(m: Mapping[str, object]) -> HealthReport:
 def _target_health(m: Mapping[str, object], where: str) -> TargetHealth:
     cluster = wf.cluster_name(m, "cluster", where)
     node = wf.node_name(m, "node", where)
-    raw_paths = wf.field(m, "paths", where)
+    paths = _paths(wf.field(m, "paths", where), f"{where}.paths")
+    raw_secondary = m.get("secondary_paths")
+    secondary = {} if raw_secondary is None else _paths(raw_secondary, f"{where}.secondary_paths")
+    return TargetHealth(cluster=cluster, node=node, paths=paths, secondary_paths=secondary)
+
+
+def _paths(raw_paths: object, where: str) -> dict[str, PathHealth]:
     if not isinstance(raw_paths, dict):
-        raise DecodeError(f"field '{where}.paths': must be a map, got {wf.type_name(raw_paths)}")
+        raise DecodeError(f"field '{where}': must be a map, got {wf.type_name(raw_paths)}")
     paths: dict[str, PathHealth] = {}
     for name, raw in raw_paths.items():
         if name not in PATH_NAMES:
             raise DecodeError(
-                f"field '{where}.paths': unknown path {wf.short(name)}, expected one of "
+                f"field '{where}': unknown path {wf.short(name)}, expected one of "
                 + ", ".join(PATH_NAMES)
             )
-        paths[name] = _path_health(raw, f'{where}.paths["{name}"]')
-    return TargetHealth(cluster=cluster, node=node, paths=paths)
+        paths[name] = _path_health(raw, f'{where}["{name}"]')
+    return paths
 
 
 def _path_health(raw: object, where: str) -> PathHealth:

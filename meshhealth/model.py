@@ -31,6 +31,9 @@ class Node:
     health_port: int
     version: str
     started_at: float  # unix seconds
+    # The other address family (cilium-health's secondary addresses), None when absent.
+    node_ip_secondary: str | None = None
+    health_ip_secondary: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,14 +143,21 @@ def status_text(result: ProbeResult) -> str:
 
 @dataclass(frozen=True, slots=True, order=True)
 class Target:
-    """A node to probe: its NodeIP and, when it has one, its health endpoint's HealthIP."""
+    """A node to probe: its NodeIP and, when it has one, its health endpoint's HealthIP;
+    a dual-stack node also has a secondary address of the other family for each."""
 
     cluster: str
     node: str
     node_ip: str
     health_ip: str | None = None
+    node_ip_secondary: str | None = None
+    health_ip_secondary: str | None = None
 
-    def address(self, target_type: TargetType) -> str | None:
+    def address(self, target_type: TargetType, secondary: bool = False) -> str | None:
+        if secondary:
+            if target_type is TargetType.NODE:
+                return self.node_ip_secondary
+            return self.health_ip_secondary
         return self.node_ip if target_type is TargetType.NODE else self.health_ip
 
 
@@ -159,6 +169,7 @@ class PathKey:
     node: str
     target_type: TargetType
     protocol: Protocol
+    secondary: bool = False  # the address of the other family (dual stack)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +204,8 @@ class TargetHealth:
     node: str
     # keys: "node/icmp", "node/http", "endpoint/icmp", "endpoint/http"
     paths: dict[str, PathHealth]
+    # The same names for the secondary addresses (dual stack); empty when none.
+    secondary_paths: dict[str, PathHealth] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,8 +220,24 @@ class HealthReport:
 
 
 def path_name(target_type: TargetType, protocol: Protocol) -> str:
-    """`node/icmp` etc.: the key of a path inside a HealthReport."""
+    """`node/icmp` etc.: the key of a path inside a HealthReport (in `paths` for the
+    primary addresses, in `secondary_paths` for the secondary ones)."""
     return f"{target_type.value}/{protocol.value}"
+
+
+SECONDARY_SUFFIX = "@secondary"
+
+
+def path_label(path: PathKey) -> str:
+    """`node/icmp`, or `node/icmp@secondary` for a secondary address: how a path is
+    named where one flat name is needed (logs, the watch view)."""
+    name = path_name(path.target_type, path.protocol)
+    return name + SECONDARY_SUFFIX if path.secondary else name
+
+
+def ip_family(ip: str) -> str:
+    """`ipv4` or `ipv6` (the metrics' `family` label)."""
+    return "ipv6" if ":" in ip else "ipv4"
 
 
 @dataclass(frozen=True, slots=True)

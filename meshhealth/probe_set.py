@@ -3,6 +3,15 @@
 Entries are grouped by (cluster, host_ip): a host is one Target whose node_ip is the
 host_ip and whose health_ip is the host's entry with identity health (4), if any.
 Entries with identity remote-node (6) or health (4) count; others are ignored.
+
+Dual stack: every entry of a node carries its primary NodeIP as host_ip, and the
+primary family is the family of host_ip. A remote-node entry of the other family is
+the secondary NodeIP; when the host has one, a health entry of the other family is the
+secondary HealthIP (the lowest address wins when there are several). Without a
+secondary NodeIP the host is single stack and its lowest HealthIP is the HealthIP,
+whatever its family, as before. Readers that predate dual stack see the
+secondary NodeIP as one more address of the host, and take the lowest HealthIP
+(IPv4 first) whatever its family.
 Targets are keyed by (cluster, node name). When two hosts claim one node name (a
 misconfiguration) the lowest host_ip wins, so the result never depends on order.
 """
@@ -23,11 +32,16 @@ def _ip_order(ip: str) -> tuple[int, int]:
     return (address.version, int(address))
 
 
+def _family(ip: str) -> int:
+    return 6 if ":" in ip else 4
+
+
 @dataclass(slots=True)
 class _Host:
     node_from_remote: str | None = None
     node_from_health: str | None = None
     health_ips: list[str] = field(default_factory=list)
+    other_family_ips: list[str] = field(default_factory=list)  # secondary NodeIPs
 
 
 def build_probe_set(entries: Iterable[tuple[str, IPEntry]]) -> dict[TargetKey, Target]:
@@ -42,6 +56,8 @@ def build_probe_set(entries: Iterable[tuple[str, IPEntry]]) -> dict[TargetKey, T
             # addresses of the host only confirm it.
             if host.node_from_remote is None or entry.ip == entry.host_ip:
                 host.node_from_remote = entry.node
+            if _family(entry.ip) != _family(entry.host_ip):
+                host.other_family_ips.append(entry.ip)
         else:
             host.node_from_health = host.node_from_health or entry.node
             host.health_ips.append(entry.ip)
@@ -51,12 +67,31 @@ def build_probe_set(entries: Iterable[tuple[str, IPEntry]]) -> dict[TargetKey, T
     ):
         node = host.node_from_remote or host.node_from_health
         assert node is not None
-        health_ip = min(host.health_ips, key=_ip_order) if host.health_ips else None
         key = (cluster, node)
         if key in targets:
             continue  # a lower host_ip already claimed this name
-        targets[key] = Target(cluster=cluster, node=node, node_ip=host_ip, health_ip=health_ip)
+        targets[key] = _target(cluster, node, host_ip, host)
     return targets
+
+
+def _target(cluster: str, node: str, host_ip: str, host: _Host) -> Target:
+    if not host.other_family_ips:
+        # Single stack (or a writer that predates dual stack, whose HealthIP may be of
+        # the other family): the lowest HealthIP, as before.
+        return Target(cluster, node, host_ip, _lowest(host.health_ips))
+    primary = _family(host_ip)
+    return Target(
+        cluster=cluster,
+        node=node,
+        node_ip=host_ip,
+        health_ip=_lowest(ip for ip in host.health_ips if _family(ip) == primary),
+        node_ip_secondary=_lowest(host.other_family_ips),
+        health_ip_secondary=_lowest(ip for ip in host.health_ips if _family(ip) != primary),
+    )
+
+
+def _lowest(ips: Iterable[str]) -> str | None:
+    return min(ips, key=_ip_order, default=None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ Puts, in one transaction under one lease:
     meshhealth/state/nodes/v1/<cluster>/<node>    the Node
     meshhealth/state/ip/v1/<cluster>/<NodeIP>     identity remote-node (6)
     meshhealth/state/ip/v1/<cluster>/<HealthIP>   identity health (4), if any
+    (and the same two for the secondary addresses of a dual-stack node)
 The transaction only succeeds when the node key does not exist, so two agents racing
 for one name cannot both win. If a live agent holds the name, `run` raises
 NodeNameTaken; a leftover of a crashed agent (nobody refreshes its lease) is waited out.
@@ -44,26 +45,34 @@ class NodeNameTaken(Exception):
 
 
 def node_ip_entries(node: Node) -> list[IPEntry]:
-    """The ip -> identity entries of `node`: NodeIP (remote-node) and HealthIP (health)."""
-    entries = [
-        IPEntry(
-            ip=node.node_ip,
-            host_ip=node.node_ip,
-            node=node.name,
-            identity=IDENTITY_REMOTE_NODE,
-            labels=(LABEL_REMOTE_NODE,),
-        )
-    ]
-    if node.health_ip is not None:
-        entries.append(
-            IPEntry(
-                ip=node.health_ip,
-                host_ip=node.node_ip,
-                node=node.name,
-                identity=IDENTITY_HEALTH,
-                labels=(LABEL_HEALTH,),
+    """The ip -> identity entries of `node`: NodeIP (remote-node) and HealthIP (health),
+    then the secondary NodeIP and HealthIP of a dual-stack node. All carry the primary
+    NodeIP as `host_ip`; readers tell a secondary address by its family
+    (meshhealth.probe_set)."""
+    remote = [node.node_ip, node.node_ip_secondary]
+    health = [node.health_ip, node.health_ip_secondary]
+    entries: list[IPEntry] = []
+    for node_ip, health_ip in zip(remote, health, strict=True):
+        if node_ip is not None:
+            entries.append(
+                IPEntry(
+                    ip=node_ip,
+                    host_ip=node.node_ip,
+                    node=node.name,
+                    identity=IDENTITY_REMOTE_NODE,
+                    labels=(LABEL_REMOTE_NODE,),
+                )
             )
-        )
+        if health_ip is not None:
+            entries.append(
+                IPEntry(
+                    ip=health_ip,
+                    host_ip=node.node_ip,
+                    node=node.name,
+                    identity=IDENTITY_HEALTH,
+                    labels=(LABEL_HEALTH,),
+                )
+            )
     return entries
 
 
