@@ -23,6 +23,7 @@ from meshhealth.model import (
     IPEntry,
     Node,
     PathHealth,
+    PlanInfo,
     ProbeStatus,
     Protocol,
     TargetHealth,
@@ -45,6 +46,11 @@ MIN_IDENTITY = 1
 MAX_IDENTITY = 2**32 - 1
 MIN_PORT = 1
 MAX_PORT = 65535
+# The probe plan's settings (HealthReport.plan): caps far above any real use.
+MAX_PLAN_EPOCH = 2**53
+MAX_PLAN_K = MAX_TARGETS
+MAX_PLAN_ROTATION_ROUNDS = 1_000_000
+MAX_PLAN_NODES = 1_000_000
 
 # "node/icmp", "node/http", "endpoint/icmp", "endpoint/http"
 PATH_NAMES: tuple[str, ...] = tuple(path_name(t, p) for t in TargetType for p in Protocol)
@@ -150,6 +156,18 @@ def _health_to_wire(r: HealthReport) -> dict[str, object]:
         "probe_time": r.probe_time,
         "interval_s": r.interval_s,
         "targets": [_target_to_wire(t) for t in r.targets],
+        **({} if r.plan is None else {"plan": _plan_to_wire(r.plan)}),
+    }
+
+
+def _plan_to_wire(p: PlanInfo) -> dict[str, object]:
+    return {
+        "epoch": p.epoch,
+        "k": p.k,
+        "rotation_rounds": p.rotation_rounds,
+        "full_mesh": p.full_mesh,
+        "full_mesh_max_nodes": p.full_mesh_max_nodes,
+        "nodes": p.nodes,
     }
 
 
@@ -380,12 +398,27 @@ def _health_from_wire(m: Mapping[str, object]) -> HealthReport:
             )
         seen.add((target.cluster, target.node))
         targets.append(target)
+    raw_plan = m.get("plan")  # optional: reports of agents that probed a full mesh lack it
     return HealthReport(
         node=node,
         cluster=cluster,
         probe_time=probe_time,
         interval_s=interval_s,
         targets=tuple(targets),
+        plan=None if raw_plan is None else _plan_from_wire(raw_plan),
+    )
+
+
+def _plan_from_wire(raw: object) -> PlanInfo:
+    if not isinstance(raw, dict):
+        raise DecodeError(f"field 'plan': must be a map, got {wf.type_name(raw)}")
+    return PlanInfo(
+        epoch=wf.integer(raw, "epoch", 0, MAX_PLAN_EPOCH, "plan"),
+        k=wf.integer(raw, "k", 1, MAX_PLAN_K, "plan"),
+        rotation_rounds=wf.integer(raw, "rotation_rounds", 1, MAX_PLAN_ROTATION_ROUNDS, "plan"),
+        full_mesh=wf.boolean(raw, "full_mesh", "plan"),
+        full_mesh_max_nodes=wf.integer(raw, "full_mesh_max_nodes", 0, MAX_PLAN_NODES, "plan"),
+        nodes=wf.integer(raw, "nodes", 1, MAX_PLAN_NODES, "plan"),
     )
 
 

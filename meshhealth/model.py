@@ -180,6 +180,29 @@ class PathReport:
 
 
 @dataclass(frozen=True, slots=True)
+class PlanInfo:
+    """The probe plan one round followed (meshhealth.probe.assignment, docs/scale.md):
+    enough for any reader to compute who was expected to probe whom in `epoch`."""
+
+    epoch: int  # floor(round start / (rotation_rounds x interval))
+    k: int  # --probe-targets: targets (and probers) per node past the full-mesh size
+    rotation_rounds: int  # rounds one epoch lasts
+    full_mesh: bool  # --full-mesh: every node probes every node, at any size
+    full_mesh_max_nodes: int  # node lists up to this size are a full mesh anyway
+    nodes: int  # nodes in the plan, this one included
+
+    @property
+    def subset(self) -> bool:
+        """True when each node probes only some of the others (not a full mesh)."""
+        return not self.full_mesh and self.nodes > max(self.k + 1, self.full_mesh_max_nodes)
+
+    @property
+    def targets_per_node(self) -> int:
+        """Nodes each node probes (besides itself) in this plan."""
+        return self.k if self.subset else max(self.nodes - 1, 0)
+
+
+@dataclass(frozen=True, slots=True)
 class RoundReport:
     """Everything one round found. `paths` has one entry per probed path."""
 
@@ -187,6 +210,7 @@ class RoundReport:
     duration_s: float
     targets: tuple[Target, ...]
     paths: tuple[PathReport, ...] = field(default_factory=tuple)
+    plan: PlanInfo | None = None  # None: the round followed no plan (meshhealth probe)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +241,7 @@ class HealthReport:
     probe_time: float  # unix seconds of the round these results come from
     interval_s: float
     targets: tuple[TargetHealth, ...]
+    plan: PlanInfo | None = None  # None: written by an agent that probed a full mesh
 
 
 def path_name(target_type: TargetType, protocol: Protocol) -> str:

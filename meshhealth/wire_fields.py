@@ -49,12 +49,23 @@ def text(value: str, where: str, *, allow_empty: bool = False) -> str:
     return value
 
 
-def integer(m: Mapping[str, object], name: str, low: int, high: int) -> int:
-    value = field(m, name)
+def integer(m: Mapping[str, object], name: str, low: int, high: int, where: str = "") -> int:
+    value = field(m, name, where)
     if type(value) is not int:  # bool is an int subclass: refuse it
-        raise DecodeError(f"field '{name}': must be an integer, got {type_name(value)}")
+        raise DecodeError(
+            f"field '{join(where, name)}': must be an integer, got {type_name(value)}"
+        )
     if not low <= value <= high:
-        raise DecodeError(f"field '{name}': must be {low}..{high}, got {value}")
+        raise DecodeError(f"field '{join(where, name)}': must be {low}..{high}, got {value}")
+    return value
+
+
+def boolean(m: Mapping[str, object], name: str, where: str = "") -> bool:
+    value = field(m, name, where)
+    if not isinstance(value, bool):
+        raise DecodeError(
+            f"field '{join(where, name)}': must be true or false, got {type_name(value)}"
+        )
     return value
 
 

@@ -13,6 +13,7 @@ from meshhealth.model import (
     IPEntry,
     Node,
     PathHealth,
+    PlanInfo,
     ProbeStatus,
     TargetHealth,
 )
@@ -80,6 +81,16 @@ target_healths = st.builds(
     paths=st.dictionaries(st.sampled_from(PATH_NAMES), path_healths, max_size=4),
 )
 
+plan_infos = st.builds(
+    PlanInfo,
+    epoch=st.integers(0, 2**40),
+    k=st.integers(1, 64),
+    rotation_rounds=st.integers(1, 100),
+    full_mesh=st.booleans(),
+    full_mesh_max_nodes=st.integers(0, 64),
+    nodes=st.integers(1, 10_000),
+)
+
 health_reports = st.builds(
     HealthReport,
     node=node_names,
@@ -89,6 +100,7 @@ health_reports = st.builds(
     targets=st.lists(target_healths, max_size=5, unique_by=lambda t: (t.cluster, t.node)).map(
         tuple
     ),
+    plan=st.none() | plan_infos,
 )
 
 entries = st.one_of(nodes, ip_entries, cluster_configs, health_reports)

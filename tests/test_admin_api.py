@@ -40,7 +40,7 @@ class FakeAgent:
     loop: ProberLoop = field(init=False)
 
     def __post_init__(self) -> None:
-        self.loop = ProberLoop(probe_set=list, run_round=self._round, interval_s=3600.0)
+        self.loop = ProberLoop(probe_set=lambda now: [], run_round=self._round, interval_s=3600.0)
 
     async def _round(self, targets: Sequence[Target]) -> RoundReport:
         self.round_began.set()

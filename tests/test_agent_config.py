@@ -188,3 +188,24 @@ def test_bad_flag_is_one_line_and_exit_2(argv: list[str], message: str, tmp_path
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith(f"meshhealth agent: {message}")
     assert not sock.exists()
+
+
+def test_probe_plan_options_from_flag_env_and_file() -> None:
+    assert resolve().probe_targets == defaults.PLAN_PROBE_TARGETS
+    assert resolve().full_mesh is False
+    assert resolve(file_values={"probe_targets": 3}).probe_targets == 3
+    assert resolve(env={"MESHHEALTH_PROBE_TARGETS": "4"}).probe_targets == 4
+    base = ["--node", "n1", "--node-ip", "10.0.0.1", "--health-ip", "10.1.0.2"]
+    flags = parse_flags([*base, "--probe-targets", "7", "--full-mesh"])
+    config = resolve_config(flags, {}, {}, file_name="x")
+    assert (config.probe_targets, config.full_mesh) == (7, True)
+    assert resolve(env={"MESHHEALTH_FULL_MESH": "true"}).full_mesh is True
+    assert resolve(file_values={"full_mesh": True}).full_mesh is True
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "three"])
+def test_probe_targets_below_one_is_one_line(value: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        resolve({"probe_targets": value})
+    assert str(caught.value).startswith("--probe-targets: ")
+    assert "\n" not in str(caught.value)

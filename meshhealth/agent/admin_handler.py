@@ -96,7 +96,11 @@ class AgentAdminHandler:
         report = self.loop.last_report
         return StatusInputs(
             local=self.identity.local,
-            targets=report.targets if report is not None else self.members.targets(),
+            targets=(
+                report.targets
+                if report is not None
+                else self.members.for_round(time.time()).targets
+            ),
             summaries=self.results.summaries,
             probe_time=report.started_at if report is not None else None,
             probe_interval_s=self.identity.interval_s,
@@ -131,7 +135,7 @@ class AgentAdminHandler:
         """The matrix from this cluster's etcd and every admitted remote's (the web page
         reads it too)."""
         sources = [MatrixSource(cluster, etcd) for cluster, etcd in self.members.etcd_sources()]
-        extra_nodes = [(t.cluster, t.node) for t in self.members.targets()]
+        extra_nodes = [(t.cluster, t.node) for t in self.members.nodes()]
         matrix, skipped = await read_matrix(sources, now=time.time(), extra_nodes=extra_nodes)
         if skipped:
             self._invalid_health.inc(skipped)

@@ -6,9 +6,9 @@
 Who holds what:
 
 - membership: `registrar` (this node's entries under a lease), `discovery` (the probe
-  set of this cluster), `mesh` (remote clusters), `members` (the probe set of them all
-  and each cluster's etcd), `publisher` (this node's results in etcd), `peer_nodes`
-  and `routes` (with --route-cidrs: routes to peers' CIDRs);
+  set of this cluster), `mesh` (remote clusters), `members` (the node list of them all,
+  each round's targets in the probe plan, and each cluster's etcd), `publisher` (this
+  node's results in etcd), `peer_nodes` and `routes` (with --route-cidrs: routes to peers' CIDRs);
 - probing: `loop` (a round every interval or on request), `results` (the one record
   of results), `sink` (what follows each result and each round);
 - serving: `admin` (the admin API's answers), `feed` (the live feed's hub), `registry`
@@ -36,7 +36,7 @@ from meshhealth.agent.health_endpoint.supervisor import HealthEndpoint, endpoint
 from meshhealth.agent.membership.clustermesh import ClusterMesh, RemoteSpec, default_cluster_id
 from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.agent.membership.peer_nodes import PeerNodes
-from meshhealth.agent.membership.probe_targets import ProbeTargets
+from meshhealth.agent.membership.probe_targets import PlanSettings, ProbeTargets
 from meshhealth.agent.membership.publisher import Publisher
 from meshhealth.agent.membership.registrar import Registrar
 from meshhealth.agent.metric_readings import read_at_scrape
@@ -118,7 +118,10 @@ def build_components(
         invalid_ip_metric=invalid_ip,
     )
     own = Target(config.cluster, config.node, config.node_ip, config.health_ip)
-    members = ProbeTargets(own, etcd, discovery, mesh)
+    plan = PlanSettings(
+        interval_s=config.interval_s, k=config.probe_targets, full_mesh=config.full_mesh
+    )
+    members = ProbeTargets(own, etcd, discovery, mesh, plan)
     publisher = Publisher(
         etcd,
         registrar,
@@ -133,7 +136,7 @@ def build_components(
     history = PathHistory()
     sink = RoundSink(results, metrics, publisher, feed, history)
     loop = ProberLoop(
-        probe_set=members.targets,
+        probe_set=members.for_round,
         run_round=partial(
             run_round,
             pinger=pinger,

@@ -58,6 +58,10 @@ class AgentConfig:
     feed_listen: tuple[str, int] | None = None
     health_netns: str | None = None  # None: mh-health-<cluster>-<node>
     web_listen: tuple[str, int] | None = None  # the live web page (docs/ui.md)
+    # the probe plan (docs/scale.md): targets per node past the full-mesh size, or a
+    # full mesh at any size
+    probe_targets: int = defaults.PLAN_PROBE_TARGETS
+    full_mesh: bool = False
     # etcd TLS and user (meshhealth.agent.etcd_access turns them into an EtcdAccess);
     # `etcd` is () when it comes from the --etcd-config file.
     etcd_config: str | None = None
@@ -216,6 +220,21 @@ OPTIONS: tuple[Option, ...] = (
         values.boolean,
         False,
         "program routes to peers' CIDRs via their NodeIPs",
+        flag_only_bool=True,
+    ),
+    Option(
+        "probe_targets",
+        values.positive_int,
+        defaults.PLAN_PROBE_TARGETS,
+        "nodes each agent probes per round past the full-mesh size, and so probers per "
+        "node (docs/scale.md)",
+        metavar="K",
+    ),
+    Option(
+        "full_mesh",
+        values.boolean,
+        False,
+        "probe every node every round at any cluster size (no subset plan)",
         flag_only_bool=True,
     ),
     Option(

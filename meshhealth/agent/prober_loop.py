@@ -1,23 +1,30 @@
 """The agent's round loop: a round every interval, or at once when someone asks.
 
 It owns no sockets: it is given a function that runs one round (the scheduler, bound to
-the pinger and options) and a function that returns the current probe set, so it is
-tested with trio's MockClock and plain coroutines.
+the pinger and options) and a function that chooses a round's targets from the wall
+clock time the round starts at (the probe plan's epoch: ProbeTargets.for_round), so it
+is tested with trio's MockClock and plain coroutines. The plan a round followed goes
+into its report (`RoundReport.plan`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
+from meshhealth.agent.membership.probe_targets import RoundTargets
 from meshhealth.model import RoundReport, Target
 
 log = logging.getLogger(__name__)
 
 RunRound = Callable[[Sequence[Target]], Awaitable[RoundReport]]
+# The round's targets, from the unix time it starts at: a plan's choice, or a plain list.
+ProbeSet = Callable[[float], RoundTargets | Sequence[Target]]
 
 
 class ProberLoop:
@@ -31,12 +38,14 @@ class ProberLoop:
     def __init__(
         self,
         *,
-        probe_set: Callable[[], Sequence[Target]],
+        probe_set: ProbeSet,
         run_round: RunRound,
         interval_s: float,
         on_round: Callable[[RoundReport], None] = lambda report: None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._probe_set = probe_set
+        self._wall_clock = wall_clock
         self._run_round = run_round
         self.interval_s = interval_s
         self._on_round = on_round
@@ -67,7 +76,14 @@ class ProberLoop:
         self.rounds_started += 1
         self.running = True
         try:
-            report = await self._run_round(list(self._probe_set()))
+            # The targets are chosen once, at the start: a round that runs across an
+            # epoch boundary probes (and reports) the epoch it started in.
+            chosen = self._probe_set(self._wall_clock())
+            if isinstance(chosen, RoundTargets):
+                report = await self._run_round(list(chosen.targets))
+                report = dataclasses.replace(report, plan=chosen.plan)
+            else:
+                report = await self._run_round(list(chosen))
         except Exception:  # a bug in a round must not stop probing; it is logged and counted
             self.round_errors += 1
             log.exception("probe round %d failed", self.rounds_started)

@@ -88,6 +88,7 @@ def health_report(
         probe_time=report.started_at,
         interval_s=interval_s,
         targets=tuple(targets),
+        plan=report.plan,
     )
 
 
