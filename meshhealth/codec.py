@@ -398,7 +398,7 @@ def _health_from_wire(m: Mapping[str, object]) -> HealthReport:
             )
         seen.add((target.cluster, target.node))
         targets.append(target)
-    raw_plan = m.get("plan")  # optional: reports of agents that probed a full mesh lack it
+    raw_plan = m.get("plan")  # optional: agents older than the probe plan wrote none
     return HealthReport(
         node=node,
         cluster=cluster,

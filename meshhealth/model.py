@@ -241,7 +241,7 @@ class HealthReport:
     probe_time: float  # unix seconds of the round these results come from
     interval_s: float
     targets: tuple[TargetHealth, ...]
-    plan: PlanInfo | None = None  # None: written by an agent that probed a full mesh
+    plan: PlanInfo | None = None  # None: written by an agent older than the probe plan
 
 
 def path_name(target_type: TargetType, protocol: Protocol) -> str:
