@@ -208,13 +208,17 @@ ROUTE_RESYNC_INTERVAL_S: Final = 10.0
 ROUTE_RETRY_S: Final = 1.0
 
 # --- publisher and matrix (meshhealth.agent.membership.publisher, meshhealth.documents.matrix) ---
-# Readers show a health report older than this many of its source's intervals as stale.
-MATRIX_STALE_INTERVALS: Final = 3
-# A node with no status change rewrites its health entry every this many intervals. The
-# refresh is written right after a round, so the entry's probe_time is at most
-# 2 intervals + one round's duration old when the next refresh lands: below the 3
-# intervals above as long as a round (and the write) finish within one interval.
-PUBLISH_REFRESH_INTERVALS: Final = 2
+# A node whose paths keep their status rewrites its health entry this often (a liveness
+# refresh, on the round nearest to it): readers tell a live prober from a hung one, and
+# it costs one write per node per minute (1,000 nodes: 17 writes/s, bench/etcd_load.py).
+PUBLISH_REFRESH_S: Final = 60.0
+# Readers call a report stale when it is older than the refresh (or the interval, when
+# that is longer) plus this many of its source's intervals: the refresh waits for the
+# round nearest to it (half an interval late at most) and is written when that round
+# ends (one more interval), so a live node's report never looks stale.
+STALE_MARGIN_INTERVALS: Final = 2
+# ... plus this much, for the write itself on a loaded etcd and small intervals.
+STALE_MARGIN_S: Final = 5.0
 # Status changes are written this long after the first one is seen, so changes that come
 # together (a round's results, a probe-now round right after) make one write.
 PUBLISH_DEBOUNCE_S: Final = 0.5

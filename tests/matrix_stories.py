@@ -74,8 +74,9 @@ def endpoint_forward_drop() -> list[HealthReport]:
 
 
 def stale_and_missing() -> list[HealthReport]:
-    """node2's report is 45 s old (3 intervals = 30 s); node3 is probed but never reported;
-    a remote cluster's node has no endpoint and one path not probed yet."""
+    """node2's report is 100 s old (stale after 60 s + 2 intervals + 5 s = 85 s); node3
+    is probed but never reported; a remote cluster's node has no endpoint and one path
+    not probed yet."""
     remote = {
         "node/icmp": PathHealth(OK, 0.0011, 0.0),
         "node/http": PathHealth(ProbeStatus.UNKNOWN, None, 0.0),
@@ -83,7 +84,7 @@ def stale_and_missing() -> list[HealthReport]:
     return [
         report("lab1/node1", {"lab1/node1": paths(), "lab1/node2": paths(),
                               "lab1/node3": paths(), "lab2/node1": remote}),
-        report("lab1/node2", {"lab1/node1": paths(), "lab1/node2": paths()}, age_s=45.0),
+        report("lab1/node2", {"lab1/node1": paths(), "lab1/node2": paths()}, age_s=100.0),
     ]  # fmt: skip
 
 

@@ -27,13 +27,13 @@ def node_down() -> list[HealthReport]:
     return [
         S.report(s, {t: DOWN if t == "lab1/node4" else S.paths() for t in NODES4})
         for s in NODES4[:3]
-    ] + [S.report("lab1/node4", {t: S.paths() for t in NODES4}, age_s=60.0)]
+    ] + [S.report("lab1/node4", {t: S.paths() for t in NODES4}, age_s=120.0)]
 
 
 def agent_not_publishing() -> list[HealthReport]:
     """node4's agent answers everyone but cannot write to etcd: its report is stale."""
     fresh = [S.report(s, {t: S.paths() for t in NODES4}) for s in NODES4[:3]]
-    return [*fresh, S.report("lab1/node4", {t: S.paths() for t in NODES4}, age_s=60.0)]
+    return [*fresh, S.report("lab1/node4", {t: S.paths() for t in NODES4}, age_s=120.0)]
 
 
 def agent_down() -> list[HealthReport]:
@@ -101,9 +101,9 @@ def test_cells_observers_and_nodes_of_the_stale_story() -> None:
     assert dict(cells[(N1, remote)].paths) == {
         PathKind.NODE_ICMP: PathObservation(PathState.OK, fresh_since)
     }
-    # node2's report is 45 s old: every path it reports is stale, since its probe time.
+    # node2's report is 100 s old: every path it reports is stale, since its probe time.
     assert {p for p in cells[(N2, N1)].paths.values()} == {
-        PathObservation(PathState.STALE, S.NOW - 45.0)
+        PathObservation(PathState.STALE, S.NOW - 100.0)
     }
     assert len(cells[(N2, N1)].paths) == 4
 

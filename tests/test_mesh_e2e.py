@@ -137,7 +137,8 @@ def test_two_meshed_clusters(
         assert "Reachable:   16/16 cells" in matrix_text.stdout
         (tmp_path / "matrix.txt").write_text(matrix_text.stdout)
 
-        # Steady cluster: health writes stay flat (a refresh every 2 intervals at most).
+        # Steady cluster: health writes stay flat (no change, and the liveness refresh
+        # comes once a minute: at most one in these rounds).
         before = {a.socket: _metric(a, HEALTH_WRITES) for a in agents}
         rounds_before = _metric(a1, "meshhealth_rounds_total")
         time.sleep(8 * INTERVAL_S)  # the quantity measured is a rate over real rounds
@@ -146,7 +147,7 @@ def test_two_meshed_clusters(
         print(f"steady: {rounds:g} rounds, health writes per agent {writes}")
         assert rounds >= 6
         for value in writes:
-            assert 1 <= value <= rounds / 2 + 1
+            assert value <= 1
 
         # lab2's etcd stops: lab1 keeps probing its own nodes, shows lab2 degraded.
         second_etcd_server.kill()

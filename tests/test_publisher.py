@@ -16,10 +16,11 @@ from meshhealth.agent.agent_metrics import WriteCounters
 from meshhealth.agent.membership.publisher import (
     Publisher,
     PublishPolicy,
+    change_signature,
     health_report,
-    status_map,
 )
 from meshhealth.cli.inspect_cmd import decode_rows
+from meshhealth.documents.matrix import stale_after_s
 from meshhealth.kvstore import open_etcd
 from meshhealth.model import (
     PathKey,
@@ -45,8 +46,8 @@ B = {("c1", "a", "node/icmp"): OK, ("c1", "b", "node/icmp"): TIMEOUT}
 # --- the policy (pure) ---------------------------------------------------------------------
 
 
-def _policy(interval_s: float = 10.0) -> PublishPolicy:
-    policy = PublishPolicy(interval_s, refresh_intervals=2, debounce_s=0.5)
+def _policy(interval_s: float = 10.0, refresh_s: float = 60.0) -> PublishPolicy:
+    policy = PublishPolicy(interval_s, refresh_s=refresh_s, debounce_s=0.5)
     policy.note_registration((1, 1))
     return policy
 
@@ -65,9 +66,10 @@ def test_nothing_to_write_before_a_round_or_a_lease() -> None:
     [
         # (statuses, probe_time, now) per round after a first write of A at t=100
         ([(A, 110.0, 111.0)], None),  # unchanged, 1 interval: nothing
-        ([(A, 110.0, 111.0), (A, 120.0, 121.0)], "refresh"),  # 2 intervals: refresh
-        ([(A, 114.9, 115.9)], None),  # 1.5 intervals minus a bit: not yet
-        ([(A, 115.0, 116.0)], "refresh"),  # a round that started a bit early still counts
+        ([(A, 150.0, 151.0)], None),  # unchanged, 5 intervals: nothing
+        ([(A, 150.0, 151.0), (A, 160.0, 161.0)], "refresh"),  # 60 s: the liveness refresh
+        ([(A, 154.9, 155.9)], None),  # half an interval early minus a bit: not yet
+        ([(A, 155.0, 156.0)], "refresh"),  # a round that started a bit early still counts
         ([(B, 110.0, 111.0)], "change"),
         ([(B, 110.0, 111.0), (A, 110.2, 111.2)], None),  # flapped back within the debounce
         ([(B, 110.0, 111.0), (B, 111.0, 112.0)], "change"),
@@ -110,36 +112,68 @@ def test_a_round_during_a_write_is_compared_with_what_was_written() -> None:
     assert policy.reason() == "change"
 
 
-def test_steady_state_write_rate() -> None:
-    """100 rounds without a change: 1 first write + one refresh per 2 intervals."""
-    policy = _policy(interval_s=10.0)
+def test_rtt_and_loss_alone_write_nothing() -> None:
+    """The signature holds statuses only: a report whose RTTs and losses moved (and
+    whose probe_time is newer) is no change."""
+    book = StatsBook(10)
+    book.record(_round(100.0))
+    first = health_report(_round(100.0), book.summaries(), cluster="c1", node="a", interval_s=10)
+    slower = _round(110.0)
+    slower = RoundReport(slower.started_at, slower.duration_s, slower.targets, tuple(
+        PathReport(p.path, p.ip, _result(OK, 0.5)) for p in slower.paths
+    ))  # fmt: skip
+    book.record(slower)
+    second = health_report(slower, book.summaries(), cluster="c1", node="a", interval_s=10)
+    assert second.targets != first.targets  # the RTTs moved
+    assert change_signature(second) == change_signature(first)
+    # ... and a target that leaves is a change
+    gone = health_report(
+        RoundReport(120.0, 0.5, slower.targets[:1], slower.paths[:4]),
+        book.summaries(), cluster="c1", node="a", interval_s=10,
+    )  # fmt: skip
+    assert change_signature(gone) != change_signature(first)
+
+
+@pytest.mark.parametrize(
+    ("interval_s", "writes_per_hour"),
+    [(10.0, 60), (1.0, 60), (25.0, 72), (120.0, 30)],  # at most one a minute, or per round
+)
+def test_steady_state_write_rate(interval_s: float, writes_per_hour: int) -> None:
+    """An hour of rounds without a change: the first write + one refresh a minute
+    (on the round nearest to it; an interval past a minute refreshes every round)."""
+    policy = _policy(interval_s=interval_s)
     writes = 0
-    for i in range(100):
-        probe_time = 100.0 + 10 * i + (0.3 if i % 3 else -0.3)  # jittered starts
-        policy.note_report(A, probe_time, now=probe_time + 1.5)
+    rounds = round(3600 / interval_s)
+    for i in range(rounds):
+        jitter = 0.03 * interval_s * (1 if i % 3 else -1)  # jittered starts
+        probe_time = 100.0 + interval_s * i + jitter
+        policy.note_report(A, probe_time, now=probe_time + 0.15 * interval_s)
         if policy.due_at() is not None:
-            policy.written(A, probe_time, now=probe_time + 1.5)
+            policy.written(A, probe_time, now=probe_time + 0.15 * interval_s)
             writes += 1
-    assert writes == 50
+    assert writes == writes_per_hour
 
 
-def test_refresh_keeps_readers_below_the_stale_threshold() -> None:
-    """The math of the docs: the oldest a reader sees is 2 intervals + one round."""
-    interval_s, round_s = 10.0, 3.0
+@pytest.mark.parametrize("interval_s", [0.5, 1.0, 7.0, 10.0, 25.0, 35.0, 59.0, 61.0, 300.0])
+def test_refresh_keeps_readers_below_the_stale_bound(interval_s: float) -> None:
+    """The worst case a reader meets: rounds start an interval after the previous one
+    plus up to a tenth of one of loop lag (prober_loop.py), each lasts a whole interval
+    (the probe timeout is shorter), and just before a refresh lands the entry is at its
+    oldest. It stays below the matrix's `stale_after_s`, the one staleness rule."""
     policy = _policy(interval_s)
     last_written = None
     oldest = 0.0
-    for i in range(50):
-        probe_time = 10.0 * i
+    for i in range(round(2000 / interval_s)):
+        probe_time = interval_s * i + (0.1 if i % 2 else 0.0) * interval_s
+        landed = probe_time + interval_s  # the round's end, when the write lands
         if last_written is not None:
-            # just before this round's write lands, a reader sees the last written one
-            oldest = max(oldest, probe_time + round_s - last_written)
-        policy.note_report(A, probe_time, now=probe_time + round_s)
+            oldest = max(oldest, landed - last_written)
+        policy.note_report(A, probe_time, now=landed)
         if policy.due_at() is not None:
-            policy.written(A, probe_time, now=probe_time + round_s)
+            policy.written(A, probe_time, now=landed)
             last_written = probe_time
-    assert oldest == 2 * interval_s + round_s
-    assert oldest < defaults.MATRIX_STALE_INTERVALS * interval_s
+    assert oldest <= max(defaults.PUBLISH_REFRESH_S, interval_s) + 2 * interval_s
+    assert oldest < stale_after_s(interval_s) - defaults.STALE_MARGIN_S
 
 
 # --- what is written (pure) ----------------------------------------------------------------
@@ -185,7 +219,7 @@ def test_health_report_has_every_probed_path() -> None:
     icmp = by_node["b"].paths["node/icmp"]
     assert (icmp.status, icmp.rtt_s, icmp.loss) == (TIMEOUT, None, 0.5)
     assert by_node["a"].paths["node/icmp"].rtt_s == 0.001
-    assert status_map(report)[("c2", "b", "node/http")] is TIMEOUT
+    assert change_signature(report)[("c2", "b", "node/http")] is TIMEOUT
     # it encodes, and `meshhealth inspect` decodes it
     key = keys.health_key("c1", "a")
     (row,) = decode_rows([(key, codec.encode_health_report(report))])

@@ -206,7 +206,7 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
         kvstore_writes=registry.counter(
             "meshhealth_kvstore_writes_total",
             "Values this agent wrote to etcd (health: its published results, written on "
-            "status changes and a refresh every few intervals).",
+            "status changes and a liveness refresh once a minute).",
             ("key_kind",),
         ),
         kvstore_write_bytes=registry.counter(

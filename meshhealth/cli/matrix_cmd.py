@@ -28,7 +28,9 @@ DESCRIPTION = f"""\
 Read every node's published health entry (meshhealth/state/health/v1/) and show the
 N x N matrix: one row per source node, one column per target node (grouped by
 cluster), one cell per pair with host ICMP, host HTTP, endpoint ICMP and endpoint HTTP.
-Reports older than {defaults.MATRIX_STALE_INTERVALS} of their probe intervals are shown stale.
+A report older than its source's liveness refresh ({defaults.PUBLISH_REFRESH_S:g} s) plus
+{defaults.STALE_MARGIN_INTERVALS} of its probe intervals and {defaults.STALE_MARGIN_S:g} s is shown
+stale.
 
 examples:
   meshhealth matrix --etcd http://127.0.0.1:2379

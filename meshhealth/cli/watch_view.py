@@ -9,7 +9,8 @@ kept, pure Python, and much less code than curses of our own; textual would brin
 whole application framework for one table.
 
 Cell colours: green OK; red the newest probe failed; yellow OK but lossy over the
-window, or stale (not probed for 3 intervals); grey not probed yet.
+window, or stale (not probed for longer than the matrix's staleness bound,
+meshhealth.documents.matrix.stale_after_s); grey not probed yet.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from meshhealth import defaults
 from meshhealth.cli.watch_state import PATH_NAMES, Change, NodeView, PathView, WatchState
+from meshhealth.documents.matrix import stale_after_s
 from meshhealth.model import ProbeStatus
 from meshhealth.timefmt import format_age_short, format_duration, iso_time
 
@@ -82,8 +83,8 @@ def path_colour(path: PathView | None, *, now: float, interval_s: float | None) 
     if path.status != ProbeStatus.OK.value:
         return "red"
     # the same bound as a stale report in the matrix
-    stale_after_s = defaults.MATRIX_STALE_INTERVALS * (interval_s or 0.0)
-    if stale_after_s and path.last_probed is not None and now - path.last_probed > stale_after_s:
+    bound_s = stale_after_s(interval_s) if interval_s else 0.0
+    if bound_s and path.last_probed is not None and now - path.last_probed > bound_s:
         return "yellow"
     if path.loss > 0:
         return "yellow"

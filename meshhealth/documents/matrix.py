@@ -9,8 +9,9 @@ source's four paths to the target. A cell is:
 
 - `reachable`: every probed path is OK;
 - `unreachable`: at least one probed path fails (the rule of `Cluster health`);
-- `stale`: the source's report is older than `stale_intervals` (3) of its intervals:
-  its agent is not publishing (down, or cut off from etcd), so it is not shown healthy;
+- `stale`: the source's report is older than `stale_after_s` (its liveness refresh plus
+  two of its intervals and a few seconds): its agent is not publishing (down, hung, or
+  cut off from etcd), so it is not shown healthy;
 - `unknown`: the source has not probed the target (yet), or has no report at all.
 
 Summary lines are the first step of telling whose fault it is. A whole column failing
@@ -80,7 +81,6 @@ class Matrix:
     generated_at: float
     columns: tuple[NodeRef, ...]
     rows: tuple[Row, ...]
-    stale_intervals: float
     unavailable: Mapping[str, str]  # cluster -> why its reports could not be read
     lines: tuple[str, ...]  # the summary lines
 
@@ -98,15 +98,25 @@ def cell_state(paths: Mapping[str, PathHealth]) -> CellState:
     return statuses_reachability(path.status for path in paths.values())
 
 
-def is_stale(report: HealthReport, now: float, stale_intervals: float) -> bool:
-    return now - report.probe_time > stale_intervals * report.interval_s
+def stale_after_s(interval_s: float) -> float:
+    """The one staleness rule (matrix, `watch`, diagnosis): a report from a source with
+    this probe interval is stale once older than this. A live publisher rewrites its
+    entry at least every `PUBLISH_REFRESH_S` (or every round, when the interval is
+    longer), on a round that starts at most half an interval late and is written when it
+    ends, so the margin of two intervals and `STALE_MARGIN_S` is never reached by a live
+    node (tests/test_publisher.py replays the worst case)."""
+    refresh_s = max(defaults.PUBLISH_REFRESH_S, interval_s)
+    return refresh_s + defaults.STALE_MARGIN_INTERVALS * interval_s + defaults.STALE_MARGIN_S
+
+
+def is_stale(report: HealthReport, now: float) -> bool:
+    return now - report.probe_time > stale_after_s(report.interval_s)
 
 
 def build_matrix(
     reports: Iterable[HealthReport],
     *,
     now: float,
-    stale_intervals: float = defaults.MATRIX_STALE_INTERVALS,
     extra_nodes: Iterable[NodeRef] = (),
     source_clusters: Iterable[str] = (),
     unavailable: Mapping[str, str] | None = None,
@@ -129,17 +139,12 @@ def build_matrix(
         nodes.update((t.cluster, t.node) for t in report.targets)
     columns = tuple(sorted(nodes))
     read = set(source_clusters) | {cluster for cluster, _ in by_source}
-    rows = tuple(
-        _row(ref, by_source.get(ref), columns, now, stale_intervals)
-        for ref in columns
-        if ref[0] in read
-    )
-    lines = summary_lines(rows, columns, stale_intervals)
+    rows = tuple(_row(ref, by_source.get(ref), columns, now) for ref in columns if ref[0] in read)
+    lines = summary_lines(rows, columns)
     return Matrix(
         generated_at=now,
         columns=columns,
         rows=rows,
-        stale_intervals=stale_intervals,
         unavailable=dict(unavailable or {}),
         lines=tuple(lines),
     )
@@ -150,12 +155,11 @@ def _row(
     report: HealthReport | None,
     columns: Sequence[NodeRef],
     now: float,
-    stale_intervals: float,
 ) -> Row:
     if report is None:
         unknown = tuple(Cell(target, "unknown") for target in columns)
         return Row(source, None, None, None, False, unknown)
-    stale = is_stale(report, now, stale_intervals)
+    stale = is_stale(report, now)
     seen = {(t.cluster, t.node): t.paths for t in report.targets}
     cells = []
     for target in columns:
@@ -166,9 +170,7 @@ def _row(
     return Row(source, report.probe_time, report.interval_s, age, stale, tuple(cells))
 
 
-def summary_lines(
-    rows: Sequence[Row], columns: Sequence[NodeRef], stale_intervals: float
-) -> list[str]:
+def summary_lines(rows: Sequence[Row], columns: Sequence[NodeRef]) -> list[str]:
     """Whose fault it is, as far as fresh reports tell."""
     fresh = [row for row in rows if row.probe_time is not None and not row.stale]
     reaches_none: list[NodeRef] = []
@@ -201,11 +203,11 @@ def summary_lines(
         ]
     for row in rows:
         if row.stale and row.age_s is not None and row.interval_s is not None:
-            age, interval = format_interval(row.age_s), format_interval(row.interval_s)
+            age = format_interval(row.age_s)
+            bound = format_interval(stale_after_s(row.interval_s))
             lines.append(
-                f"{label(row.source)}'s report is stale ({age} old, older than "
-                f"{stale_intervals:g} intervals of {interval}): its agent is "
-                "down or cannot write to etcd"
+                f"{label(row.source)}'s report is stale ({age} old, older than {bound}): "
+                "its agent is down, hung or cannot write to etcd"
             )
     return lines
 
@@ -251,6 +253,7 @@ class MatrixRowDocument(TypedDict):
     probe_time: str | None  # None: the node has no report
     interval_s: float | None
     age_s: float | None
+    stale_after_s: float | None  # stale_after_s(interval_s); None without a report
     stale: bool
     cells: list[MatrixCellDocument]  # one per entry of `nodes`, in that order
 
@@ -281,7 +284,6 @@ class MatrixDocument(TypedDict):
 
     v: int
     generated_at: str | None
-    stale_after_intervals: float
     nodes: list[MatrixNodeDocument]  # the columns
     unavailable_clusters: list[UnavailableClusterDocument]
     rows: list[MatrixRowDocument]
@@ -298,7 +300,6 @@ def matrix_document(matrix: Matrix) -> MatrixDocument:
     return {
         "v": SCHEMA_VERSION,
         "generated_at": iso_time(matrix.generated_at),
-        "stale_after_intervals": matrix.stale_intervals,
         "nodes": [{"cluster": c, "name": n} for c, n in matrix.columns],
         "unavailable_clusters": [
             {"cluster": name, "error": error} for name, error in sorted(matrix.unavailable.items())
@@ -310,6 +311,7 @@ def matrix_document(matrix: Matrix) -> MatrixDocument:
                 "probe_time": iso_time(row.probe_time),
                 "interval_s": row.interval_s,
                 "age_s": None if row.age_s is None else round(row.age_s, 3),
+                "stale_after_s": None if row.interval_s is None else stale_after_s(row.interval_s),
                 "stale": row.stale,
                 "cells": [
                     {

@@ -6,21 +6,22 @@
     publisher.note_round(report, book.summaries())      # after every round
 
 Writes `meshhealth/state/health/v1/<cluster>/<node>` (codec.encode_health_report) under
-the registrar's lease (nothing is written before there is one). When to write is decided
-by `PublishPolicy` (pure), so etcd load follows changes, not N x rounds:
+the registrar's lease (nothing is written before there is one, and a dead writer's entry
+vanishes with its lease). When to write is decided by `PublishPolicy` (pure), so etcd
+load follows changes, not N x rounds:
 
 - the first report, and again after every (re-)registration (a new lease: the old
   entry died with the old lease);
-- a path's *status* changed (a target appeared or left counts too): written
-  `debounce_s` after the change was first seen, so changes arriving together make one
-  write; a change that reverts within that time writes nothing;
-- otherwise a freshness refresh every `refresh_intervals` (2) intervals, right after a
-  round so the entry's probe_time is fresh. Readers call a report stale after
-  MATRIX_STALE_INTERVALS (3) intervals: the entry is at most 2 intervals + one round old
-  when the next refresh lands, so a healthy node is never shown as stale.
+- a change, as `change_signature` defines it (a path's status; a target that appeared
+  or left): written `debounce_s` after the change was first seen, so changes arriving
+  together make one write; a change that reverts within that time writes nothing;
+- otherwise a liveness refresh every `refresh_s` (PUBLISH_REFRESH_S, 60 s), on the
+  round nearest to it, so the entry's probe_time tells readers the prober is alive.
+  Readers call a report stale after `documents.matrix.stale_after_s` (the refresh plus
+  two intervals and a few seconds), so a healthy node is never shown as stale.
 
-RTT and loss changes alone do not trigger a write: the RTT in the entry is the one of
-the newest round at the time of the last write.
+RTT and loss changes alone do not trigger a write: the RTT and loss in the entry are
+those of the newest round at the time of the last write (a change or the refresh).
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ from meshhealth.model import (
     PathHealth,
     PathKey,
     PathSummary,
-    ProbeStatus,
     RoundReport,
     TargetHealth,
     TargetType,
@@ -51,8 +51,8 @@ from meshhealth.model import Protocol as ProbeProtocol
 
 log = logging.getLogger(__name__)
 
-# (target cluster, target node, path name) -> the path's status
-StatusMap = dict[tuple[str, str, str], ProbeStatus]
+# What a write must follow, as `change_signature` extracts it from a report.
+ChangeSignature = dict[tuple[str, ...], object]
 
 
 # --- the pure part --------------------------------------------------------------------
@@ -92,8 +92,13 @@ def health_report(
     )
 
 
-def status_map(report: HealthReport) -> StatusMap:
-    """The part of a report whose change triggers a write: every path's status."""
+def change_signature(report: HealthReport) -> ChangeSignature:
+    """What counts as a change, the one place that says it: two reports with the same
+    signature need no write (the liveness refresh aside). Today every path's status,
+    keyed by (target cluster, target node, path name), so a target that appears or
+    leaves changes it too. Whatever must reach readers at once (a path's suspicion
+    state, the node's degraded flag) goes here; what moves every round (rtt_s, loss,
+    probe_time) must not, or every round would write."""
     return {
         (target.cluster, target.node, name): path.status
         for target in report.targets
@@ -103,7 +108,7 @@ def status_map(report: HealthReport) -> StatusMap:
 
 @dataclass(frozen=True, slots=True)
 class Written:
-    statuses: StatusMap
+    statuses: ChangeSignature
     probe_time: float
     registration: object  # the lease generation the entry was written under
 
@@ -121,26 +126,28 @@ class PublishPolicy:
         self,
         interval_s: float,
         *,
-        refresh_intervals: int = defaults.PUBLISH_REFRESH_INTERVALS,
+        refresh_s: float = defaults.PUBLISH_REFRESH_S,
         debounce_s: float = defaults.PUBLISH_DEBOUNCE_S,
     ) -> None:
-        if interval_s <= 0 or refresh_intervals < 1 or debounce_s < 0:
-            raise ValueError("publish policy needs interval_s > 0, refresh >= 1, debounce >= 0")
+        if interval_s <= 0 or refresh_s <= 0 or debounce_s < 0:
+            raise ValueError("publish policy needs interval_s > 0, refresh_s > 0, debounce >= 0")
         self.interval_s = interval_s
-        self.refresh_intervals = refresh_intervals
+        self.refresh_s = refresh_s
         self.debounce_s = debounce_s
-        self.pending: tuple[StatusMap, float] | None = None
+        self.pending: tuple[ChangeSignature, float] | None = None
         self.registration: object | None = None
         self.last: Written | None = None
         self.changed_since: float | None = None
 
     @property
     def refresh_after_s(self) -> float:
-        """Probe-time distance that calls for a refresh. Half an interval of slack: a
-        round that started a little early still counts as the Kth one."""
-        return (self.refresh_intervals - 0.5) * self.interval_s
+        """Probe-time distance that calls for a refresh: the round nearest to `refresh_s`
+        after the last write (half an interval of slack, so jittered round starts do not
+        push the refresh a whole interval later). With an interval longer than the
+        refresh, every round refreshes."""
+        return self.refresh_s - 0.5 * self.interval_s
 
-    def note_report(self, statuses: StatusMap, probe_time: float, now: float) -> None:
+    def note_report(self, statuses: ChangeSignature, probe_time: float, now: float) -> None:
         self.pending = (statuses, probe_time)
         if self.last is None or statuses == self.last.statuses:
             self.changed_since = None
@@ -174,7 +181,7 @@ class PublishPolicy:
             return self.changed_since + self.debounce_s
         return -math.inf
 
-    def written(self, statuses: StatusMap, probe_time: float, now: float) -> None:
+    def written(self, statuses: ChangeSignature, probe_time: float, now: float) -> None:
         """This report was written under the current registration (a newer one may be
         pending already: it is then compared with what was written)."""
         assert self.registration is not None
@@ -219,7 +226,7 @@ class Publisher:
         cluster: str,
         node: str,
         interval_s: float,
-        refresh_intervals: int = defaults.PUBLISH_REFRESH_INTERVALS,
+        refresh_s: float = defaults.PUBLISH_REFRESH_S,
         debounce_s: float = defaults.PUBLISH_DEBOUNCE_S,
         metrics: WriteCounters | None = None,
     ) -> None:
@@ -229,9 +236,7 @@ class Publisher:
         self.node = node
         self.interval_s = interval_s
         self.key = keys.health_key(cluster, node)
-        self.policy = PublishPolicy(
-            interval_s, refresh_intervals=refresh_intervals, debounce_s=debounce_s
-        )
+        self.policy = PublishPolicy(interval_s, refresh_s=refresh_s, debounce_s=debounce_s)
         self.metrics = metrics if metrics is not None else WriteCounters()
         self._report: HealthReport | None = None
         self._wake = trio.Event()
@@ -248,7 +253,7 @@ class Publisher:
             report, summaries, cluster=self.cluster, node=self.node, interval_s=self.interval_s
         )
         self._report = health
-        self.policy.note_report(status_map(health), health.probe_time, trio.current_time())
+        self.policy.note_report(change_signature(health), health.probe_time, trio.current_time())
         self._wake.set()
 
     def _registration(self) -> tuple[int, int] | None:
@@ -301,7 +306,7 @@ class Publisher:
             self.write_errors += 1
             log.warning("publishing %s: %s (retrying)", self.key, error)
             return False
-        self.policy.written(status_map(report), report.probe_time, trio.current_time())
+        self.policy.written(change_signature(report), report.probe_time, trio.current_time())
         self.writes += 1
         self.write_bytes += len(value)
         self.writes_by_reason[reason] = self.writes_by_reason.get(reason, 0) + 1
