@@ -23,6 +23,8 @@ from meshhealth.cli.inspect_cmd import decode_rows
 from meshhealth.documents.matrix import stale_after_s
 from meshhealth.kvstore import open_etcd
 from meshhealth.model import (
+    HealthReport,
+    PathHealth,
     PathKey,
     PathReport,
     ProbeResult,
@@ -30,6 +32,7 @@ from meshhealth.model import (
     Protocol,
     RoundReport,
     Target,
+    TargetHealth,
     TargetType,
 )
 from meshhealth.probe.stats import StatsBook
@@ -332,3 +335,17 @@ async def test_etcd_down_is_retried(etcd_server: EtcdServer) -> None:
                 nursery.cancel_scope.cancel()
         finally:
             await trio.to_thread.run_sync(etcd_server.cont)
+
+
+def test_a_secondary_path_status_is_a_change() -> None:
+    """Dual stack: a secondary address's path counts like a primary one, under its own
+    name (a primary and a secondary path of the same name never mask each other)."""
+    ok = {"node/icmp": PathHealth(OK, 0.001, 0.0)}
+    down = {"node/icmp": PathHealth(TIMEOUT, None, 1.0)}
+
+    def report(secondary: dict[str, PathHealth]) -> HealthReport:
+        return HealthReport("a", "c1", 100.0, 10.0, (TargetHealth("c1", "b", ok, secondary),))
+
+    assert change_signature(report(ok)) == change_signature(report(dict(ok)))
+    assert change_signature(report(down)) != change_signature(report(ok))
+    assert change_signature(report({})) != change_signature(report(ok))

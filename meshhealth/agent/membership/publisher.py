@@ -38,6 +38,7 @@ from meshhealth import codec, defaults, keys
 from meshhealth.agent.agent_metrics import WriteCounters
 from meshhealth.kvstore import Backoff, Etcd, EtcdError
 from meshhealth.model import (
+    SECONDARY_SUFFIX,
     HealthReport,
     PathHealth,
     PathKey,
@@ -95,15 +96,18 @@ def health_report(
 def change_signature(report: HealthReport) -> ChangeSignature:
     """What counts as a change, the one place that says it: two reports with the same
     signature need no write (the liveness refresh aside). Today every path's status,
-    keyed by (target cluster, target node, path name), so a target that appears or
-    leaves changes it too. Whatever must reach readers at once (a path's suspicion
-    state, the node's degraded flag) goes here; what moves every round (rtt_s, loss,
-    probe_time) must not, or every round would write."""
-    return {
-        (target.cluster, target.node, name): path.status
-        for target in report.targets
-        for name, path in target.paths.items()
-    }
+    keyed by (target cluster, target node, path name; `@secondary` for a dual-stack
+    target's secondary addresses), so a target that appears or leaves changes it too.
+    Whatever must reach readers at once (a path's suspicion state, the node's degraded
+    flag) goes here; what moves every round (rtt_s, loss, probe_time) must not, or
+    every round would write."""
+    signature: ChangeSignature = {}
+    for target in report.targets:
+        for name, path in target.paths.items():
+            signature[(target.cluster, target.node, name)] = path.status
+        for name, path in target.secondary_paths.items():
+            signature[(target.cluster, target.node, name + SECONDARY_SUFFIX)] = path.status
+    return signature
 
 
 @dataclass(frozen=True, slots=True)
