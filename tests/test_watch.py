@@ -144,7 +144,7 @@ def test_sparkline(points: list[float | None], line: str) -> None:
     [
         ("ok", 0.0, 1.0, "green"),
         ("ok", 0.1, 1.0, "yellow"),
-        ("ok", 0.0, 100.0, "yellow"),  # stale: not probed for 3 intervals
+        ("ok", 0.0, 100.0, "yellow"),  # stale: past the matrix's bound
         ("timeout", 1.0, 1.0, "red"),
         ("unknown", 0.0, 1.0, "grey50"),
     ],
