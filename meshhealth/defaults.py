@@ -69,6 +69,29 @@ RESPONDER_LINGER_MAX_BYTES: Final = 256 * 1024
 # parent PID is checked (an orphaned endpoint exits within this).
 RESPONDER_PARENT_POLL_S: Final = 0.5
 
+# --- indirect probes (meshhealth.agent.indirect_server, .indirect_probes) -------------
+# Helpers asked when a direct probe fails: Lifeguard's (SWIM's) k = 3 indirect probes.
+# Three independent paths make "target down" believable without asking everyone.
+INDIRECT_HELPERS: Final = 3
+# Requests a registered node may make of one helper per second, and in a burst: a
+# requester with a few dozen failing targets is served within one round; a runaway one
+# costs the helper at most this many probes a second.
+INDIRECT_RATE_PER_S: Final = 2.0
+INDIRECT_BURST: Final = 20
+# Requesters whose buckets a helper keeps (only registered NodeIPs get one): memory stays
+# bounded in a mesh of thousands of nodes.
+INDIRECT_MAX_REQUESTERS: Final = 4096
+# Indirect requests a helper serves at once; more are refused at once (429), so a burst
+# of failures somewhere never queues probes behind each other past their deadline.
+INDIRECT_MAX_CONCURRENT: Final = 16
+# The requester waits for answers the helper's probe budget plus this: one round trip to
+# the helper and its scheduling, on a loaded node.
+INDIRECT_ANSWER_MARGIN_S: Final = 0.5
+# Targets checked through helpers at once by one requester; failures beyond this in one
+# round wait for the next round (counted), so a node whose link died does not open
+# hundreds of connections at once.
+INDIRECT_MAX_CHECKS: Final = 32
+
 # --- HTTP server of the admin API and /metrics (meshhealth.http_server) ---------------
 # Largest request line + headers; the admin API's requests are a few hundred bytes.
 HTTP_SERVER_MAX_HEAD_BYTES: Final = 16 * 1024

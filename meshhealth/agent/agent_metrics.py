@@ -47,6 +47,41 @@ class WriteCounters:
         self.write_bytes.inc(size)
 
 
+# Labels of the indirect probe counters (docs/indirect-probes.md).
+INDIRECT_REFUSAL_REASONS = ("unauthorised", "rate", "malformed", "unknown-target", "busy")
+INDIRECT_REQUEST_OUTCOMES = ("answered", "refused", "error", "timeout")
+INDIRECT_CONCLUSIONS = ("path-broken", "target-down", "no-answer", "no-helper")
+
+
+def _by_label(
+    family: Counter | None, label: str, values: tuple[str, ...]
+) -> dict[str, CounterSeries]:
+    if family is None:
+        return {value: CounterSeries() for value in values}
+    return {value: family.labels(**{label: value}) for value in values}
+
+
+@dataclass(frozen=True, slots=True)
+class IndirectCounters:
+    """The handles of indirect probes: served and refused (helper side), requests sent
+    by outcome and failed paths checked by conclusion (requester side)."""
+
+    served: CounterSeries
+    refused: dict[str, CounterSeries]  # by INDIRECT_REFUSAL_REASONS
+    sent: dict[str, CounterSeries]  # by INDIRECT_REQUEST_OUTCOMES
+    checks: dict[str, CounterSeries]  # by INDIRECT_CONCLUSIONS
+
+    @classmethod
+    def unregistered(cls) -> IndirectCounters:
+        """Series that count but are not exposed (components built without a registry)."""
+        return cls(
+            CounterSeries(),
+            _by_label(None, "reason", INDIRECT_REFUSAL_REASONS),
+            _by_label(None, "outcome", INDIRECT_REQUEST_OUTCOMES),
+            _by_label(None, "conclusion", INDIRECT_CONCLUSIONS),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class AgentMetrics:
     source_cluster: str
@@ -66,6 +101,7 @@ class AgentMetrics:
     build_info: Gauge
     kvstore_writes: Counter  # {key_kind}: health | cluster-config
     kvstore_write_bytes: Counter  # {key_kind}
+    indirect: IndirectCounters
 
     def writes_of(self, key_kind: str) -> WriteCounters:
         """The write counters of one key kind (`health`, `cluster-config`)."""
@@ -150,6 +186,39 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
         ("version", "python"),
     )
     build_info.labels(version=__version__, python=platform.python_version()).set(1)
+    indirect = IndirectCounters(
+        served=registry.counter(
+            "meshhealth_indirect_served_total",
+            "Indirect probe requests of peers this agent served (probed and answered).",
+        ).labels(),
+        refused=_by_label(
+            registry.counter(
+                "meshhealth_indirect_refused_total",
+                "Indirect probe requests of peers refused without a probe, by reason.",
+                ("reason",),
+            ),
+            "reason",
+            INDIRECT_REFUSAL_REASONS,
+        ),
+        sent=_by_label(
+            registry.counter(
+                "meshhealth_indirect_requests_total",
+                "Indirect probe requests this agent sent to helpers, by outcome.",
+                ("outcome",),
+            ),
+            "outcome",
+            INDIRECT_REQUEST_OUTCOMES,
+        ),
+        checks=_by_label(
+            registry.counter(
+                "meshhealth_indirect_checks_total",
+                "Failed direct paths checked through helpers, by conclusion.",
+                ("conclusion",),
+            ),
+            "conclusion",
+            INDIRECT_CONCLUSIONS,
+        ),
+    )
     return AgentMetrics(
         source_cluster=source_cluster,
         source_node=source_node,
@@ -214,4 +283,5 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
             "Bytes of the values this agent wrote to etcd.",
             ("key_kind",),
         ),
+        indirect=indirect,
     )

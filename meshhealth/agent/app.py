@@ -7,12 +7,13 @@ each with `nursery.start`, in the order users need:
 
 1. the admin API, so `meshhealth status` answers within a second, before etcd is
    reachable or a round has run; then the live feed and /metrics;
-2. the /hello responder that peers probe;
+2. the /hello responder that peers probe (and ask for indirect probes);
 3. etcd: the registrar, discovery, the clustermesh, the publisher (and with
    --route-cidrs the node entries and the routes);
 4. the health endpoint, before the first round (probing our own endpoint before it
    was started would report it down);
-5. the prober loop, whose first round starts at once.
+5. indirect probes (asking peers about failed paths), then the prober loop, whose
+   first round starts at once.
 
 Nothing here waits on etcd or on a round. A problem users must fix (socket in use,
 port taken, name taken, a bad mesh configuration) is an AgentStartError: one line.
@@ -109,7 +110,12 @@ async def _start_serving(nursery: trio.Nursery, parts: AgentComponents) -> None:
     await _start(
         nursery,
         f"listen on {config.node_ip}:{config.http_port}",
-        partial(serve_responder, node_name=config.node, stats=parts.responder_stats),
+        partial(
+            serve_responder,
+            node_name=config.node,
+            stats=parts.responder_stats,
+            extra_routes=[parts.indirect_server.route(parts.indirect_budget_s)],
+        ),
         config.node_ip,
         config.http_port,
     )
@@ -151,6 +157,7 @@ async def run_agent(
             # started() comes when the responder is ready or its first attempt failed
             # (bounded by ENDPOINT_READY_TIMEOUT_S); the admin API answers meanwhile.
             await nursery.start(parts.endpoint.run)
+        await nursery.start(parts.indirect.run)
         await nursery.start(parts.loop.run)
         log.info(
             "agent %s/%s up: node_ip=%s health_ip=%s interval=%ss",

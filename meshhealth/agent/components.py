@@ -14,7 +14,10 @@ Who holds what:
 - serving: `admin` (the admin API's answers), `feed` (the live feed's hub), `registry`
   (what /metrics exposes), `responder_stats` (the /hello responder), `history` (an hour
   of one-minute summaries per own path, for the web page);
-- `endpoint`: the health endpoint supervisor (None without a HealthIP or in mode none).
+- `endpoint`: the health endpoint supervisor (None without a HealthIP or in mode none);
+- indirect probes: `indirect_server` (answers peers' `GET /v1/indirect` on the
+  responder) and `indirect` (asks peers about the round's failed paths; its findings go
+  into the status document through `results`).
 
 Every metric handle is given to the component that counts; what other packages count
 (etcd client, health endpoint, pinger) is read at scrape time (metric_readings).
@@ -23,16 +26,19 @@ Every metric handle is given to the component that counts; what other packages c
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from meshhealth import __version__
+from meshhealth import __version__, defaults
 from meshhealth.agent.admin_handler import AgentAdminHandler, AgentIdentity
 from meshhealth.agent.agent_metrics import AgentMetrics, agent_metrics
 from meshhealth.agent.config import AgentConfig
 from meshhealth.agent.health_endpoint.routes import RouteProgrammer
 from meshhealth.agent.health_endpoint.supervisor import HealthEndpoint, endpoint_from_config
+from meshhealth.agent.indirect_policy import IndirectCheck, check_notes
+from meshhealth.agent.indirect_probes import IndirectProbes, make_asker
+from meshhealth.agent.indirect_server import IndirectServer
 from meshhealth.agent.membership.clustermesh import ClusterMesh, RemoteSpec, default_cluster_id
 from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.agent.membership.peer_nodes import PeerNodes
@@ -48,10 +54,10 @@ from meshhealth.agent.serving.feed_server import FeedHub
 from meshhealth.documents.status import LocalNode
 from meshhealth.kvstore import Etcd
 from meshhealth.metrics import Registry
-from meshhealth.model import ClusterConfig, Node, Target
+from meshhealth.model import ClusterConfig, Node, PathKey, PathReport, Target
 from meshhealth.probe.icmp import Pinger
 from meshhealth.probe.responder import ResponderStats
-from meshhealth.probe.scheduler import run_round
+from meshhealth.probe.scheduler import DEADLINE_MARGIN_S, icmp_budget_s, run_round
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +83,69 @@ class AgentComponents:
     routes: RouteProgrammer | None
     peer_nodes: PeerNodes | None
     history: PathHistory
+    indirect_server: IndirectServer
+    indirect: IndirectProbes
+
+    @property
+    def indirect_budget_s(self) -> float:
+        """The longest a helper's one-target probe takes (the responder route's budget)."""
+        return probe_budget_s(self.config)
+
+
+def probe_budget_s(config: AgentConfig) -> float:
+    """How long one target's probes take at most: the ICMP probe's budget (the longer
+    one) and the scheduler's margin."""
+    budget_s = icmp_budget_s(config.icmp_count, defaults.ICMP_INTERVAL_S, config.timeout_s)
+    return max(budget_s, config.timeout_s) + DEADLINE_MARGIN_S
+
+
+def build_indirect(
+    config: AgentConfig,
+    pinger: Pinger | None,
+    *,
+    members: ProbeTargets,
+    metrics: AgentMetrics,
+    results: ProbeResults,
+    admin: AgentAdminHandler,
+) -> tuple[IndirectServer, IndirectProbes]:
+    """Both sides of indirect probes (docs/indirect-probes.md)."""
+
+    async def probe_one(target: Target) -> tuple[PathReport, ...]:
+        report = await run_round(
+            [target],
+            pinger=pinger,
+            http_port=config.http_port,
+            timeout_s=config.timeout_s,
+            icmp_count=config.icmp_count,
+        )
+        return report.paths
+
+    server = IndirectServer(
+        own=(config.cluster, config.node),
+        registered=members.nodes,
+        probe=probe_one,
+        counters=metrics.indirect,
+        rate_per_s=config.indirect_rate,
+    )
+
+    def show(checks: Mapping[PathKey, IndirectCheck]) -> None:
+        results.set_indirect(check_notes(checks, config.cluster))
+
+    requester = IndirectProbes(
+        members.own,
+        live=members.nodes,
+        probers=members.probers_of,
+        ask=make_asker(
+            own_ip=config.node_ip, http_port=config.http_port, counters=metrics.indirect
+        ),
+        deadline_s=probe_budget_s(config) + defaults.INDIRECT_ANSWER_MARGIN_S,
+        counters=metrics.indirect,
+        helpers=config.indirect_helpers,
+        read_matrix=admin.read_matrix,
+        matrix_max_age_s=config.interval_s,
+        on_checks=show,
+    )
+    return server, requester
 
 
 def node_entry(config: AgentConfig, started_at: float) -> Node:
@@ -174,6 +243,10 @@ def build_components(
             routes.set_peers,
             invalid_metric=metrics.invalid_values_of("nodes"),
         )
+    indirect_server, indirect = build_indirect(
+        config, pinger, members=members, metrics=metrics, results=results, admin=admin
+    )
+    sink.indirect = indirect
     read_at_scrape(
         metrics, cluster=config.cluster, etcd=etcd, mesh=mesh, endpoint=endpoint, pinger=pinger
     )
@@ -197,4 +270,6 @@ def build_components(
         routes=routes,
         peer_nodes=peer_nodes,
         history=history,
+        indirect_server=indirect_server,
+        indirect=indirect,
     )

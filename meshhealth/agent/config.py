@@ -62,6 +62,10 @@ class AgentConfig:
     # full mesh at any size
     probe_targets: int = defaults.PLAN_PROBE_TARGETS
     full_mesh: bool = False
+    # indirect probes (docs/indirect-probes.md): helpers asked per failed target (0: never
+    # ask), and how often each peer may ask this agent (requests per second)
+    indirect_helpers: int = defaults.INDIRECT_HELPERS
+    indirect_rate: float = defaults.INDIRECT_RATE_PER_S
     # etcd TLS and user (meshhealth.agent.etcd_access turns them into an EtcdAccess);
     # `etcd` is () when it comes from the --etcd-config file.
     etcd_config: str | None = None
@@ -303,6 +307,21 @@ OPTIONS: tuple[Option, ...] = (
         defaults.STATS_WINDOW,
         "results kept per path for loss and percentiles",
         metavar="N",
+    ),
+    Option(
+        "indirect_helpers",
+        values.non_negative_int,
+        defaults.INDIRECT_HELPERS,
+        "other agents asked to probe a target whose direct probe failed (0: never ask; "
+        "docs/indirect-probes.md)",
+        metavar="N",
+    ),
+    Option(
+        "indirect_rate",
+        values.positive_float,
+        defaults.INDIRECT_RATE_PER_S,
+        "indirect probe requests per second one peer may make of this agent",
+        metavar="PER_S",
     ),
 )
 OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}

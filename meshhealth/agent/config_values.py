@@ -55,6 +55,19 @@ def positive_int(value: object) -> int:
     return result
 
 
+def non_negative_int(value: object) -> int:
+    """An integer >= 0 (0 turns a feature off)."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"expected an integer, got {value!r}")
+    try:
+        result = int(value)
+    except ValueError:
+        raise ValueError(f"not an integer: {value!r}") from None
+    if result < 0:
+        raise ValueError(f"must be 0 or more, got {value!r}")
+    return result
+
+
 def port(value: object) -> int:
     result = positive_int(value)
     if result > 65535:

@@ -7,6 +7,7 @@
     results.status_nodes(targets)              # the status document's `nodes`, cached
     results.summary(key)                       # one path now, the running round included
     results.running_round                      # paths with a result in the running round
+    results.set_indirect(notes)                # what helpers found about failing paths
 
 Two readers, two moments. `status` shows the state after the last finished round: the
 summaries are taken once per round (all of them cost ~40 ms at 300 nodes, too much for
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from meshhealth.documents.status import LocalNode, NodesCache, NodesPart
+from meshhealth.documents.status import IndirectNotes, LocalNode, NodesCache, NodesPart
 from meshhealth.model import PathKey, PathReport, PathSummary, ProbeResult, RoundReport, Target
 from meshhealth.probe.stats import StatsBook
 
@@ -31,6 +32,7 @@ class ProbeResults:
         self.book = StatsBook(window)
         self.summaries: dict[PathKey, PathSummary] = {}
         self.running_round: dict[PathKey, PathReport] = {}
+        self.indirect: IndirectNotes = {}
         self._nodes = NodesCache(local)
 
     def add(self, report: PathReport) -> ProbeResult | None:
@@ -50,8 +52,13 @@ class ProbeResults:
         self.running_round = {}
         gone = self.book.retain_targets(report.targets)
         self.summaries = self.book.summaries()
-        self._nodes.get(report.targets, self.summaries)  # before anyone reads status
+        self._nodes.get(report.targets, self.summaries, self.indirect)  # before any reader
         return gone
+
+    def set_indirect(self, notes: IndirectNotes) -> None:
+        """New indirect-probe findings (a new mapping each time): the next status has
+        them."""
+        self.indirect = notes
 
     def summary(self, key: PathKey) -> PathSummary | None:
         """One path's summary now, including a result of the running round."""
@@ -60,4 +67,4 @@ class ProbeResults:
     def status_nodes(self, targets: Sequence[Target]) -> NodesPart:
         """The status document's `nodes` for `targets` and the last round's summaries
         (built once per round or probe-set change, see NodesCache)."""
-        return self._nodes.get(targets, self.summaries)
+        return self._nodes.get(targets, self.summaries, self.indirect)

@@ -10,7 +10,8 @@ watches, onto the live feed. Each finished round updates, in this order: the rec
 RTTs, the status gauges), the publisher (it decides whether etcd needs a write) and
 the feed (the `round` message, built from the status document, which has the round by
 then). With a PathHistory, the round also goes into its one-minute summaries (the web
-page's sparklines).
+page's sparklines). With indirect probes, the round's failed paths are handed to them
+(meshhealth.agent.indirect_probes: they ask peers to probe those targets now).
 """
 
 from __future__ import annotations
@@ -44,6 +45,13 @@ class RoundFeed(Protocol):
         """A finished round, after the record has it."""
 
 
+class RoundIndirect(Protocol):
+    """What the sink needs of indirect probes (meshhealth.agent.indirect_probes)."""
+
+    def note_round(self, report: RoundReport) -> None:
+        """Queue a check of the round's failed paths; forget those that are OK again."""
+
+
 class RoundSink:
     """Takes the prober's results and rounds to the record, metrics, etcd and the feed."""
 
@@ -54,12 +62,15 @@ class RoundSink:
         publisher: RoundPublisher,
         feed: RoundFeed,
         history: PathHistory | None = None,
+        *,
+        indirect: RoundIndirect | None = None,
     ) -> None:
         self.results = results
         self.metrics = metrics
         self.publisher = publisher
         self.feed = feed
         self.history = history
+        self.indirect = indirect
 
     def on_result(self, report: PathReport) -> None:
         """One path result, as its probe ends (never blocks)."""
@@ -75,6 +86,8 @@ class RoundSink:
         self.metrics.observe_round(report)
         self.metrics.sync_connectivity(report.targets, summaries)
         self.publisher.note_round(report, summaries)
+        if self.indirect is not None:
+            self.indirect.note_round(report)
         if self.history is not None:
             self.history.record_round(report)
             self.history.retain_targets(report.targets)

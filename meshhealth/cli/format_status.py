@@ -50,6 +50,9 @@ def path_line(path: PathDocument, *, verbose: bool, now: float | None) -> str:
     head = str(path["text"])
     if path["status"] == "ok" and path["latency_s"] is not None:
         head += f", RTT={format_duration(path['latency_s'])}"
+    indirect = path.get("indirect")
+    if indirect is not None:  # what helpers found (indirect probes)
+        head += f"; {indirect['detail']}"
     if not verbose or path["last_probed"] is None:
         return head
     parts = [head]

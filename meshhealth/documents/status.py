@@ -45,6 +45,7 @@ from meshhealth.documents.status_schema import (
     ClusterDocument,
     EtcdDocument,
     HealthzDocument,
+    IndirectDocument,
     NodeDocument,
     PathDocument,
     PrimaryAddressDocument,
@@ -138,8 +139,16 @@ def combined_state(states: Iterable[PathState]) -> PathState:
     return combined_reachability(states)
 
 
-def path_document(summary: PathSummary | None) -> PathDocument:
-    """The PATH object of the schema (status, text, latency, loss, percentiles, times)."""
+# Indirect-probe findings per path (IndirectDocument), for paths that fail now.
+IndirectNotes = Mapping[PathKey, IndirectDocument]
+_NO_NOTES: IndirectNotes = {}
+
+
+def path_document(
+    summary: PathSummary | None, indirect: IndirectDocument | None = None
+) -> PathDocument:
+    """The PATH object of the schema (status, text, latency, loss, percentiles, times);
+    `indirect` is added while the path fails."""
     if summary is None or summary.last is None:
         status = ProbeStatus.UNKNOWN
         text = STATUS_TEXT[status]
@@ -148,7 +157,7 @@ def path_document(summary: PathSummary | None) -> PathDocument:
         status = summary.last.status
         text = status_text(summary.last)
         detail = summary.last.detail
-    return {
+    doc: PathDocument = {
         "status": status.value,
         "text": text,
         "detail": detail,
@@ -162,6 +171,9 @@ def path_document(summary: PathSummary | None) -> PathDocument:
         "last_success": None if summary is None else iso_time(summary.last_success),
         "consecutive_failures": 0 if summary is None else summary.consecutive_failures,
     }
+    if indirect is not None and status not in (ProbeStatus.OK, ProbeStatus.UNKNOWN):
+        doc["indirect"] = indirect
+    return doc
 
 
 def _address_document(
@@ -169,23 +181,35 @@ def _address_document(
     target_type: TargetType,
     ip: str,
     summaries: Mapping[PathKey, PathSummary],
+    indirect: IndirectNotes = _NO_NOTES,
 ) -> tuple[PrimaryAddressDocument, list[PathState]]:
-    icmp = summaries.get(PathKey(target.cluster, target.node, target_type, Protocol.ICMP))
-    http = summaries.get(PathKey(target.cluster, target.node, target_type, Protocol.HTTP))
-    doc: AddressDocument = {"ip": ip, "icmp": path_document(icmp), "http": path_document(http)}
+    icmp_key = PathKey(target.cluster, target.node, target_type, Protocol.ICMP)
+    http_key = PathKey(target.cluster, target.node, target_type, Protocol.HTTP)
+    icmp, http = summaries.get(icmp_key), summaries.get(http_key)
+    doc: AddressDocument = {
+        "ip": ip,
+        "icmp": path_document(icmp, indirect.get(icmp_key)),
+        "http": path_document(http, indirect.get(http_key)),
+    }
     return {"primary_address": doc}, [path_state(icmp), path_state(http)]
 
 
 def node_document(
-    target: Target, summaries: Mapping[PathKey, PathSummary], *, is_local: bool
+    target: Target,
+    summaries: Mapping[PathKey, PathSummary],
+    *,
+    is_local: bool,
+    indirect: IndirectNotes = _NO_NOTES,
 ) -> NodeDocument:
     """One entry of `nodes`."""
-    host, host_states = _address_document(target, TargetType.NODE, target.node_ip, summaries)
+    host, host_states = _address_document(
+        target, TargetType.NODE, target.node_ip, summaries, indirect
+    )
     endpoint: PrimaryAddressDocument | None = None
     endpoint_states: list[PathState] = []
     if target.health_ip is not None:
         endpoint, endpoint_states = _address_document(
-            target, TargetType.ENDPOINT, target.health_ip, summaries
+            target, TargetType.ENDPOINT, target.health_ip, summaries, indirect
         )
     host_state = combined_state(host_states)
     endpoint_state = combined_state(endpoint_states)
@@ -227,14 +251,19 @@ class NodesPart:
 
 
 def build_nodes_part(
-    local: LocalNode, targets: Sequence[Target], summaries: Mapping[PathKey, PathSummary]
+    local: LocalNode,
+    targets: Sequence[Target],
+    summaries: Mapping[PathKey, PathSummary],
+    indirect: IndirectNotes = _NO_NOTES,
 ) -> NodesPart:
-    """`nodes` and `summary` of the document, from the probe set and the summaries."""
+    """`nodes` and `summary` of the document, from the probe set and the summaries (and
+    the indirect-probe findings of failing paths)."""
     nodes = [
         node_document(
             target,
             summaries,
             is_local=(target.cluster, target.node) == (local.cluster, local.name),
+            indirect=indirect,
         )
         for target in _ordered_targets(local, targets)
     ]
@@ -261,21 +290,33 @@ class NodesCache:
     summaries change. Building and encoding 300 nodes costs ~10 ms: once per round,
     not once per `GET /v1/status` (bench/admin_latency.py).
 
-    `summaries` are compared by identity: pass a new mapping when they change (the
-    agent takes a fresh `StatsBook.summaries()` after each round), never mutate one."""
+    `summaries` and `indirect` are compared by identity: pass a new mapping when they
+    change (the agent takes a fresh `StatsBook.summaries()` after each round), never
+    mutate one."""
 
     def __init__(self, local: LocalNode) -> None:
         self.local = local
         self.builds = 0
         self._targets: tuple[Target, ...] = ()
         self._summaries: Mapping[PathKey, PathSummary] | None = None
+        self._indirect: IndirectNotes = _NO_NOTES
         self._part: NodesPart | None = None
 
-    def get(self, targets: Sequence[Target], summaries: Mapping[PathKey, PathSummary]) -> NodesPart:
+    def get(
+        self,
+        targets: Sequence[Target],
+        summaries: Mapping[PathKey, PathSummary],
+        indirect: IndirectNotes = _NO_NOTES,
+    ) -> NodesPart:
         key = tuple(targets)
-        if self._part is None or summaries is not self._summaries or key != self._targets:
-            self._part = build_nodes_part(self.local, key, summaries)
-            self._targets, self._summaries = key, summaries
+        if (
+            self._part is None
+            or summaries is not self._summaries
+            or indirect is not self._indirect
+            or key != self._targets
+        ):
+            self._part = build_nodes_part(self.local, key, summaries, indirect)
+            self._targets, self._summaries, self._indirect = key, summaries, indirect
             self.builds += 1
         return self._part
 

@@ -14,9 +14,21 @@ from typing import NotRequired, TypedDict
 from meshhealth.documents.reachability import Reachability
 
 
+class IndirectDocument(TypedDict):
+    """What helpers found when this failing path was checked through them (indirect
+    probes, docs/indirect-probes.md). Nodes are "<cluster>/<node>"."""
+
+    conclusion: str  # path-broken | target-down | no-answer | no-helper
+    detail: str  # "reachable via node5, node7: path from this node broken"
+    reachable_via: list[str]  # helpers that reach the path
+    failed_via: list[str]  # helpers that answered and fail it too
+    checked_at: str | None
+
+
 class PathDocument(TypedDict):
     """One path (an address over ICMP or HTTP): the newest result and the window's
-    figures. Times are RFC 3339 UTC (meshhealth.timefmt.iso_time), durations seconds."""
+    figures. Times are RFC 3339 UTC (meshhealth.timefmt.iso_time), durations seconds.
+    `indirect` is there only while the path fails and helpers were asked about it."""
 
     status: str  # a ProbeStatus value: ok, timeout, refused, ..., unknown
     text: str  # what cilium-health users read: OK, Connection timed out, HTTP 503
@@ -30,6 +42,7 @@ class PathDocument(TypedDict):
     last_probed: str | None
     last_success: str | None
     consecutive_failures: int
+    indirect: NotRequired[IndirectDocument]
 
 
 class AddressDocument(TypedDict):

@@ -41,6 +41,16 @@ def route(method: bytes, target: bytes, node_name: str) -> Reply:
     return Reply(200, _headers("application/json", len(body)), body, head_only)
 
 
+def text_reply(status_code: int, reason: str) -> Reply:
+    """A one-line text answer (the agent's other routes refuse with these). Pure."""
+    return _text_reply(status_code, reason.splitlines()[0].encode() + b"\n")
+
+
+def json_reply(body: bytes) -> Reply:
+    """200 with a JSON body (the agent's other routes answer with these). Pure."""
+    return Reply(200, _headers("application/json", len(body)), body)
+
+
 def error_reply(status_code: int) -> Reply:
     """The answer to a request we could not parse (400, 431) or take (413). Pure."""
     return _text_reply(status_code, f"error {status_code}\n".encode())

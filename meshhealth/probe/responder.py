@@ -15,6 +15,12 @@ Protection against slow or hostile clients:
   that trickles bytes, or an idle keep-alive connection, is dropped when it runs out.
 - Request heads are capped by h11 (`max_incomplete_event_size`), bodies by a counter.
 
+The agent adds routes of its own (`ExtraRoute`: `GET /v1/indirect`, indirect probes for
+peers, meshhealth.agent.indirect_server): a request to one is handed to its handler with
+the peer's address, and its cycle's deadline grows by the route's `budget_s` once the
+request is read, so a handler that probes has its probes' time. The health endpoint's
+process has no such routes.
+
 Every connection handler runs in the server's nursery: cancelling `serve_responder`
 closes the listener and every connection. Binding, the accept loop, reading a request
 and writing a response are meshhealth.http_server's; this module routes, keeps
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import h11
@@ -47,7 +54,36 @@ from meshhealth.http_server import (
 )
 from meshhealth.probe.hello_reply import Reply, error_reply, hello_body, route
 
-__all__ = ["Reply", "ResponderStats", "error_reply", "hello_body", "route", "serve_responder"]
+__all__ = [
+    "ExtraRoute",
+    "Reply",
+    "ResponderStats",
+    "RouteRequest",
+    "error_reply",
+    "hello_body",
+    "route",
+    "serve_responder",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRequest:
+    """A request to an extra route, as its handler sees it."""
+
+    method: str
+    path: str
+    query: str  # what follows "?", "" when none
+    peer_ip: str  # the client's address (the connection's source)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtraRoute:
+    """A route the agent adds to its responder: `handle` answers requests to `path`
+    (any method) and may take `budget_s` on top of the read deadline."""
+
+    path: str
+    handle: Callable[[RouteRequest], Awaitable[Reply]]
+    budget_s: float
 
 
 @dataclass(slots=True)
@@ -70,6 +106,7 @@ async def serve_responder(
     read_timeout_s: float = defaults.RESPONDER_READ_TIMEOUT_S,
     node_name: str = "",
     stats: ResponderStats | None = None,
+    extra_routes: Sequence[ExtraRoute] = (),
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Listen on host:port (port 0: any free one) and serve until cancelled.
@@ -81,11 +118,12 @@ async def serve_responder(
     if max_connections < 1:
         raise ValueError(f"max_connections must be >= 1, got {max_connections}")
     counters = stats if stats is not None else ResponderStats()
+    routes = {extra.path: extra for extra in extra_routes}
     listener = await open_tcp_listener(host, port)
     try:
 
         async def serve_one(stream: trio.SocketStream) -> None:
-            await _serve_connection(stream, counters, read_timeout_s, node_name)
+            await _serve_connection(stream, counters, read_timeout_s, node_name, routes)
 
         task_status.started(bound_port(listener))
         await accept_connections(
@@ -108,7 +146,11 @@ class _After(enum.Enum):
 
 
 async def _serve_connection(
-    stream: trio.SocketStream, stats: ResponderStats, read_timeout_s: float, node_name: str
+    stream: trio.SocketStream,
+    stats: ResponderStats,
+    read_timeout_s: float,
+    node_name: str,
+    routes: dict[str, ExtraRoute],
 ) -> None:
     """Serve requests until the client closes or a cycle runs out of time. The caller
     (accept_connections) counts the connection and closes the stream."""
@@ -118,7 +160,7 @@ async def _serve_connection(
     try:
         while True:
             with trio.move_on_after(read_timeout_s) as cycle:
-                after = await _serve_one_request(stream, conn, stats, node_name)
+                after = await _serve_one_request(stream, conn, stats, node_name, routes, cycle)
             if cycle.cancelled_caught:
                 stats.read_timeouts += 1
                 return
@@ -131,8 +173,13 @@ async def _serve_connection(
         return
 
 
-async def _serve_one_request(
-    stream: trio.SocketStream, conn: h11.Connection, stats: ResponderStats, node_name: str
+async def _serve_one_request(  # noqa: PLR0917 - one call site, private
+    stream: trio.SocketStream,
+    conn: h11.Connection,
+    stats: ResponderStats,
+    node_name: str,
+    routes: dict[str, ExtraRoute],
+    cycle: trio.CancelScope,
 ) -> _After:
     """Read one request and answer it."""
     try:
@@ -144,8 +191,16 @@ async def _serve_one_request(
             return _After.CLOSE
         await _send_reply(stream, conn, error_reply(exc.status_code), stats, close=True)
         return _After.LINGER_CLOSE
-    method = request.method.encode("ascii", "replace")
-    reply = route(method, request.path.encode("ascii", "replace"), node_name)
+    extra = routes.get(request.path)
+    if extra is not None:
+        cycle.deadline += extra.budget_s
+        peer_ip = str(stream.socket.getpeername()[0])
+        reply = await extra.handle(
+            RouteRequest(request.method, request.path, request.query, peer_ip)
+        )
+    else:
+        method = request.method.encode("ascii", "replace")
+        reply = route(method, request.path.encode("ascii", "replace"), node_name)
     await _send_reply(stream, conn, reply, stats)
     if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
         return _After.NEXT_REQUEST

@@ -4,6 +4,7 @@
     members.nodes()                 # every node discovered here and in admitted remotes, and us
     chosen = members.for_round(time.time())   # this round's targets and the plan they follow
     members.etcd_sources()          # (cluster, Etcd): ours first, then each admitted remote
+    members.probers_of(target)      # who probes `target` now (indirect probes ask them)
 
 The node list is read when asked (at the start of a round, on a status request, when
 the node entries or the matrix are read): discovery and the mesh keep it current, and
@@ -18,6 +19,7 @@ report (and the health entry built from it) names that epoch.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -26,7 +28,13 @@ from meshhealth.agent.membership.clustermesh import ClusterMesh
 from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.kvstore import Etcd
 from meshhealth.model import PlanInfo, Target
-from meshhealth.probe.assignment import FULL_MESH_ALWAYS, epoch_at, epoch_length_s, targets_for
+from meshhealth.probe.assignment import (
+    FULL_MESH_ALWAYS,
+    epoch_at,
+    epoch_length_s,
+    probers_for,
+    targets_for,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +124,20 @@ class ProbeTargets:
     def for_round(self, unix_time_s: float) -> RoundTargets:
         """The targets of a round that starts at `unix_time_s`, and its plan."""
         return choose_targets(self.own, self.nodes(), unix_time_s, self.settings)
+
+    def probers_of(self, target: tuple[str, str]) -> tuple[tuple[str, str], ...]:
+        """The nodes whose plan targets include `target` now (indirect probes ask
+        them first: they probe it anyway)."""
+        settings = self.settings
+        return probers_for(
+            target,
+            [(t.cluster, t.node) for t in self.nodes()],
+            settings.epoch_at(time.time()),
+            settings.k,
+            full_mesh_max_nodes=FULL_MESH_ALWAYS
+            if settings.full_mesh
+            else settings.full_mesh_max_nodes,
+        )
 
     def etcd_sources(self) -> list[tuple[str, Etcd]]:
         """This cluster's etcd, then every admitted remote's, by cluster name."""
