@@ -32,9 +32,10 @@ from meshhealth.documents.indirect import (
 )
 from meshhealth.kvstore import open_etcd
 from meshhealth.model import PathKey, PathReport, ProbeStatus, Protocol, Target, TargetType
+from meshhealth.probe.hello_reply import Reply, text_reply
 from meshhealth.probe.http_fetch import http_get
 from meshhealth.probe.icmp import Pinger, open_pinger
-from meshhealth.probe.responder import serve_responder
+from meshhealth.probe.responder import ExtraRoute, RouteRequest, serve_responder
 from meshhealth.probe.scheduler import run_round
 from tests.etcd_helpers import FAST_ETCD, make_node, poll_until
 from tests.plugins.etcd_server import EtcdServer
@@ -230,3 +231,32 @@ async def test_requester_concludes_from_a_real_helper(etcd_server: EtcdServer) -
         assert down.failed_via == (("c1", "h"),)
         assert counters.checks["path-broken"].value == 1
         assert counters.checks["target-down"].value == 1
+
+
+async def test_extra_route_gets_its_budget_and_a_failing_handler_gets_500() -> None:
+    """The responder's hook: a handler may take its budget past the read deadline; one
+    that raises is answered 500 and the responder goes on serving."""
+    ip = f"127.{OCTET}.3.1"
+
+    async def slow(request: RouteRequest) -> Reply:
+        await trio.sleep(0.6)  # past the read deadline (0.3 s), within the budget
+        return text_reply(418, f"{request.method} {request.query} from {request.peer_ip}")
+
+    async def broken(request: RouteRequest) -> Reply:
+        raise RuntimeError("a bug")
+
+    routes = [ExtraRoute("/slow", slow, 5.0), ExtraRoute("/broken", broken, 1.0)]
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(
+            functools.partial(serve_responder, read_timeout_s=0.3, extra_routes=routes), ip, 0
+        )
+        with trio.fail_after(10):
+            status, body = await http_get(
+                ip, port, "/slow?a=1", source_ip=STRANGER_IP, max_body_bytes=99
+            )
+            assert (status, body) == (418, f"GET a=1 from {STRANGER_IP}\n".encode())
+            status, body = await http_get(ip, port, "/broken", source_ip=None, max_body_bytes=99)
+            assert (status, body) == (500, b"internal error\n")
+            status, _ = await http_get(ip, port, "/hello", source_ip=None, max_body_bytes=999)
+            assert status == 200
+        nursery.cancel_scope.cancel()

@@ -32,6 +32,7 @@ server of the `meshhealth responder` process (meshhealth.probe.hello_server).
 from __future__ import annotations
 
 import enum
+import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from meshhealth import defaults
 from meshhealth.http_server import (
     ClientGoneError,
     ConnectionStats,
+    HttpRequest,
     MalformedRequestError,
     RequestRejectedError,
     accept_connections,
@@ -52,7 +54,9 @@ from meshhealth.http_server import (
     read_request,
     send_response,
 )
-from meshhealth.probe.hello_reply import Reply, error_reply, hello_body, route
+from meshhealth.probe.hello_reply import Reply, error_reply, hello_body, route, text_reply
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "ExtraRoute",
@@ -194,10 +198,7 @@ async def _serve_one_request(  # noqa: PLR0917 - one call site, private
     extra = routes.get(request.path)
     if extra is not None:
         cycle.deadline += extra.budget_s
-        peer_ip = str(stream.socket.getpeername()[0])
-        reply = await extra.handle(
-            RouteRequest(request.method, request.path, request.query, peer_ip)
-        )
+        reply = await _extra_reply(extra, request, stream)
     else:
         method = request.method.encode("ascii", "replace")
         reply = route(method, request.path.encode("ascii", "replace"), node_name)
@@ -205,6 +206,22 @@ async def _serve_one_request(  # noqa: PLR0917 - one call site, private
     if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
         return _After.NEXT_REQUEST
     return _After.CLOSE
+
+
+async def _extra_reply(extra: ExtraRoute, request: HttpRequest, stream: trio.SocketStream) -> Reply:
+    """The extra route's answer; a handler that fails is logged and answered 500, and
+    the responder goes on serving."""
+    try:
+        peer_ip = str(stream.socket.getpeername()[0])
+    except OSError:  # the client is gone already
+        raise ClientGoneError from None
+    try:
+        return await extra.handle(
+            RouteRequest(request.method, request.path, request.query, peer_ip)
+        )
+    except Exception:
+        log.exception("%s %s failed", request.method, request.path)
+        return text_reply(500, "internal error")
 
 
 async def _lingering_close(stream: trio.SocketStream) -> None:
