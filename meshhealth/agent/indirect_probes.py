@@ -26,6 +26,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from ipaddress import ip_address
 
 import trio
 
@@ -67,12 +68,15 @@ def make_asker(*, own_ip: str, http_port: int, counters: IndirectCounters) -> As
 
     async def ask(helper: Target, query: IndirectQuery) -> HelperOutcome:
         ref = (helper.cluster, helper.node)
+        # From our NodeIP, the address the helper knows us by; a helper of the other
+        # address family gets whatever source the kernel picks.
+        same_family = ip_address(helper.node_ip).version == ip_address(own_ip).version
         try:
             status, body = await http_get(
                 helper.node_ip,
                 http_port,
                 indirect_query(query),
-                source_ip=own_ip,
+                source_ip=own_ip if same_family else None,
                 max_body_bytes=MAX_ANSWER_BYTES,
             )
             if status != 200:
