@@ -60,6 +60,23 @@ class Lab:
         )
         assert done.returncode == 0, done.stderr
 
+    def metric(self, node: str, series: str) -> float:
+        """One series of `node`'s /metrics, read from inside its namespace."""
+        url = f"http://{self.plan.node(node).metrics_listen}/metrics"
+        code = f"import urllib.request; print(urllib.request.urlopen({url!r}).read().decode())"
+        done = subprocess.run(
+            ["ip", "netns", "exec", self.plan.node(node).netns, sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        for line in done.stdout.splitlines():
+            if line.startswith(series + " "):
+                return float(line.split()[-1])
+        raise AssertionError(f"{series} not in {node}'s metrics")
+
     def wait_path(
         self,
         observer: str,
@@ -139,6 +156,11 @@ def test_a_broken_path_is_told_from_a_down_node(lab: Lab) -> None:
         assert "Connection timed out; reachable via node2: path from this node broken" in (
             text.stdout
         )
+        # Counted on both sides: node1 asked and concluded, node2 served.
+        checks = 'meshhealth_indirect_checks_total{conclusion="path-broken"}'
+        assert lab.metric("node1", checks) >= 1
+        assert lab.metric("node1", 'meshhealth_indirect_requests_total{outcome="answered"}') >= 1
+        assert lab.metric("node2", "meshhealth_indirect_served_total") >= 1
     finally:
         lab.nft("node1", "delete", "table", "inet", "pe_indirect_test")
     # The path is OK again: its finding goes with the failure.
