@@ -6,9 +6,13 @@
     publisher = Publisher(..., metrics=metrics.writes_of("health"))  # handles, given out
 
 `sync_connectivity` sets the status gauges (exactly one of reachable / unreachable /
-unknown is 1 per path, like Cilium), the unreachable counts, and removes every series of
-targets that left the probe set. Reachability follows meshhealth.documents.status, so
-the metrics and `meshhealth status` never disagree.
+unknown is 1 per path, like Cilium), the unreachable counts and the paths by status, and
+removes every series of targets that left the probe set. Reachability follows
+meshhealth.documents.status, so the metrics and `meshhealth status` never disagree.
+
+Cardinality is O(K) per agent: per-target series (status gauges, latency histograms)
+exist only for the targets of the last round (the plan's K direct targets and the node
+itself), the rest is a fixed number of series (docs/metrics.md, "Cardinality").
 """
 
 from __future__ import annotations
@@ -91,6 +95,7 @@ class AgentMetrics:
     unreachable_nodes: Gauge
     unreachable_health_endpoints: Gauge
     probe_targets: Gauge
+    probe_paths: Gauge  # {status}: this agent's paths by status, O(1) series
     rounds: Counter
     round_duration: Histogram
     probes_in_flight: Gauge
@@ -142,6 +147,7 @@ class AgentMetrics:
         targets (or health endpoints) that are gone are removed."""
         targets = list(targets)
         unreachable_nodes = unreachable_endpoints = 0
+        paths_by_state = dict.fromkeys(PATH_STATES, 0)
         wanted: set[tuple[str, str, str]] = set()
         for target in targets:
             for target_type in TargetType:
@@ -153,6 +159,7 @@ class AgentMetrics:
                     path = PathKey(target.cluster, target.node, target_type, protocol)
                     state = path_state(summaries.get(path))
                     states.append(state)
+                    paths_by_state[state] += 1
                     labels = self._path_labels(path)
                     for status in PATH_STATES:
                         self.connectivity_status.labels(**labels, status=status).set(
@@ -166,6 +173,8 @@ class AgentMetrics:
         self.unreachable_nodes.set(unreachable_nodes)
         self.unreachable_health_endpoints.set(unreachable_endpoints)
         self.probe_targets.set(len(targets))
+        for status, count in paths_by_state.items():
+            self.probe_paths.labels(status=status).set(count)
         self._remove_series_except(wanted)
 
     def _remove_series_except(self, wanted: set[tuple[str, str, str]]) -> None:
@@ -244,6 +253,12 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
         ),
         probe_targets=registry.gauge(
             "meshhealth_probe_targets", "Nodes in this agent's probe set."
+        ),
+        probe_paths=registry.gauge(
+            "meshhealth_probe_paths",
+            "Paths this agent probes, by the status of their newest probe (reachable, "
+            "unreachable, unknown).",
+            ("status",),
         ),
         rounds=registry.counter("meshhealth_rounds_total", "Probe rounds finished."),
         round_duration=registry.histogram(
