@@ -365,6 +365,10 @@ LAB_AGENT_READY_PER_NODE_S: Final = 0.2
 # hours; the CA outlives its leaves.
 LAB_CA_DAYS: Final = 3650
 LAB_CERT_DAYS: Final = 365
+# `lab fault starve`: the agent is SIGSTOPped this long of every LAB_STARVE_PERIOD_S,
+# as a node whose CPU is taken runs its agent in fits (3 s of 4 outlasts a probe timeout).
+LAB_STARVE_STOP_S: Final = 3.0
+LAB_STARVE_PERIOD_S: Final = 4.0
 
 # --- probe plan (meshhealth.probe.assignment, docs/scale.md) -------------------------
 # Targets per node past the full-mesh size, and so probers per node. 5 observers let a

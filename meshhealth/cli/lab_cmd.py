@@ -32,21 +32,38 @@ examples:
 """
 
 FAULT_HELP = """\
-fault kinds:
+fault kinds (NODE: node2 or lab2/node1; "probes" are ICMP echo requests and HTTP to
+port 4240, to NodeIP and HealthIP; etcd traffic is never dropped unless said so):
   endpoint-forward-drop NODE  nft in NODE drops forwarded traffic to its HealthIP
   icmp-drop NODE              nft in NODE drops ICMP echo arriving on its fabric link
-  partition NODE              nft in NODE drops everything arriving on its fabric link
+  egress-drop NODE            the bridge drops NODE's probes to the other nodes (its
+                              answers pass): only its row fails
+  ingress-drop NODE           the bridge drops the other nodes' probes to NODE (its own
+                              probes and their answers pass): only its column fails
+  path-drop SRC DST           the bridge drops SRC's probes to DST, one direction only
+  partition GROUP...          the bridge drops all traffic between the groups (a group:
+                              node1,node2; nodes not listed form one more group;
+                              `partition node3` cuts node3 off); etcd stays reachable
+  mtu NODE SIZE               the bridge drops IP packets longer than SIZE bytes between
+                              NODE and the other nodes, sending no ICMP "fragmentation
+                              needed" back (a black hole; etcd traffic passes)
   kill-agent NODE             SIGKILL the node's agent (`fault clear` restarts it)
+  starve NODE                 a helper SIGSTOPs the node's agent 3 s of every 4 (runs in
+                              fits like an overloaded node); `fault clear` stops it
   stop-etcd [CLUSTER|NODE]    SIGTERM the cluster's etcd (default lab1)
   start-etcd [CLUSTER|NODE]   start it again on the same data dir
   kill-etcd-member N|labK/N   (--etcd-members 3) SIGKILL member N of the cluster's etcd
   start-etcd-member N|labK/N  start it again on its data dir
   partition-etcd-member N|labK/N  take member N's link down (`fault clear` restores it)
-  clear [NODE|CLUSTER]        undo every fault (of NODE / CLUSTER only)
+  clear [NODE|CLUSTER]        undo every fault (of NODE / CLUSTER only; a fault between
+                              nodes is undone when any of its nodes is named)
 
 examples:
   meshhealth lab fault endpoint-forward-drop node2
   meshhealth lab fault icmp-drop lab2/node1
+  meshhealth lab fault path-drop node1 node3
+  meshhealth lab fault partition node1,node2 node3,node4
+  meshhealth lab fault mtu node2 1400
   meshhealth lab fault clear node2
 """
 
@@ -123,7 +140,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     _prefix_arg(fault)
     fault.add_argument("kind", metavar="KIND", help="a fault kind or `clear`")
-    fault.add_argument("target", metavar="NODE", nargs="?", help="node2, lab2/node1 or lab1")
+    fault.add_argument(
+        "args",
+        metavar="ARG",
+        nargs="*",
+        help="what the kind takes: NODE (node2, lab2/node1), CLUSTER (lab1), SRC DST, "
+        "NODE SIZE or GROUP...",
+    )
     fault.set_defaults(func=run_fault)
 
     down = lab_sub.add_parser(
@@ -273,14 +296,17 @@ def run_exec(args: argparse.Namespace) -> int:
 def run_fault(args: argparse.Namespace) -> int:
     from meshhealth.lab import build, control
 
+    fault_errors: tuple[type[BaseException], ...] = (*_errors(), RuntimeError)
     try:
         build.preflight(("ip", "nft"))
         st, plan = _load(args.prefix)
         if args.kind == "clear":
-            lines = control.clear_faults(st, plan, args.target)
+            if len(args.args) > 1:
+                return _err("fault clear takes one NODE or CLUSTER at most")
+            lines = control.clear_faults(st, plan, args.args[0] if args.args else None)
         else:
-            lines = [control.apply_fault(st, plan, args.kind, args.target)]
-    except _errors() as exc:
+            lines = [control.apply_fault(st, plan, args.kind, list(args.args))]
+    except fault_errors as exc:
         return _err(str(exc))
     print("\n".join(lines))
     return 0

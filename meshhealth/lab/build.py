@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import sys
 import time
@@ -339,8 +340,14 @@ def down(prefix: str, say: Say, root: Path = P.LAB_ROOT) -> DownReport:
     if st is not None:
         st.phase = "removing"
         S.save(st)
+        # Helpers that SIGSTOP agents (`fault starve`) first, then every agent gets a
+        # SIGCONT: a stopped agent would not act on SIGTERM.
+        helpers = [r for k, r in st.processes.items() if k.startswith("starve/")]
+        report.processes += processes.stop(helpers, grace_s=2.0)
         agents = [r for k, r in st.processes.items() if k.startswith("agent/")]
-        others = [r for k, r in st.processes.items() if not k.startswith("agent/")]
+        for rec in agents:
+            processes.signal_process(rec, signal.SIGCONT)
+        others = [r for k, r in st.processes.items() if not k.startswith(("agent/", "starve/"))]
         # Agents first: a clean shutdown deregisters them and removes their endpoints.
         report.processes += processes.stop(agents)
         report.processes += processes.stop(others)

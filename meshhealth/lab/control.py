@@ -13,11 +13,14 @@ from typing import Any
 
 from meshhealth import defaults
 from meshhealth.lab import etcd_members, etcd_proc, faults, processes
+from meshhealth.lab import fabric_faults as F
+from meshhealth.lab import fault_targets as T
 from meshhealth.lab import plan as P
 from meshhealth.lab import state as S
 from meshhealth.lab.build import LabError, start_agent
 
 STATUS_PATH = "/v1/status"
+STARVE_KEY = "starve/"  # + lab1/node2: the helper of `fault starve` in st.processes
 
 
 def exec_env(
@@ -41,35 +44,38 @@ def exec_env(
 
 def resolve_target(plan: P.LabPlan, kind: str, target: str | None) -> str:
     """The fault's target as recorded: `lab1/node2` for node faults, `lab1` for etcd."""
-    spec = faults.FAULT_KINDS[kind]
-    if spec.target == "cluster":
-        if target is None:
-            return plan.clusters[0].name
-        if "/" not in target and target.startswith("lab"):
-            return plan.cluster(target).name
-        return plan.node(target).cluster
-    if target is None:
-        raise LabError(f"fault {kind} needs a NODE (e.g. node2 or lab1/node2)")
-    return plan.node(target).qualified
+    return T.parse_target(plan, kind, [] if target is None else [target]).target
 
 
-def apply_fault(st: S.LabState, plan: P.LabPlan, kind: str, target: str | None) -> str:
-    """Inject a fault; returns a line for the user. Recorded in the state file."""
+def apply_fault(st: S.LabState, plan: P.LabPlan, kind: str, args: list[str]) -> str:
+    """Inject a fault; returns a line for the user. Recorded in the state file before it
+    is applied, so `lab down` and `fault clear` undo it even after a crash."""
     if kind in etcd_members.MEMBER_FAULTS:
-        return etcd_members.apply_member_fault(st, plan, kind, target)
+        if len(args) > 1:
+            raise LabError(f"fault {kind} takes one member")
+        return etcd_members.apply_member_fault(st, plan, kind, args[0] if args else None)
     if kind not in faults.FAULT_KINDS:
         raise LabError(f"unknown fault {kind!r} (have {', '.join(faults.FAULT_KINDS)})")
-    where = resolve_target(plan, kind, target)
+    goal = T.parse_target(plan, kind, args)
+    where = goal.target
     if kind == faults.START_ETCD:
         return _start_etcd(st, plan, where)
     if st.fault(kind, where):
         return f"fault {kind} on {where} is already active"
     if kind in faults.NFT_KINDS:
         faults.apply_nft(kind, plan.node(where))
+    elif kind in faults.FABRIC_KINDS:
+        st.faults.append(S.FaultRecord(kind=kind, target=where, since=time.time()))
+        S.save(st)
+        script = F.fabric_script(kind, where, plan, goal.groups, goal.size)
+        faults.apply_fabric(plan.fabric_netns, script)
+        return f"fault {kind} on {where}: {faults.FAULT_KINDS[kind].shows}"
     elif kind == faults.KILL_AGENT:
         rec = st.processes.get(f"agent/{where}")
         if rec is None or not processes.signal_process(rec, signal.SIGKILL):
             raise LabError(f"no running agent on {where}")
+    elif kind == faults.STARVE:
+        _start_starve(st, plan, where)
     elif kind == faults.STOP_ETCD:
         rec = st.processes.get(f"etcd/{where}")
         if rec is None or not processes.is_alive(rec):
@@ -78,6 +84,37 @@ def apply_fault(st: S.LabState, plan: P.LabPlan, kind: str, target: str | None) 
     st.faults.append(S.FaultRecord(kind=kind, target=where, since=time.time()))
     S.save(st)
     return f"fault {kind} on {where}: {faults.FAULT_KINDS[kind].shows}"
+
+
+def _start_starve(st: S.LabState, plan: P.LabPlan, where: str) -> None:
+    agent = st.processes.get(f"agent/{where}")
+    if agent is None or not processes.is_alive(agent):
+        raise LabError(f"no running agent on {where}")
+    argv = [
+        sys.executable, "-m", "meshhealth.lab.starve", str(agent.pid), str(agent.start_ticks),
+        f"{defaults.LAB_STARVE_STOP_S:g}", f"{defaults.LAB_STARVE_PERIOD_S:g}",
+    ]  # fmt: skip
+    node = plan.node(where)
+    log = node.log.with_name(f"{node.name}.starve.log")
+    st.processes[f"{STARVE_KEY}{where}"] = processes.start_detached(plan.fabric_netns, argv, log)
+    S.save(st)
+
+
+def stop_starving(st: S.LabState, node_names: set[str] | None = None) -> list[str]:
+    """Stop the starve helpers (of `node_names`, or all) and make sure their agents run
+    (SIGCONT, by the agent's recorded PID). Also used by `lab down`."""
+    lines = []
+    for key in [k for k in st.processes if k.startswith(STARVE_KEY)]:
+        node = key.removeprefix(STARVE_KEY)
+        if node_names is not None and node not in node_names:
+            continue
+        processes.stop([st.processes.pop(key)], grace_s=2.0)
+        agent = st.processes.get(f"agent/{node}")
+        if agent is not None:
+            processes.signal_process(agent, signal.SIGCONT)
+        lines.append(f"agent of {node} runs freely again")
+    S.save(st)
+    return lines
 
 
 def _start_etcd(st: S.LabState, plan: P.LabPlan, cluster_name: str) -> str:
@@ -116,6 +153,20 @@ def clear_faults(st: S.LabState, plan: P.LabPlan, target: str | None) -> list[st
         if faults.clear_nft(node.netns):
             lines.append(f"cleared nft rules on {node.qualified}")
     node_names = {n.qualified for n in nodes}
+
+    def involved(fault: S.FaultRecord) -> bool:
+        return bool(T.nodes_of(fault.target) & node_names)
+
+    lines += stop_starving(st, node_names)
+    for fault in st.faults:
+        table = F.table_name(fault.kind, fault.target)
+        fabric = fault.kind in faults.FABRIC_KINDS and involved(fault)
+        if fabric and faults.clear_fabric(plan.fabric_netns, table):
+            lines.append(f"cleared {fault.kind} on {fault.target}")
+    if target is None:  # and what a crash left behind unrecorded
+        for table in faults.fabric_tables(plan.fabric_netns):
+            if faults.clear_fabric(plan.fabric_netns, table):
+                lines.append(f"cleared fabric table {table}")
     lines += etcd_members.clear_member_faults(st, plan, clusters)
     for fault in list(st.faults):
         if fault.kind == faults.STOP_ETCD and fault.target in clusters:
@@ -129,7 +180,7 @@ def clear_faults(st: S.LabState, plan: P.LabPlan, target: str | None) -> list[st
     st.faults = [
         f
         for f in st.faults
-        if f.target not in node_names and not (f.kind == faults.STOP_ETCD and f.target in clusters)
+        if not involved(f) and not (f.kind == faults.STOP_ETCD and f.target in clusters)
     ]
     S.save(st)
     if not lines:

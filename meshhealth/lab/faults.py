@@ -1,7 +1,9 @@
-"""Fault injection: nftables rules inside a node's namespace, and process faults.
+"""Fault injection: the kinds, nftables rules inside a node's namespace or on the
+fabric's bridge (fabric_faults), and process faults.
 
-Every nft fault lives in one table per namespace, `table inet meshhealth_lab`, one base
-chain per fault kind, so `fault clear` deletes exactly that table and nothing else.
+A node's own faults live in one table per namespace, `table inet meshhealth_lab`, one
+base chain per fault kind, so `fault clear` deletes exactly that table and nothing else.
+Faults between nodes are a `table bridge` each in the fabric namespace (fabric_faults).
 """
 
 from __future__ import annotations
@@ -10,12 +12,19 @@ import subprocess
 from dataclasses import dataclass
 from typing import Final
 
+from meshhealth import defaults
+from meshhealth.lab import fabric_faults as F
 from meshhealth.lab import plan as P
 
 ENDPOINT_FORWARD_DROP: Final = "endpoint-forward-drop"
 ICMP_DROP: Final = "icmp-drop"
-PARTITION: Final = "partition"
+PARTITION: Final = F.PARTITION
+EGRESS_DROP: Final = F.EGRESS_DROP
+INGRESS_DROP: Final = F.INGRESS_DROP
+PATH_DROP: Final = F.PATH_DROP
+MTU: Final = F.MTU
 KILL_AGENT: Final = "kill-agent"
+STARVE: Final = "starve"
 STOP_ETCD: Final = "stop-etcd"
 START_ETCD: Final = "start-etcd"
 
@@ -23,8 +32,11 @@ START_ETCD: Final = "start-etcd"
 @dataclass(frozen=True, slots=True)
 class FaultKind:
     name: str
-    target: str  # "node" or "cluster"
+    # what it takes: "node", "cluster" (optional, default lab1), "path" (SRC DST),
+    # "groups" (GROUP...), "node-size" (NODE SIZE)
+    target: str
     shows: str  # what the other nodes' `meshhealth status` shows
+    finding: str = ""  # the finding `meshhealth diagnose` names (kind), when there is one
 
 
 FAULT_KINDS: Final[dict[str, FaultKind]] = {
@@ -35,21 +47,60 @@ FAULT_KINDS: Final[dict[str, FaultKind]] = {
             "node",
             "Host connectivity OK, Endpoint connectivity timed out (FORWARD drops to the "
             "endpoint, the blog's story)",
+            "endpoint-down",
         ),
         FaultKind(ICMP_DROP, "node", "ICMP to stack timed out on both paths, HTTP to agent OK"),
-        FaultKind(PARTITION, "node", "every path to the node timed out; it sees everyone down"),
+        FaultKind(
+            PARTITION,
+            "groups",
+            "the groups time out on each other (etcd stays reachable from all)",
+            "partition",
+        ),
+        FaultKind(
+            EGRESS_DROP,
+            "node",
+            "the node's own probes to its peers time out; everybody reaches it",
+            "egress-blocked",
+        ),
+        FaultKind(
+            INGRESS_DROP,
+            "node",
+            "every probe to the node times out; its own probes pass",
+            "ingress-blocked",
+        ),
+        FaultKind(
+            PATH_DROP,
+            "path",
+            "SRC's probes to DST time out; every other path (DST to SRC too) is fine",
+            "path",
+        ),
+        FaultKind(
+            MTU,
+            "node-size",
+            "small probes pass; IP packets longer than SIZE to or from the node are lost",
+            "mtu-blackhole",
+        ),
         FaultKind(
             KILL_AGENT,
             "node",
             "Host ICMP OK, HTTP to agent refused; the node leaves the probe sets after the "
             "lease TTL",
+            "agent-down",
+        ),
+        FaultKind(
+            STARVE,
+            "node",
+            f"the agent runs in fits (SIGSTOP {defaults.LAB_STARVE_STOP_S:g}s of every "
+            f"{defaults.LAB_STARVE_PERIOD_S:g}s): its probes and answers come late",
+            "agent-down",  # its agent answers HTTP late (or observer-degraded: late reports)
         ),
         FaultKind(STOP_ETCD, "cluster", "agents keep probing; their status says etcd is down"),
         FaultKind(START_ETCD, "cluster", "agents re-register and publish again"),
     )
 }
 
-NFT_KINDS: Final = (ENDPOINT_FORWARD_DROP, ICMP_DROP, PARTITION)
+NFT_KINDS: Final = (ENDPOINT_FORWARD_DROP, ICMP_DROP)
+FABRIC_KINDS: Final = F.FABRIC_KINDS
 _ECHO: Final = "icmp type { echo-request, echo-reply }"
 
 
@@ -74,13 +125,6 @@ def nft_script(kind: str, node: P.NodePlan) -> str:
         chains = [
             _chain("icmp_drop_in", "input", [f"iifname {link} {_ECHO} drop"]),
             _chain("icmp_drop_fwd", "forward", [f"iifname {link} {_ECHO} drop"]),
-        ]
-    elif kind == PARTITION:
-        # Inbound only, like ICMP: nothing reaches the node or its endpoint, and its own
-        # packets get no answer (timeouts, not EPERM, on the node itself).
-        chains = [
-            _chain("partition_in", "input", [f"iifname {link} drop"]),
-            _chain("partition_fwd", "forward", [f"iifname {link} drop"]),
         ]
     else:
         raise ValueError(f"{kind!r} is not an nftables fault (have {', '.join(NFT_KINDS)})")
@@ -115,3 +159,21 @@ def clear_nft(netns: str) -> bool:
 def list_nft(netns: str) -> str:
     done = _nft(netns, ["list", "table", "inet", P.NFT_TABLE])
     return done.stdout if done.returncode == 0 else ""
+
+
+def apply_fabric(netns: str, script: str) -> None:
+    done = _nft(netns, ["-f", "-"], script)
+    if done.returncode != 0:
+        raise RuntimeError(f"nft in {netns} failed: {done.stderr.strip()}")
+
+
+def clear_fabric(netns: str, table: str) -> bool:
+    """Delete one fault's bridge table in the fabric namespace; False when it was gone."""
+    return _nft(netns, ["delete", "table", "bridge", table]).returncode == 0
+
+
+def fabric_tables(netns: str) -> list[str]:
+    """The lab's bridge tables in the fabric namespace (faults a crash left unrecorded)."""
+    done = _nft(netns, ["list", "tables", "bridge"])
+    names = [line.split()[-1] for line in done.stdout.splitlines() if line.startswith("table ")]
+    return [n for n in names if n.startswith(f"{P.NFT_TABLE}_")]

@@ -1,0 +1,144 @@
+"""Faults on the fabric's bridge: nft `bridge` tables in the fabric namespace (pure).
+
+The lab's nodes all hang off one bridge, so a rule on the bridge drops a packet after it
+left the sender and before it reaches the receiver, as a bad switch or firewall would:
+both ends see timeouts, never `Operation not permitted`. Every fault is one table,
+`table bridge meshhealth_lab_<kind>_<hash of its target>`, so `fault clear` deletes
+exactly the tables of the faults it clears.
+
+The rules match the lab nodes' addresses only (NodeIPs and HealthIPs), so etcd (on the
+fabric, 10.77.255.k) stays reachable from every node: each side's reports keep coming
+and diagnosis sees both. Probe traffic is told apart from replies without conntrack:
+
+- a probe is an ICMP echo request, or TCP to the health port (4240) of the target;
+- a reply is an echo reply, or TCP from the health port.
+
+So "drop SRC's probes to DST" leaves DST's probes to SRC (whose replies travel from SRC
+to DST) untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+from meshhealth import defaults
+from meshhealth.lab import plan as P
+
+EGRESS_DROP: Final = "egress-drop"
+INGRESS_DROP: Final = "ingress-drop"
+PATH_DROP: Final = "path-drop"
+PARTITION: Final = "partition"
+MTU: Final = "mtu"
+
+FABRIC_KINDS: Final = (EGRESS_DROP, INGRESS_DROP, PATH_DROP, PARTITION, MTU)
+MIN_MTU: Final = 68  # the smallest IPv4 MTU (RFC 791)
+MAX_MTU: Final = 65535
+
+
+def table_name(kind: str, target: str) -> str:
+    """The fault's table: the same (kind, target) always gives the same name."""
+    digest = hashlib.sha256(target.encode()).hexdigest()[:12]
+    return f"{P.NFT_TABLE}_{kind.replace('-', '_')}_{digest}"
+
+
+def addresses(nodes: Iterable[P.NodePlan]) -> list[str]:
+    """The nodes' NodeIPs and HealthIPs: what probes go to and come from."""
+    return [a for n in nodes for a in (n.node_ip, n.health_ip)]
+
+
+def _set(addrs: Sequence[str]) -> str:
+    return "{ " + ", ".join(addrs) + " }"
+
+
+def _probe_rules(match: str) -> list[str]:
+    """Drop the probes (echo requests, TCP to the health port) that `match` selects."""
+    return [
+        f"{match} icmp type echo-request drop",
+        f"{match} tcp dport {defaults.HTTP_PORT} drop",
+    ]
+
+
+def _table(kind: str, target: str, rules: list[str]) -> str:
+    body = "".join(f"    {r}\n" for r in rules)
+    return (
+        f"table bridge {table_name(kind, target)} {{\n"
+        "  chain forward_drop {\n"
+        "    type filter hook forward priority filter; policy accept;\n"
+        f"{body}  }}\n}}\n"
+    )
+
+
+def _others(plan: P.LabPlan, nodes: Iterable[P.NodePlan]) -> list[P.NodePlan]:
+    names = {n.qualified for n in nodes}
+    return [n for n in plan.nodes if n.qualified not in names]
+
+
+def partition_groups(
+    plan: P.LabPlan, groups: Sequence[Sequence[P.NodePlan]]
+) -> list[list[P.NodePlan]]:
+    """The groups as the fault splits them: the listed ones, then every node not listed
+    as one more group (when there is any). A node listed twice is an error."""
+    seen: set[str] = set()
+    out: list[list[P.NodePlan]] = []
+    for group in groups:
+        for node in group:
+            if node.qualified in seen:
+                raise ValueError(f"{node.qualified} is in more than one group")
+            seen.add(node.qualified)
+        out.append(list(group))
+    rest = [n for n in plan.nodes if n.qualified not in seen]
+    if rest:
+        out.append(rest)
+    if len(out) < 2:
+        raise ValueError("a partition needs at least two groups (the nodes not listed form one)")
+    return out
+
+
+def fabric_script(
+    kind: str,
+    target: str,
+    plan: P.LabPlan,
+    nodes: Sequence[Sequence[P.NodePlan]],
+    size: int | None = None,
+) -> str:
+    """The nft script (for `nft -f -` in the fabric namespace) that injects `kind`.
+
+    `nodes`: egress-drop / ingress-drop / mtu: [[NODE]]; path-drop: [[SRC], [DST]];
+    partition: the groups as given (see `partition_groups`). `target` names the table.
+    """
+    rules: list[str] = []
+    if kind in (EGRESS_DROP, INGRESS_DROP, MTU):
+        (node,) = nodes[0]
+        mine = _set(addresses([node]))
+        peers = _set(addresses(_others(plan, [node])))
+        if kind == EGRESS_DROP:
+            rules = _probe_rules(f"ip saddr {mine} ip daddr {peers}")
+        elif kind == INGRESS_DROP:
+            rules = _probe_rules(f"ip saddr {peers} ip daddr {mine}")
+        else:
+            if size is None or not MIN_MTU <= size <= MAX_MTU:
+                raise ValueError(f"mtu SIZE must be {MIN_MTU}..{MAX_MTU} bytes, got {size}")
+            # Every IP packet longer than SIZE, either way; a bridge sends no ICMP
+            # "fragmentation needed" back: a black hole.
+            rules = [
+                f"ip saddr {mine} ip daddr {peers} ip length > {size} drop",
+                f"ip saddr {peers} ip daddr {mine} ip length > {size} drop",
+            ]
+    elif kind == PATH_DROP:
+        (src,), (dst,) = nodes
+        if src.qualified == dst.qualified:
+            raise ValueError("path-drop needs two different nodes")
+        rules = _probe_rules(f"ip saddr {_set(addresses([src]))} ip daddr {_set(addresses([dst]))}")
+    elif kind == PARTITION:
+        groups = partition_groups(plan, nodes)
+        # Everything (not only probes) from each group to every other group.
+        for i, group in enumerate(groups):
+            others = [n for j, g in enumerate(groups) if j != i for n in g]
+            rules.append(
+                f"ip saddr {_set(addresses(group))} ip daddr {_set(addresses(others))} drop"
+            )
+    else:
+        raise ValueError(f"{kind!r} is not a fabric fault (have {', '.join(FABRIC_KINDS)})")
+    return _table(kind, target, rules)

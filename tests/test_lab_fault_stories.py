@@ -1,0 +1,162 @@
+"""One story per lab fault: a real 5-node lab, the fault, and the finding
+`meshhealth diagnose -o json` (run inside the lab, against the lab's etcd) names; then
+`lab fault clear` and the finding goes away (root; CI runs these).
+
+Findings take a probe interval + timeout (+ the agents' suspicion time) to show: every
+wait polls with a generous deadline. The lab is shared by the tests of this module and
+removed with `lab down` in the fixture's finally.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from meshhealth import defaults
+from tests.test_lab_stories import StoryLab, _down_and_check, _endpoint_netns, _make
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+
+# interval (1.5 s) + probe timeout + suspicion, many times over for a loaded CI box
+FINDING_S = 90.0
+
+Finding = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def story() -> Iterator[StoryLab]:
+    prefix = f"mhf{os.getpid() % 100000}"
+    s = _make(prefix, 5, 1)
+    endpoints: set[str] = set()
+    try:
+        endpoints = _endpoint_netns(s)
+        yield s
+    finally:
+        _down_and_check(prefix, endpoints)
+
+
+def findings(story: StoryLab) -> list[Finding] | None:
+    """`meshhealth diagnose -o json` on node1 (its cluster's etcd); None on errors."""
+    done = story.cli("exec", "node1", "--", "meshhealth", "diagnose", "-o", "json")
+    if done.returncode not in (0, 1):
+        return None
+    found: list[Finding] = json.loads(done.stdout)["findings"]
+    assert (done.returncode == 1) == bool(found)  # exit 1 exactly when there are findings
+    return found
+
+
+def wait_findings(
+    story: StoryLab, ok: Any, what: str, timeout_s: float = FINDING_S
+) -> list[Finding]:
+    deadline = time.monotonic() + timeout_s
+    seen: list[Finding] | None = None
+    while time.monotonic() < deadline:
+        seen = findings(story)
+        if seen is not None and ok(seen):
+            return seen
+        time.sleep(0.5)
+    pytest.fail(f"never {what} within {timeout_s:g}s; last findings: {seen}")
+
+
+def healthy(story: StoryLab, timeout_s: float = FINDING_S) -> None:
+    wait_findings(story, lambda f: f == [], "no findings", timeout_s)
+
+
+def top_is(kinds: tuple[str, ...], nodes: list[str]) -> Any:
+    return lambda f: bool(f) and f[0]["kind"] in kinds and f[0]["nodes"] == nodes
+
+
+def story_of(
+    story: StoryLab,
+    fault: list[str],
+    kinds: tuple[str, ...],
+    nodes: list[str],
+    *,
+    clear_s: float = FINDING_S,
+) -> Finding:
+    """Inject `fault`, wait until the top finding is one of `kinds` naming `nodes`, clear
+    the fault, wait until no finding names those nodes; the finding seen."""
+    healthy(story)
+    done = story.cli("fault", *fault)
+    assert done.returncode == 0, done.stderr
+    try:
+        top = wait_findings(story, top_is(kinds, nodes), f"{kinds} on {nodes}")[0]
+    finally:
+        cleared = story.cli("fault", "clear")
+        assert cleared.returncode == 0, cleared.stderr
+    wait_findings(story, lambda f: all(x["nodes"] != nodes for x in f), f"{nodes} cleared", clear_s)
+    assert 0 < top["confidence"] <= 1 and top["evidence"]
+    return top
+
+
+def test_egress_drop_is_egress_blocked(story: StoryLab) -> None:
+    top = story_of(story, ["egress-drop", "node2"], ("egress-blocked",), ["lab1/node2"])
+    assert "its own probes fail to 4 of 4 targets" in top["evidence"]
+
+
+def test_ingress_drop_is_ingress_blocked(story: StoryLab) -> None:
+    top = story_of(story, ["ingress-drop", "node3"], ("ingress-blocked",), ["lab1/node3"])
+    assert "from 4 of 4 observers" in top["evidence"]
+
+
+def test_path_drop_is_one_path(story: StoryLab) -> None:
+    story_of(story, ["path-drop", "node1", "node4"], ("path",), ["lab1/node1", "lab1/node4"])
+
+
+def test_partition_of_two_groups(story: StoryLab) -> None:
+    top = story_of(
+        story, ["partition", "node1,node2"], ("partition",), ["lab1/node1", "lab1/node2"]
+    )
+    assert sorted(map(sorted, top["groups"])) == [
+        ["lab1/node1", "lab1/node2"],
+        ["lab1/node3", "lab1/node4", "lab1/node5"],
+    ]
+
+
+def test_partition_of_one_node_is_node_isolated(story: StoryLab) -> None:
+    story_of(story, ["partition", "node5"], ("node-isolated",), ["lab1/node5"])
+
+
+def test_endpoint_forward_drop_is_endpoint_down(story: StoryLab) -> None:
+    story_of(story, ["endpoint-forward-drop", "node2"], ("endpoint-down",), ["lab1/node2"])
+
+
+def test_kill_agent_is_agent_down(story: StoryLab) -> None:
+    # `clear` starts a new agent; it registers once its predecessor's entry expired.
+    story_of(
+        story, ["kill-agent", "node4"], ("agent-down",), ["lab1/node4"],
+        clear_s=defaults.LEASE_TTL_S + FINDING_S,
+    )  # fmt: skip
+
+
+def agent_state(story: StoryLab, node: str) -> str:
+    """The agent's scheduler state (R, S, T...) from /proc, by its recorded PID."""
+    state = json.loads(story.plan.state_file.read_text())
+    pid = state["processes"][f"agent/{node}"]["pid"]
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_starve_names_the_starved_node(story: StoryLab) -> None:
+    """A starved agent answers HTTP late or not at all (agent-down) and publishes late
+    (observer-degraded): either way the finding names the starved node, nobody else."""
+    healthy(story)
+    assert story.cli("fault", "starve", "node3").returncode == 0
+    try:
+        deadline = time.monotonic() + FINDING_S
+        while agent_state(story, "lab1/node3") != "T" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert agent_state(story, "lab1/node3") == "T"  # SIGSTOPped now and then
+        kinds = ("agent-down", "observer-degraded")
+        wait_findings(story, top_is(kinds, ["lab1/node3"]), "the starved node named")
+    finally:
+        cleared = story.cli("fault", "clear")
+    assert cleared.returncode == 0 and "agent of lab1/node3 runs freely again" in cleared.stdout
+    assert "starve/" not in story.cli("status").stdout
+    assert agent_state(story, "lab1/node3") != "T"
+    healthy(story)
