@@ -1,7 +1,8 @@
 """The troubleshooting stories as status inputs (pure, deterministic): a healthy
 cluster; an endpoint nobody reaches because its node drops forwarding to it; ICMP
 dropped on the fabric while TCP works; an agent that stopped answering (host up, HTTP
-refused); etcd down; and an agent before its first round (docs/troubleshooting.md
+refused); etcd down; one lost probe (a `suspect` path, with the agent's verdicts); and
+an agent before its first round (docs/troubleshooting.md
 reads the same path patterns).
 
 Each story feeds a few rounds of probe results through the real StatsBook, so the
@@ -11,7 +12,9 @@ documents and goldens built from them are what the agent would really show.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
+from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.documents.status import (
     EtcdState,
     LocalNode,
@@ -157,6 +160,42 @@ def etcd_down() -> StatusInputs:
     return _inputs({}, etcd=EtcdState(up=False, since=NOW - 42, last_error="connection refused"))
 
 
+def lost_probe() -> StatusInputs:
+    """One ICMP probe to node3 was lost in the newest round: the agent's verdict is
+    `suspect` (for 3 s), not `unreachable`; every other path is OK."""
+    fault = {("node3", TargetType.NODE, Protocol.ICMP): TIMEOUT}
+    verdicts = PathVerdicts(interval_s=INTERVAL_S)
+    verdicts.finish_round(TARGETS)
+    for round_index in range(ROUNDS):
+        started_at = PROBE_TIME - (ROUNDS - 1 - round_index) * INTERVAL_S
+        for target in TARGETS:
+            for target_type in TargetType:
+                for protocol in Protocol:
+                    failing = (
+                        round_index == ROUNDS - 1 and (target.node, target_type, protocol) in fault
+                    )
+                    path = PathKey(target.cluster, target.node, target_type, protocol)
+                    verdicts.observe(path, ok=not failing, now=started_at)
+    inputs = _inputs(fault)
+    book = StatsBook()
+    for round_index in range(ROUNDS):  # only the newest round fails
+        started_at = PROBE_TIME - (ROUNDS - 1 - round_index) * INTERVAL_S
+        reports = []
+        for target in TARGETS:
+            for target_type in TargetType:
+                ip = target.address(target_type)
+                assert ip is not None
+                for protocol in Protocol:
+                    path = PathKey(target.cluster, target.node, target_type, protocol)
+                    if round_index == ROUNDS - 1 and (target.node, target_type, protocol) in fault:
+                        result = _failed(path, TIMEOUT, started_at)
+                    else:
+                        result = _ok(path, round_index, started_at)
+                    reports.append(PathReport(path, ip, result))
+        book.record(RoundReport(started_at, 0.8, TARGETS, tuple(reports)))
+    return replace(inputs, summaries=book.summaries(), verdicts=verdicts.snapshot())
+
+
 def never_probed() -> StatusInputs:
     """The first seconds of an agent: etcd not reached yet, the first round running."""
     return StatusInputs(
@@ -177,5 +216,6 @@ STORIES: dict[str, Callable[[], StatusInputs]] = {
     "icmp_drop": icmp_drop,
     "agent_down": agent_down,
     "etcd_down": etcd_down,
+    "lost_probe": lost_probe,
     "never_probed": never_probed,
 }

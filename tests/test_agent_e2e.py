@@ -105,7 +105,13 @@ def test_three_agents_status_text_json_and_metrics(cluster: AgentCluster) -> Non
         assert doc["probe_interval_s"] == 1.0
         assert doc["etcd"]["up"] is True
         assert doc["etcd"]["last_error"] is None
-        assert doc["summary"] == {"reachable": 3, "unreachable": 0, "unknown": 0, "total": 3}
+        assert doc["summary"] == {
+            "reachable": 3,
+            "unreachable": 0,
+            "suspect": 0,
+            "unknown": 0,
+            "total": 3,
+        }
         assert doc["nodes"][0]["name"] == agent.name and doc["nodes"][0]["is_local"]
         for node in doc["nodes"]:
             assert node["reachable"] is True and node["state"] == "reachable"

@@ -173,7 +173,13 @@ def wait_all_reachable(lab: H.ComposeLab, nodes: tuple[str, ...]) -> None:
             health = lab.health(node)
             if health != "healthy":
                 seen[node] = (seen[node], f"docker health {health!r}")
-        want = {"reachable": len(nodes), "unreachable": 0, "unknown": 0, "total": len(nodes)}
+        want = {
+            "reachable": len(nodes),
+            "unreachable": 0,
+            "suspect": 0,
+            "unknown": 0,
+            "total": len(nodes),
+        }
         return all(seen[n] == want for n in nodes), seen
 
     H.wait_for(f"{', '.join(nodes)} to report {len(nodes)}/{len(nodes)} reachable", probe, REACH_S)

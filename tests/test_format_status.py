@@ -22,9 +22,11 @@ CASES = [
     ("agent_down", False),
     ("etcd_down", False),
     ("never_probed", False),
+    ("lost_probe", False),
     ("endpoint_forward_drop", True),
     ("agent_down", True),
     ("never_probed", True),
+    ("lost_probe", True),
 ]
 
 

@@ -49,7 +49,13 @@ def test_stale_after_the_refresh_and_a_margin(age_s: float, interval_s: float, s
 def test_healthy_cluster() -> None:
     matrix = build_matrix(S.healthy(), now=S.NOW)
     assert [f"{c}/{n}" for c, n in matrix.columns] == list(S.NODES3)
-    assert matrix.counts() == {"reachable": 9, "unreachable": 0, "stale": 0, "unknown": 0}
+    assert matrix.counts() == {
+        "reachable": 9,
+        "unreachable": 0,
+        "suspect": 0,
+        "stale": 0,
+        "unknown": 0,
+    }
     assert matrix.lines == ()
     assert matrix.rows[0].cells[1].rtt_s == 0.0005
 

@@ -209,12 +209,12 @@ def test_agent_metrics_follow_the_status_rules() -> None:
     assert samples["meshhealth_unreachable_health_endpoints"] == 1
     assert samples["meshhealth_probe_targets"] == 3
     node2 = _status_samples(text, "node2")
-    assert len(node2) == 4 * 3  # 4 paths x 3 statuses
+    assert len(node2) == 4 * 4  # 4 paths x 4 statuses
     # Exactly one status series is 1 per path.
     per_path: dict[str, list[float]] = {}
     for key, value in node2.items():
         per_path.setdefault(re.sub(r',status="\w+"', "", key), []).append(value)
-    assert all(sorted(values) == [0, 0, 1] for values in per_path.values())
+    assert all(sorted(values) == [0, 0, 0, 1] for values in per_path.values())
     prefix = (
         'meshhealth_node_connectivity_status{source_cluster="lab1",source_node="node1",'
         'target_cluster="lab1",target_node="node2",'
@@ -327,3 +327,18 @@ async def test_real_scrape_over_tcp() -> None:
         )
         assert post.startswith(b"HTTP/1.1 405 ")
         nursery.cancel_scope.cancel()
+
+
+def test_a_suspect_path_is_neither_reachable_nor_unreachable_in_the_metrics() -> None:
+    registry = Registry()
+    metrics = agent_metrics(registry, source_cluster="lab1", source_node="node1")
+    inputs = status_stories.lost_probe()
+    metrics.sync_connectivity(inputs.targets, inputs.summaries, inputs.verdicts)
+    text = registry.expose()
+    samples = parse_exposition(text)
+    assert samples["meshhealth_suspect_nodes"] == 1
+    assert samples["meshhealth_unreachable_nodes"] == 0
+    node3 = _status_samples(text, "node3")
+    on = sorted(key for key, value in node3.items() if value == 1)
+    assert sum(1 for key in on if 'status="suspect"' in key) == 1
+    assert any('target_type="node",protocol="icmp",status="suspect"' in key for key in on)

@@ -103,3 +103,76 @@ def test_status_matrix_and_watch_agree(statuses: tuple[ProbeStatus, ...]) -> Non
     )
     assert status_doc == matrix == node.state == expected
     assert path_state(None) == "unknown"
+
+
+@pytest.mark.parametrize(
+    ("status", "verdict", "state"),
+    [
+        (S.TIMEOUT, "suspect", "suspect"),  # failing, not for long enough
+        (S.TIMEOUT, "unreachable", "unreachable"),
+        (S.OK, "ok", "reachable"),
+        (S.TIMEOUT, None, "unreachable"),  # an older agent's report: by status
+        (S.TIMEOUT, "a_verdict_from_a_newer_agent", "unreachable"),
+        (S.UNKNOWN, "suspect", "unknown"),  # never probed wins
+        (None, "ok", "unknown"),
+    ],
+)
+def test_one_path_with_its_verdict(status: str | None, verdict: str | None, state: str) -> None:
+    assert status_reachability(status, verdict) == state
+
+
+@pytest.mark.parametrize(
+    ("states", "state"),
+    [
+        (("reachable", "suspect"), "suspect"),
+        (("suspect", "unknown"), "suspect"),
+        (("suspect", "unreachable"), "unreachable"),
+        (("unknown", "suspect", "reachable"), "suspect"),
+    ],
+)
+def test_suspect_is_neither(states: tuple[str, ...], state: str) -> None:
+    assert combined_reachability(states) == state  # type: ignore[arg-type]
+
+
+class _Verdict:
+    def __init__(self, verdict: str) -> None:
+        self.verdict = verdict
+        self.since = 100.0
+
+
+VERDICTS = ["ok", "suspect", "unreachable", None]
+
+
+@pytest.mark.parametrize(
+    "paths",
+    list(
+        itertools.product(
+            [(S.OK, "ok"), (S.TIMEOUT, "suspect"), (S.TIMEOUT, "unreachable"), (S.UNKNOWN, None)],
+            repeat=3,
+        )
+    ),
+)
+def test_status_watch_and_metrics_agree_with_verdicts(
+    paths: tuple[tuple[ProbeStatus, str | None], ...],
+) -> None:
+    statuses = [s for s, _ in paths]
+    verdicts = [v for _, v in paths]
+    expected = statuses_reachability(statuses, verdicts)
+    status_doc = combined_reachability(
+        path_state(_summary(s), None if v is None else _Verdict(v)) for s, v in paths
+    )
+    node = NodeView(
+        "c",
+        "n",
+        paths={
+            n: PathView(
+                s.value, "", state=path_state(_summary(s), None if v is None else _Verdict(v))
+            )
+            for n, (s, v) in zip(PATHS, paths, strict=False)
+        },
+    )
+    assert status_doc == node.state == expected
+    if "unreachable" in verdicts:
+        assert expected == "unreachable"
+    elif "suspect" in verdicts:
+        assert expected == "suspect"

@@ -45,7 +45,7 @@ CASES = {**status_stories.STORIES, "meshed": _meshed}
 def test_spliced_json_is_the_document_byte_for_byte(story: str) -> None:
     inputs = CASES[story]()
     expected = build_status_document(inputs)
-    part = build_nodes_part(inputs.local, inputs.targets, inputs.summaries)
+    part = build_nodes_part(inputs.local, inputs.targets, inputs.summaries, inputs.verdicts)
     encoded = encode_status_document(inputs, part)
     assert encoded == encode_json(expected)
     assert encode_status_document(inputs) == encoded
@@ -91,7 +91,13 @@ def test_cache_rebuilds_when_summaries_or_targets_change() -> None:
     # A new round: new summaries (a new mapping, even when equal in content).
     second = cache.get(failing.targets, failing.summaries)
     assert cache.builds == 2
-    assert second.summary == {"reachable": 1, "unreachable": 2, "unknown": 0, "total": 3}
+    assert second.summary == {
+        "reachable": 1,
+        "unreachable": 2,
+        "suspect": 0,
+        "unknown": 0,
+        "total": 3,
+    }
     assert first.summary["reachable"] == 3
     # A node left the probe set.
     third = cache.get(failing.targets[:2], failing.summaries)

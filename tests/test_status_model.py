@@ -40,6 +40,8 @@ PATH_FIELDS = {
     "last_probed",
     "last_success",
     "consecutive_failures",
+    "state",
+    "state_since",
 }
 
 
@@ -182,7 +184,13 @@ def test_local_node_is_listed_before_discovery_sees_it() -> None:
     assert local["health_endpoint"]["primary_address"]["ip"] == "10.1.0.1"
     assert local["host"]["primary_address"]["icmp"]["status"] == "unknown"
     assert local["host"]["primary_address"]["icmp"]["text"] == "Not probed yet"
-    assert doc["summary"] == {"reachable": 0, "unreachable": 0, "unknown": 1, "total": 1}
+    assert doc["summary"] == {
+        "reachable": 0,
+        "unreachable": 0,
+        "suspect": 0,
+        "unknown": 1,
+        "total": 1,
+    }
 
 
 def test_document_schema_of_a_story() -> None:
@@ -205,7 +213,13 @@ def test_document_schema_of_a_story() -> None:
         "last_duration_s": 1.0234,
         "completed": 6,
     }
-    assert doc["summary"] == {"reachable": 2, "unreachable": 1, "unknown": 0, "total": 3}
+    assert doc["summary"] == {
+        "reachable": 2,
+        "unreachable": 1,
+        "suspect": 0,
+        "unknown": 0,
+        "total": 3,
+    }
     node2 = doc["nodes"][1]
     assert set(node2) == {
         "cluster",

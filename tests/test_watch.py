@@ -330,7 +330,7 @@ class Tmux:
 
 def _row(screen: str, node: str) -> str:
     for line in screen.splitlines():
-        if re.search(rf"[●✗·] {node}\b", line):
+        if re.search(rf"[●◐✗·] {node}\b", line):
             return line
     return ""
 

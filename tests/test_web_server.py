@@ -49,7 +49,7 @@ def status_doc() -> dict[str, Any]:
     timed_out = path_document(None) | {"status": "timeout", "text": "Connection timed out"}
     return {
         "local": {"cluster": "lab1", "name": "node1", "node_ip": "10.77.0.1", "health_ip": None},
-        "summary": {"reachable": 2, "unreachable": 1, "unknown": 0, "total": 3},
+        "summary": {"reachable": 2, "unreachable": 1, "suspect": 0, "unknown": 0, "total": 3},
         "nodes": [
             {
                 "cluster": "lab1",

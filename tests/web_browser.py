@@ -141,7 +141,13 @@ def synthetic_status(matrix: Matrix) -> dict[str, Any]:
         "probe_time": "2027-01-15T08:00:00Z",
         "probe_interval_s": 10.0,
         "etcd": {"up": True},
-        "summary": {"reachable": len(nodes), "unreachable": 0, "unknown": 0, "total": len(nodes)},
+        "summary": {
+            "reachable": len(nodes),
+            "unreachable": 0,
+            "suspect": 0,
+            "unknown": 0,
+            "total": len(nodes),
+        },
         "nodes": nodes,
     }
 

@@ -113,6 +113,7 @@ class AgentAdminHandler:
             ),
             now=time.time(),
             clusters=cluster_states(self.mesh),
+            verdicts=self.results.verdict_states(),
         )
 
     def status_document(self) -> StatusDocument:

@@ -22,7 +22,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from meshhealth import __version__, defaults
-from meshhealth.documents.status import PATH_STATES, combined_state, path_state
+from meshhealth.documents.status import (
+    NO_VERDICTS,
+    PATH_STATES,
+    Verdicts,
+    combined_state,
+    path_state,
+)
 from meshhealth.metrics import Counter, CounterSeries, Gauge, Histogram, Registry
 from meshhealth.model import PathKey, PathSummary, Protocol, RoundReport, Target, TargetType
 
@@ -94,6 +100,7 @@ class AgentMetrics:
     connectivity_latency: Histogram
     unreachable_nodes: Gauge
     unreachable_health_endpoints: Gauge
+    suspect_nodes: Gauge
     probe_targets: Gauge
     probe_paths: Gauge  # {status}: this agent's paths by status, O(1) series
     rounds: Counter
@@ -141,12 +148,16 @@ class AgentMetrics:
                 )
 
     def sync_connectivity(
-        self, targets: Iterable[Target], summaries: Mapping[PathKey, PathSummary]
+        self,
+        targets: Iterable[Target],
+        summaries: Mapping[PathKey, PathSummary],
+        verdicts: Verdicts = NO_VERDICTS,
     ) -> None:
-        """Status gauges and unreachable counts for the current probe set; series of
-        targets (or health endpoints) that are gone are removed."""
+        """Status gauges and unreachable counts for the current probe set (a path's
+        state is its suspicion verdict); series of targets (or health endpoints) that
+        are gone are removed."""
         targets = list(targets)
-        unreachable_nodes = unreachable_endpoints = 0
+        unreachable_nodes = unreachable_endpoints = suspect_nodes = 0
         paths_by_state = dict.fromkeys(PATH_STATES, 0)
         wanted: set[tuple[str, str, str]] = set()
         for target in targets:
@@ -157,7 +168,7 @@ class AgentMetrics:
                 states = []
                 for protocol in Protocol:
                     path = PathKey(target.cluster, target.node, target_type, protocol)
-                    state = path_state(summaries.get(path))
+                    state = path_state(summaries.get(path), verdicts.get(path))
                     states.append(state)
                     paths_by_state[state] += 1
                     labels = self._path_labels(path)
@@ -165,12 +176,16 @@ class AgentMetrics:
                         self.connectivity_status.labels(**labels, status=status).set(
                             1 if status == state else 0
                         )
-                if combined_state(states) == "unreachable":
+                combined = combined_state(states)
+                if combined == "unreachable":
                     if target_type is TargetType.NODE:
                         unreachable_nodes += 1
                     else:
                         unreachable_endpoints += 1
+                elif combined == "suspect" and target_type is TargetType.NODE:
+                    suspect_nodes += 1
         self.unreachable_nodes.set(unreachable_nodes)
+        self.suspect_nodes.set(suspect_nodes)
         self.unreachable_health_endpoints.set(unreachable_endpoints)
         self.probe_targets.set(len(targets))
         for status, count in paths_by_state.items():
@@ -233,8 +248,8 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
         source_node=source_node,
         connectivity_status=registry.gauge(
             "meshhealth_node_connectivity_status",
-            "1 for the path's current status (reachable, unreachable or unknown), 0 for "
-            "the others.",
+            "1 for the path's current status (reachable, suspect, unreachable or unknown), "
+            "0 for the others.",
             (*TARGET_LABELS, "status"),
         ),
         connectivity_latency=registry.histogram(
@@ -245,7 +260,11 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
         ),
         unreachable_nodes=registry.gauge(
             "meshhealth_unreachable_nodes",
-            "Nodes whose NodeIP fails on ICMP or HTTP (newest probe).",
+            "Nodes whose NodeIP is unreachable on ICMP or HTTP (suspicion over).",
+        ),
+        suspect_nodes=registry.gauge(
+            "meshhealth_suspect_nodes",
+            "Nodes whose NodeIP is suspect on ICMP or HTTP (failing, not long enough yet).",
         ),
         unreachable_health_endpoints=registry.gauge(
             "meshhealth_unreachable_health_endpoints",
@@ -256,8 +275,8 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
         ),
         probe_paths=registry.gauge(
             "meshhealth_probe_paths",
-            "Paths this agent probes, by the status of their newest probe (reachable, "
-            "unreachable, unknown).",
+            "Paths this agent probes, by their status (reachable, suspect, unreachable, "
+            "unknown).",
             ("status",),
         ),
         rounds=registry.counter("meshhealth_rounds_total", "Probe rounds finished."),

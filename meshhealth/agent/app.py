@@ -12,8 +12,8 @@ each with `nursery.start`, in the order users need:
    --route-cidrs the node entries and the routes);
 4. the health endpoint, before the first round (probing our own endpoint before it
    was started would report it down);
-5. indirect probes (asking peers about failed paths), then the prober loop, whose
-   first round starts at once.
+5. indirect probes (asking peers about failed paths), the paths' suspicion timer, then
+   the prober loop, whose first round starts at once.
 
 Nothing here waits on etcd or on a round. A problem users must fix (socket in use,
 port taken, name taken, a bad mesh configuration) is an AgentStartError: one line.
@@ -158,6 +158,7 @@ async def run_agent(
             # (bounded by ENDPOINT_READY_TIMEOUT_S); the admin API answers meanwhile.
             await nursery.start(parts.endpoint.run)
         await nursery.start(parts.indirect.run)
+        await nursery.start(parts.verdicts.run)
         await nursery.start(parts.loop.run)
         log.info(
             "agent %s/%s up: node_ip=%s health_ip=%s interval=%ss",

@@ -10,7 +10,9 @@ Who holds what:
   each round's targets in the probe plan, and each cluster's etcd), `publisher` (this
   node's results in etcd), `peer_nodes` and `routes` (with --route-cidrs: routes to peers' CIDRs);
 - probing: `loop` (a round every interval or on request), `results` (the one record
-  of results), `sink` (what follows each result and each round);
+  of results), `verdicts` (each path's suspicion: ok, suspect, unreachable; fed through
+  `results`, confirmed by other observers and indirect probes), `sink` (what follows
+  each result and each round);
 - serving: `admin` (the admin API's answers), `feed` (the live feed's hub), `registry`
   (what /metrics exposes), `responder_stats` (the /hello responder), `history` (an hour
   of one-minute summaries per own path, for the web page);
@@ -47,6 +49,7 @@ from meshhealth.agent.membership.publisher import Publisher
 from meshhealth.agent.membership.registrar import Registrar
 from meshhealth.agent.metric_readings import read_at_scrape
 from meshhealth.agent.path_history import PathHistory
+from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.agent.probe_results import ProbeResults
 from meshhealth.agent.prober_loop import ProberLoop
 from meshhealth.agent.round_sink import RoundSink
@@ -74,6 +77,7 @@ class AgentComponents:
     members: ProbeTargets
     publisher: Publisher
     results: ProbeResults
+    verdicts: PathVerdicts
     feed: FeedHub
     sink: RoundSink
     loop: ProberLoop
@@ -200,10 +204,12 @@ def build_components(
         metrics=metrics.writes_of("health"),
     )
 
-    results = ProbeResults(local, window=config.stats_window)
+    verdicts = PathVerdicts(interval_s=config.interval_s)
+    results = ProbeResults(local, window=config.stats_window, verdicts=verdicts)
     feed = FeedHub(results)
     history = PathHistory()
     sink = RoundSink(results, metrics, publisher, feed, history)
+    verdicts.on_change = sink.on_verdicts
     loop = ProberLoop(
         probe_set=members.for_round,
         run_round=partial(
@@ -261,6 +267,7 @@ def build_components(
         members=members,
         publisher=publisher,
         results=results,
+        verdicts=verdicts,
         feed=feed,
         sink=sink,
         loop=loop,

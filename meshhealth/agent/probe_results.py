@@ -8,19 +8,32 @@
     results.summary(key)                       # one path now, the running round included
     results.running_round                      # paths with a result in the running round
     results.set_indirect(notes)                # what helpers found about failing paths
+    results.verdicts                           # each path's suspicion verdict (optional)
 
 Two readers, two moments. `status` shows the state after the last finished round: the
 summaries are taken once per round (all of them cost ~40 ms at 300 nodes, too much for
 every `GET /v1/status`, see bench/admin_latency.py) and the status document's `nodes`
 part is built from them at once, before anyone asks. The live feed streams results as
 they come and reads one path's summary at a time, the newest result included.
+
+With `verdicts` (meshhealth.agent.path_verdicts), each result also goes to the path's
+suspicion state as it is added, and the status `nodes` show each path's verdict: they
+are built again when a verdict changes between rounds (a confirmation, the timer).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from meshhealth.documents.status import IndirectNotes, LocalNode, NodesCache, NodesPart
+from meshhealth.agent.path_verdicts import PathVerdicts
+from meshhealth.documents.status import (
+    NO_VERDICTS,
+    IndirectNotes,
+    LocalNode,
+    NodesCache,
+    NodesPart,
+    Verdicts,
+)
 from meshhealth.model import PathKey, PathReport, PathSummary, ProbeResult, RoundReport, Target
 from meshhealth.probe.stats import StatsBook
 
@@ -28,8 +41,11 @@ from meshhealth.probe.stats import StatsBook
 class ProbeResults:
     """One StatsBook fed result by result, and what was read from it after each round."""
 
-    def __init__(self, local: LocalNode, *, window: int) -> None:
+    def __init__(
+        self, local: LocalNode, *, window: int, verdicts: PathVerdicts | None = None
+    ) -> None:
         self.book = StatsBook(window)
+        self.verdicts = verdicts
         self.summaries: dict[PathKey, PathSummary] = {}
         self.running_round: dict[PathKey, PathReport] = {}
         self.indirect: IndirectNotes = {}
@@ -38,6 +54,8 @@ class ProbeResults:
     def add(self, report: PathReport) -> ProbeResult | None:
         """Record one path result; returns the path's previous newest result."""
         self.running_round[report.path] = report
+        if self.verdicts is not None:
+            self.verdicts.observe(report.path, ok=report.result.ok)
         return self.book.add(report.path, report.result)
 
     def finish_round(self, report: RoundReport) -> list[PathKey]:
@@ -49,16 +67,24 @@ class ProbeResults:
         for path_report in report.paths:
             if self.running_round.get(path_report.path) is not path_report:
                 self.book.add(path_report.path, path_report.result)
+                if self.verdicts is not None:
+                    self.verdicts.observe(path_report.path, ok=path_report.result.ok)
         self.running_round = {}
         gone = self.book.retain_targets(report.targets)
+        if self.verdicts is not None:
+            self.verdicts.finish_round(report.targets)
         self.summaries = self.book.summaries()
-        self._nodes.get(report.targets, self.summaries, self.indirect)  # before any reader
+        self.status_nodes(report.targets)  # before any reader
         return gone
 
     def set_indirect(self, notes: IndirectNotes) -> None:
         """New indirect-probe findings (a new mapping each time): the next status has
         them."""
         self.indirect = notes
+
+    def verdict_states(self) -> Verdicts:
+        """Every path's verdict now (empty without `verdicts`)."""
+        return NO_VERDICTS if self.verdicts is None else self.verdicts.snapshot()
 
     def summary(self, key: PathKey) -> PathSummary | None:
         """One path's summary now, including a result of the running round."""
@@ -67,4 +93,4 @@ class ProbeResults:
     def status_nodes(self, targets: Sequence[Target]) -> NodesPart:
         """The status document's `nodes` for `targets` and the last round's summaries
         (built once per round or probe-set change, see NodesCache)."""
-        return self._nodes.get(targets, self.summaries, self.indirect)
+        return self._nodes.get(targets, self.summaries, self.indirect, self.verdict_states())

@@ -11,13 +11,15 @@ RTTs, the status gauges), the publisher (it decides whether etcd needs a write) 
 the feed (the `round` message, built from the status document, which has the round by
 then). With a PathHistory, the round also goes into its one-minute summaries (the web
 page's sparklines). With indirect probes, the round's failed paths are handed to them
-(meshhealth.agent.indirect_probes: they ask peers to probe those targets now).
+(meshhealth.agent.indirect_probes: they ask peers to probe those targets now). Paths
+whose suspicion verdict changes between rounds (`on_verdicts`, called by
+meshhealth.agent.path_verdicts) update the status and the metrics at once.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from meshhealth.agent.agent_metrics import AgentMetrics
@@ -71,6 +73,7 @@ class RoundSink:
         self.feed = feed
         self.history = history
         self.indirect = indirect
+        self.last_round: RoundReport | None = None
 
     def on_result(self, report: PathReport) -> None:
         """One path result, as its probe ends (never blocks)."""
@@ -79,12 +82,13 @@ class RoundSink:
 
     def on_round(self, report: RoundReport) -> None:
         """A finished round (never blocks)."""
+        self.last_round = report
         gone = self.results.finish_round(report)
         if gone:
             log.info("forgot %d paths of nodes that left", len(gone))
         summaries = self.results.summaries
         self.metrics.observe_round(report)
-        self.metrics.sync_connectivity(report.targets, summaries)
+        self.metrics.sync_connectivity(report.targets, summaries, self.results.verdict_states())
         self.publisher.note_round(report, summaries)
         if self.indirect is not None:
             self.indirect.note_round(report)
@@ -99,3 +103,16 @@ class RoundSink:
             sum(1 for p in report.paths if not p.result.ok),
         )
         self.feed.publish_round(report)
+
+    def on_verdicts(self, changed: Sequence[PathKey]) -> None:
+        """Paths whose suspicion verdict changed between rounds (a confirmation, the
+        timer): the status `nodes` and the metrics follow at once (never blocks); etcd
+        gets the new state with the next round."""
+        report = self.last_round
+        if report is None:
+            return
+        log.info("%d paths changed verdict between rounds", len(changed))
+        self.results.status_nodes(report.targets)
+        self.metrics.sync_connectivity(
+            report.targets, self.results.summaries, self.results.verdict_states()
+        )

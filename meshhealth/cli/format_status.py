@@ -11,7 +11,9 @@
           HTTP to agent:   OK, RTT=1.31ms
     Cluster health:   1/2 reachable   (2026-11-22T10:00:00Z)
 
-With clustermesh, a `Clusters:` section lists each cluster (local first) and the state
+A path that fails but whose suspicion time is not over reads `Connection timed out
+(suspect for 4s)`, and `Cluster health` adds `, 1 suspect` (neither reachable nor
+unreachable). With clustermesh, a `Clusters:` section lists each cluster (local first) and the state
 of its etcd (connected, unreachable, refused: see docs/clustermesh.md).
 A `Warning:` line at the end says when etcd is unreachable (the node list may be stale).
 `verbose` adds the probe interval and etcd lines (instead of the warning), loss,
@@ -45,9 +47,22 @@ def _ago(stamp: str | None, now: float | None) -> str:
     return f"{format_age(now - parse_iso_time(stamp))} ago"
 
 
+def _suspect_for(path: PathDocument, now: float | None) -> str:
+    """` (suspect for 4s)`: a failing path whose suspicion time is not over yet."""
+    if path.get("state") != "suspect":
+        return ""
+    since = path.get("state_since")
+    if since is None:
+        return " (suspect)"
+    if now is None:
+        return f" (suspect since {since})"
+    return f" (suspect for {format_age(max(0.0, now - parse_iso_time(since)))})"
+
+
 def path_line(path: PathDocument, *, verbose: bool, now: float | None) -> str:
-    """`OK, RTT=412.5µs` or the failure text; verbose adds the window's figures."""
-    head = str(path["text"])
+    """`OK, RTT=412.5µs` or the failure text (`(suspect for 4s)` while the path is
+    suspect); verbose adds the window's figures."""
+    head = str(path["text"]) + _suspect_for(path, now)
     if path["status"] == "ok" and path["latency_s"] is not None:
         head += f", RTT={format_duration(path['latency_s'])}"
     indirect = path.get("indirect")
@@ -160,8 +175,11 @@ def format_status_text(doc: StatusDocument, *, verbose: bool) -> str:
             )
     summary = doc["summary"]
     when = doc["probe_time"] or "never probed"
+    suspect = summary.get("suspect", 0)
+    suspects = f", {suspect} suspect" if suspect else ""
     lines.append(
-        f"Cluster health:   {summary['reachable']}/{summary['total']} reachable   ({when})"
+        f"Cluster health:   {summary['reachable']}/{summary['total']} reachable{suspects}"
+        f"   ({when})"
     )
     if verbose and doc["nodes"]:
         lines += _table_lines(doc["nodes"])

@@ -21,7 +21,12 @@ from typing import Any, Literal, cast
 from meshhealth import defaults
 from meshhealth.documents.feed import LaggingMessage, PathMessage, RoundMessage, SnapshotMessage
 from meshhealth.documents.matrix import MatrixDocument
-from meshhealth.documents.reachability import Reachability, statuses_reachability
+from meshhealth.documents.reachability import (
+    REACHABILITY_STATES,
+    Reachability,
+    combined_reachability,
+    status_reachability,
+)
 from meshhealth.documents.status_schema import PathDocument, StatusDocument
 from meshhealth.model import STATUS_TEXT, HealthReport, ProbeStatus, Protocol, TargetType, path_name
 from meshhealth.timefmt import parse_iso_time
@@ -40,6 +45,7 @@ class PathView:
     rtt_s: float | None = None
     loss: float = 0.0
     last_probed: float | None = None  # unix seconds
+    state: Reachability | None = None  # the agent's verdict (None: by status alone)
     history: deque[float | None] = field(
         default_factory=lambda: deque(maxlen=defaults.WATCH_SPARKLINE_POINTS)
     )
@@ -60,8 +66,12 @@ class NodeView:
 
     @property
     def state(self) -> Reachability:
-        """reachable / unreachable / unknown (meshhealth.documents.reachability)."""
-        return statuses_reachability(path.status for path in self.paths.values())
+        """reachable / suspect / unreachable / unknown (meshhealth.documents.reachability):
+        each path's verdict when the agent sent one, else its status."""
+        return combined_reachability(
+            status_reachability(path.status) if path.state is None else path.state
+            for path in self.paths.values()
+        )
 
 
 @dataclass(slots=True)
@@ -83,7 +93,7 @@ class WatchState:
 
     @property
     def health(self) -> tuple[int, int]:
-        """(reachable nodes, nodes)."""
+        """(reachable nodes, nodes); suspect nodes are neither."""
         nodes = list(self.nodes.values())
         return sum(1 for n in nodes if n.state == "reachable"), len(nodes)
 
@@ -103,6 +113,18 @@ def _time(text: object) -> float | None:
     return parse_iso_time(text) if isinstance(text, str) else None
 
 
+def _state(value: object) -> Reachability | None:
+    for state in REACHABILITY_STATES:  # a state this viewer does not know: by status
+        if value == state:
+            return state
+    return None
+
+
+def shown_text(text: str, state: Reachability | None) -> str:
+    """What a change line shows: the text, marked `(suspect)` while the path is."""
+    return f"{text} (suspect)" if state == "suspect" else text
+
+
 def _path_from_document(doc: PathDocument, old: PathView | None) -> PathView:
     view = PathView(
         status=str(doc.get("status", ProbeStatus.UNKNOWN.value)),
@@ -110,6 +132,7 @@ def _path_from_document(doc: PathDocument, old: PathView | None) -> PathView:
         rtt_s=doc.get("latency_s"),
         loss=float(doc.get("loss", 0.0)),
         last_probed=_time(doc.get("last_probed")),
+        state=_state(doc.get("state")),
     )
     if old is not None:
         view.history = old.history
@@ -132,12 +155,14 @@ def _update_path(
     ):
         new.history.append(new.rtt_s if new.status == ProbeStatus.OK else None)
     node.paths[name] = new
-    if old is not None and old.status == new.status and old.text == new.text:
+    new_text = shown_text(new.text, new.state)
+    old_text = None if old is None else shown_text(old.text, old.state)
+    if old is not None and old.status == new.status and old_text == new_text:
         return []
     # A path never probed (an agent that restarted) has no probe time: the change is
     # dated when this viewer learnt it.
     at = new.last_probed if new.last_probed is not None else state.last_update
-    return [Change(at, node.label, name, None if old is None else old.text, new.text)]
+    return [Change(at, node.label, name, old_text, new_text)]
 
 
 def _node(state: WatchState, cluster: str, name: str) -> NodeView:

@@ -46,9 +46,21 @@ COLUMN_TITLES = {
     "endpoint/icmp": "endpoint ICMP",
     "endpoint/http": "endpoint HTTP",
 }
-MATRIX_SYMBOL = {"reachable": "●", "unreachable": "✗", "stale": "?", "unknown": "·"}
-MATRIX_COLOUR = {"reachable": "green", "unreachable": "red", "stale": "yellow", "unknown": "grey50"}
-STATE_COLOUR = {"reachable": "green", "unreachable": "red", "unknown": "grey50"}
+MATRIX_SYMBOL = {"reachable": "●", "suspect": "◐", "unreachable": "✗", "stale": "?", "unknown": "·"}
+MATRIX_COLOUR = {
+    "reachable": "green",
+    "suspect": "yellow",
+    "unreachable": "red",
+    "stale": "yellow",
+    "unknown": "grey50",
+}
+STATE_COLOUR = {
+    "reachable": "green",
+    "suspect": "yellow",
+    "unreachable": "red",
+    "unknown": "grey50",
+}
+STATE_MARK = {"reachable": "● ", "suspect": "◐ ", "unreachable": "✗ "}
 
 
 def iso(unix_s: float | None) -> str:
@@ -80,6 +92,8 @@ def sparkline(points: Sequence[float | None]) -> str:
 def path_colour(path: PathView | None, *, now: float, interval_s: float | None) -> str:
     if path is None or path.status == ProbeStatus.UNKNOWN.value:
         return "grey50"
+    if path.state == "suspect":
+        return "yellow"  # failing, not for long enough to call it unreachable
     if path.status != ProbeStatus.OK.value:
         return "red"
     # the same bound as a stale report in the matrix
@@ -108,9 +122,7 @@ def path_cell(path: PathView | None, *, now: float, interval_s: float | None) ->
 
 def _node_label(node: NodeView) -> Text:
     colour = STATE_COLOUR.get(node.state, "grey50")
-    label = Text(
-        "● " if node.state == "reachable" else "✗ " if node.state == "unreachable" else "· "
-    )
+    label = Text(STATE_MARK.get(node.state, "· "))
     label.stylize(colour)
     label.append(node.name + (" (local)" if node.is_local else ""))
     return label
@@ -202,7 +214,9 @@ def matrix_view(state: WatchState) -> list[RenderableType]:
         ]
         table.add_row(label, *cells)
     lines = [Text(line) for line in matrix["summary"]["lines"]]
-    legend = Text("● reachable  ✗ unreachable  ? stale report  · unknown", style="grey50")
+    legend = Text(
+        "● reachable  ◐ suspect  ✗ unreachable  ? stale report  · unknown", style="grey50"
+    )
     return [title, table, legend, *lines]
 
 

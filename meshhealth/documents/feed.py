@@ -32,7 +32,7 @@ from collections.abc import Hashable
 from typing import Literal, TypedDict
 
 from meshhealth.documents.reachability import Reachability
-from meshhealth.documents.status import path_document
+from meshhealth.documents.status import PathVerdictLike, path_document
 from meshhealth.documents.status_schema import (
     EtcdDocument,
     LocalDocument,
@@ -168,7 +168,13 @@ def snapshot_message(status: StatusDocument, seq: int) -> SnapshotMessage:
 
 
 def path_message(
-    key: PathKey, ip: str, summary: PathSummary, changed: list[str], seq: int
+    key: PathKey,
+    ip: str,
+    summary: PathSummary,
+    changed: list[str],
+    seq: int,
+    *,
+    verdict: PathVerdictLike | None = None,
 ) -> PathMessage:
     return {
         "v": FEED_VERSION,
@@ -180,7 +186,7 @@ def path_message(
         "protocol": key.protocol.value,
         "ip": ip,
         "changed": changed,
-        "path": path_document(summary),
+        "path": path_document(summary, verdict),
     }
 
 

@@ -36,8 +36,8 @@ from meshhealth.timefmt import format_interval, iso_time
 
 SCHEMA_VERSION = 1
 
-CellState = Literal["reachable", "unreachable", "stale", "unknown"]
-CELL_STATES: tuple[CellState, ...] = ("reachable", "unreachable", "stale", "unknown")
+CellState = Literal["reachable", "suspect", "unreachable", "stale", "unknown"]
+CELL_STATES: tuple[CellState, ...] = ("reachable", "suspect", "unreachable", "stale", "unknown")
 # The order of the paths inside a cell: host ICMP, host HTTP, endpoint ICMP, endpoint HTTP.
 PATH_ORDER: tuple[str, ...] = tuple(
     path_name(t, p) for t in (TargetType.NODE, TargetType.ENDPOINT) for p in Protocol

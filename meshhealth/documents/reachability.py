@@ -2,15 +2,21 @@
 
 It is the rule behind cilium-health's `Cluster health: X/Y reachable`:
 
-- one path (host or endpoint, ICMP or HTTP) is `reachable` when its newest result is
-  OK, `unknown` before its first result (status `unknown`, or no result at all), and
+- one path (host or endpoint, ICMP or HTTP) is `unknown` before its first result
+  (status `unknown`, or no result at all). After that, its agent's suspicion verdict
+  decides (docs/diagnosis.md): `ok` is `reachable`, `suspect` is `suspect` (it failed,
+  not for long enough to be sure) and `unreachable` is `unreachable`. Without a verdict
+  (a report of an older agent) the newest status decides: `reachable` when OK,
   `unreachable` for any other status;
 - several paths together (a node's four paths, a matrix cell) are `unknown` when none
-  was probed, `unreachable` when any probed path fails, else `reachable`: paths not
-  probed yet do not count against a node.
+  was probed, `unreachable` when any probed path is unreachable, else `suspect` when
+  any is suspect, else `reachable`: paths not probed yet do not count against a node.
 
-Statuses are ProbeStatus values; a plain string works too (a document read back from
-JSON), and a status this version does not know counts as a failure.
+A `suspect` node counts neither as reachable nor as unreachable in `Cluster health`.
+
+Statuses are ProbeStatus values and verdicts PathVerdict values; plain strings work too
+(a document read back from JSON). A status this version does not know counts as a
+failure; a verdict it does not know is ignored (the status decides).
 """
 
 from __future__ import annotations
@@ -20,28 +26,50 @@ from typing import Literal
 
 from meshhealth.model import ProbeStatus
 
-Reachability = Literal["reachable", "unreachable", "unknown"]
-REACHABILITY_STATES: tuple[Reachability, ...] = ("reachable", "unreachable", "unknown")
+Reachability = Literal["reachable", "suspect", "unreachable", "unknown"]
+REACHABILITY_STATES: tuple[Reachability, ...] = ("reachable", "suspect", "unreachable", "unknown")
+
+# A path's suspicion verdict (meshhealth.diagnosis.suspicion.PathVerdict values) -> state.
+_VERDICT_STATES: dict[str, Reachability] = {
+    "ok": "reachable",
+    "suspect": "suspect",
+    "unreachable": "unreachable",
+}
 
 
-def status_reachability(status: str | None) -> Reachability:
-    """One path's state from its newest status (None: never probed)."""
+def status_reachability(status: str | None, verdict: str | None = None) -> Reachability:
+    """One path's state from its newest status (None: never probed) and its suspicion
+    verdict (None: not known, the status alone decides)."""
     if status is None or status == ProbeStatus.UNKNOWN:
         return "unknown"
+    from_verdict = _VERDICT_STATES.get(verdict) if verdict is not None else None
+    if from_verdict is not None:
+        return from_verdict
     return "reachable" if status == ProbeStatus.OK else "unreachable"
 
 
 def combined_reachability(states: Iterable[Reachability]) -> Reachability:
-    """Several paths as one: unreachable if any probed one fails, reachable if any was
-    probed and all of those are OK, unknown when none was probed."""
-    probed = False
+    """Several paths as one: unreachable if any probed one is, else suspect if any is,
+    reachable if any was probed, unknown when none was probed."""
+    probed = suspect = False
     for state in states:
         if state == "unreachable":
             return "unreachable"
+        suspect = suspect or state == "suspect"
         probed = probed or state == "reachable"
+    if suspect:
+        return "suspect"
     return "reachable" if probed else "unknown"
 
 
-def statuses_reachability(statuses: Iterable[str | None]) -> Reachability:
-    """Several paths' newest statuses as one state (`combined_reachability`)."""
-    return combined_reachability(status_reachability(status) for status in statuses)
+def statuses_reachability(
+    statuses: Iterable[str | None], verdicts: Iterable[str | None] | None = None
+) -> Reachability:
+    """Several paths' newest statuses (and their verdicts, in the same order; None: no
+    verdicts) as one state (`combined_reachability`)."""
+    if verdicts is None:
+        return combined_reachability(status_reachability(status) for status in statuses)
+    return combined_reachability(
+        status_reachability(status, verdict)
+        for status, verdict in zip(statuses, verdicts, strict=True)
+    )

@@ -24,15 +24,19 @@ round, with their JSON) and answers the socket with `encode_status_document`, wh
 splices the cached JSON: 300 nodes cost ~10 ms to build and encode, the rest ~0.1 ms.
 
 Reachability of paths and nodes follows meshhealth.documents.reachability (the rule of
-`Cluster health: X/Y reachable`): a node is reachable when it has at least one probed
-path and every probed path is OK; paths not probed yet do not count against it.
+`Cluster health: X/Y reachable`): a path's state is its suspicion verdict (`verdicts`,
+meshhealth.agent.path_verdicts; without one, its newest status); a node is reachable
+when it has at least one probed path and every probed path is reachable, suspect when
+one is suspect and none unreachable; paths not probed yet do not count against it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Protocol as TypingProtocol
 
 from meshhealth.documents.reachability import (
     REACHABILITY_STATES,
@@ -70,6 +74,20 @@ SCHEMA_VERSION = 1
 
 PathState = Reachability
 PATH_STATES: tuple[PathState, ...] = REACHABILITY_STATES
+
+
+class PathVerdictLike(TypingProtocol):
+    """A path's suspicion verdict (meshhealth.diagnosis.suspicion.PathSuspicion)."""
+
+    @property
+    def verdict(self) -> str: ...  # ok | suspect | unreachable
+
+    @property
+    def since(self) -> float | None: ...  # unix seconds the verdict was entered
+
+
+Verdicts = Mapping[PathKey, PathVerdictLike]
+NO_VERDICTS: Verdicts = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,12 +143,18 @@ class StatusInputs:
     round: RoundState
     now: float  # unix seconds; the document's `generated_at`
     clusters: Sequence[ClusterState] = ()  # local first; empty: the local one is derived
+    # each path's suspicion verdict (none: by status alone)
+    verdicts: Verdicts = field(default_factory=lambda: NO_VERDICTS)
 
 
-def path_state(summary: PathSummary | None) -> PathState:
-    """reachable / unreachable / unknown, from a path's newest result."""
+def path_state(
+    summary: PathSummary | None, verdict: PathVerdictLike | None = None
+) -> PathState:
+    """reachable / suspect / unreachable / unknown, from a path's newest result and its
+    suspicion verdict (None: the result alone decides)."""
     return status_reachability(
-        None if summary is None or summary.last is None else summary.last.status
+        None if summary is None or summary.last is None else summary.last.status,
+        None if verdict is None else verdict.verdict,
     )
 
 
@@ -145,10 +169,12 @@ _NO_NOTES: IndirectNotes = {}
 
 
 def path_document(
-    summary: PathSummary | None, indirect: IndirectDocument | None = None
+    summary: PathSummary | None,
+    indirect: IndirectDocument | None = None,
+    verdict: PathVerdictLike | None = None,
 ) -> PathDocument:
-    """The PATH object of the schema (status, text, latency, loss, percentiles, times);
-    `indirect` is added while the path fails."""
+    """The PATH object of the schema (status, text, latency, loss, percentiles, times,
+    the verdict's state); `indirect` is added while the path fails."""
     if summary is None or summary.last is None:
         status = ProbeStatus.UNKNOWN
         text = STATUS_TEXT[status]
@@ -157,6 +183,7 @@ def path_document(
         status = summary.last.status
         text = status_text(summary.last)
         detail = summary.last.detail
+    state = path_state(summary, verdict)
     doc: PathDocument = {
         "status": status.value,
         "text": text,
@@ -170,6 +197,8 @@ def path_document(
         "last_probed": None if summary is None else iso_time(summary.last_probed),
         "last_success": None if summary is None else iso_time(summary.last_success),
         "consecutive_failures": 0 if summary is None else summary.consecutive_failures,
+        "state": state,
+        "state_since": None if state == "unknown" or verdict is None else iso_time(verdict.since),
     }
     if indirect is not None and status not in (ProbeStatus.OK, ProbeStatus.UNKNOWN):
         doc["indirect"] = indirect
@@ -182,16 +211,16 @@ def _address_document(
     ip: str,
     summaries: Mapping[PathKey, PathSummary],
     indirect: IndirectNotes = _NO_NOTES,
+    verdicts: Verdicts = NO_VERDICTS,
 ) -> tuple[PrimaryAddressDocument, list[PathState]]:
     icmp_key = PathKey(target.cluster, target.node, target_type, Protocol.ICMP)
     http_key = PathKey(target.cluster, target.node, target_type, Protocol.HTTP)
-    icmp, http = summaries.get(icmp_key), summaries.get(http_key)
-    doc: AddressDocument = {
-        "ip": ip,
-        "icmp": path_document(icmp, indirect.get(icmp_key)),
-        "http": path_document(http, indirect.get(http_key)),
-    }
-    return {"primary_address": doc}, [path_state(icmp), path_state(http)]
+    icmp, http = (
+        path_document(summaries.get(key), indirect.get(key), verdicts.get(key))
+        for key in (icmp_key, http_key)
+    )
+    doc: AddressDocument = {"ip": ip, "icmp": icmp, "http": http}
+    return {"primary_address": doc}, [icmp["state"], http["state"]]
 
 
 def node_document(
@@ -200,16 +229,17 @@ def node_document(
     *,
     is_local: bool,
     indirect: IndirectNotes = _NO_NOTES,
+    verdicts: Verdicts = NO_VERDICTS,
 ) -> NodeDocument:
     """One entry of `nodes`."""
     host, host_states = _address_document(
-        target, TargetType.NODE, target.node_ip, summaries, indirect
+        target, TargetType.NODE, target.node_ip, summaries, indirect, verdicts
     )
     endpoint: PrimaryAddressDocument | None = None
     endpoint_states: list[PathState] = []
     if target.health_ip is not None:
         endpoint, endpoint_states = _address_document(
-            target, TargetType.ENDPOINT, target.health_ip, summaries, indirect
+            target, TargetType.ENDPOINT, target.health_ip, summaries, indirect, verdicts
         )
     host_state = combined_state(host_states)
     endpoint_state = combined_state(endpoint_states)
@@ -255,20 +285,23 @@ def build_nodes_part(
     targets: Sequence[Target],
     summaries: Mapping[PathKey, PathSummary],
     indirect: IndirectNotes = _NO_NOTES,
+    verdicts: Verdicts = NO_VERDICTS,
 ) -> NodesPart:
     """`nodes` and `summary` of the document, from the probe set and the summaries (and
-    the indirect-probe findings of failing paths)."""
+    the indirect-probe findings of failing paths, and the paths' verdicts)."""
     nodes = [
         node_document(
             target,
             summaries,
             is_local=(target.cluster, target.node) == (local.cluster, local.name),
             indirect=indirect,
+            verdicts=verdicts,
         )
         for target in _ordered_targets(local, targets)
     ]
-    reachable = sum(1 for node in nodes if node["reachable"])
-    unknown = sum(1 for node in nodes if node["state"] == "unknown")
+    counts = dict.fromkeys(REACHABILITY_STATES, 0)
+    for node in nodes:
+        counts[node["state"]] += 1
     node_counts: dict[str, int] = {}
     for node in nodes:
         node_counts[node["cluster"]] = node_counts.get(node["cluster"], 0) + 1
@@ -276,9 +309,10 @@ def build_nodes_part(
         nodes=nodes,
         nodes_json=encode_json(nodes),
         summary={
-            "reachable": reachable,
-            "unreachable": len(nodes) - reachable - unknown,
-            "unknown": unknown,
+            "reachable": counts["reachable"],
+            "unreachable": counts["unreachable"],
+            "suspect": counts["suspect"],
+            "unknown": counts["unknown"],
             "total": len(nodes),
         },
         node_counts=node_counts,
@@ -290,9 +324,9 @@ class NodesCache:
     summaries change. Building and encoding 300 nodes costs ~10 ms: once per round,
     not once per `GET /v1/status` (bench/admin_latency.py).
 
-    `summaries` and `indirect` are compared by identity: pass a new mapping when they
-    change (the agent takes a fresh `StatsBook.summaries()` after each round), never
-    mutate one."""
+    `summaries`, `indirect` and `verdicts` are compared by identity: pass a new mapping
+    when they change (the agent takes a fresh `StatsBook.summaries()` after each round,
+    and `PathVerdicts.snapshot()` is a new one after a change), never mutate one."""
 
     def __init__(self, local: LocalNode) -> None:
         self.local = local
@@ -300,6 +334,7 @@ class NodesCache:
         self._targets: tuple[Target, ...] = ()
         self._summaries: Mapping[PathKey, PathSummary] | None = None
         self._indirect: IndirectNotes = _NO_NOTES
+        self._verdicts: Verdicts = NO_VERDICTS
         self._part: NodesPart | None = None
 
     def get(
@@ -307,16 +342,19 @@ class NodesCache:
         targets: Sequence[Target],
         summaries: Mapping[PathKey, PathSummary],
         indirect: IndirectNotes = _NO_NOTES,
+        verdicts: Verdicts = NO_VERDICTS,
     ) -> NodesPart:
         key = tuple(targets)
         if (
             self._part is None
             or summaries is not self._summaries
             or indirect is not self._indirect
+            or verdicts is not self._verdicts
             or key != self._targets
         ):
-            self._part = build_nodes_part(self.local, key, summaries, indirect)
-            self._targets, self._summaries, self._indirect = key, summaries, indirect
+            self._part = build_nodes_part(self.local, key, summaries, indirect, verdicts)
+            self._targets, self._summaries = key, summaries
+            self._indirect, self._verdicts = indirect, verdicts
             self.builds += 1
         return self._part
 
@@ -352,7 +390,9 @@ def _head_document(inputs: StatusInputs) -> StatusHeadDocument:
 
 def _nodes_part(inputs: StatusInputs, nodes: NodesPart | None) -> NodesPart:
     if nodes is None:
-        return build_nodes_part(inputs.local, inputs.targets, inputs.summaries)
+        return build_nodes_part(
+            inputs.local, inputs.targets, inputs.summaries, verdicts=inputs.verdicts
+        )
     return nodes
 
 

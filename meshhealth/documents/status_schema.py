@@ -42,6 +42,8 @@ class PathDocument(TypedDict):
     last_probed: str | None
     last_success: str | None
     consecutive_failures: int
+    state: Reachability  # reachable, suspect, unreachable, unknown (the agent's verdict)
+    state_since: str | None  # when the path entered `state` (None: unknown)
     indirect: NotRequired[IndirectDocument]
 
 
@@ -103,6 +105,7 @@ class ClusterDocument(TypedDict):
 class SummaryDocument(TypedDict):
     reachable: int
     unreachable: int
+    suspect: int  # neither reachable nor unreachable: failing, not for long enough yet
     unknown: int
     total: int
 

@@ -49,6 +49,7 @@ from meshhealth.documents.feed import (
     round_message,
     snapshot_message,
 )
+from meshhealth.documents.status import PathVerdictLike
 from meshhealth.documents.status_schema import StatusDocument
 from meshhealth.model import PathKey, PathReport, PathSummary, ProbeResult, RoundReport
 
@@ -99,6 +100,15 @@ class PathResults(Protocol):
         """One path's summary now, the running round's result included."""
         ...
 
+    @property
+    def verdicts(self) -> PathVerdictSource | None:
+        """Each path's suspicion verdict (None: not kept)."""
+        ...
+
+
+class PathVerdictSource(Protocol):
+    def get(self, key: PathKey) -> PathVerdictLike | None: ...
+
 
 class FeedHub:
     """Fans the prober's results out to every connected client (see the module doc)."""
@@ -144,7 +154,9 @@ class FeedHub:
             summary = self.results.summary(key)
             if summary is not None and summary.last is not None:
                 self.stats.messages_built += 1
-                message = path_message(key, report.ip, summary, [], self.seq)
+                message = path_message(
+                    key, report.ip, summary, [], self.seq, verdict=self._verdict(key)
+                )
                 client.queue.put(key, encode(message))
         self.clients.add(client)
         self.stats.connected_total += 1
@@ -174,8 +186,19 @@ class FeedHub:
         if summary is None:  # not in the record: nothing to say about it
             return
         changed = path_changes(previous, report.result)
-        message = path_message(report.path, report.ip, summary, changed, self._next_seq())
+        message = path_message(
+            report.path,
+            report.ip,
+            summary,
+            changed,
+            self._next_seq(),
+            verdict=self._verdict(report.path),
+        )
         self._fan_out(report.path, encode(message))
+
+    def _verdict(self, key: PathKey) -> PathVerdictLike | None:
+        verdicts = self.results.verdicts
+        return None if verdicts is None else verdicts.get(key)
 
     def publish_round(self, report: RoundReport) -> None:
         """A finished round, already in `results` and the status document."""

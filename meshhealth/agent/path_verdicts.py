@@ -1,0 +1,250 @@
+"""Suspicion per own path: ok -> suspect -> unreachable, as the agent applies it.
+
+    verdicts = PathVerdicts(interval_s=10.0)
+    verdicts.observe(path_key, ok=False)            # each probe result (the round sink)
+    verdicts.finish_round(report.targets)           # each round: cluster size, forget left
+    verdicts.confirm("lab1", "node3", "lab1/node2") # another observer / an indirect probe
+    verdicts.set_multiplier(2)                      # local health: wait longer when unwell
+    await nursery.start(verdicts.run)               # settles paths whose time is up
+    verdicts.snapshot()                             # every path's PathSuspicion, read-only
+
+The rules are meshhealth.diagnosis.suspicion (pure); this component keeps one
+`PathSuspicion` per path this agent probes and applies them with the agent's clock. A
+failure makes a path `suspect`; it becomes `unreachable` after failing
+`SUSPICION_MIN_FAILURES` times in a row *and* for the suspicion time, which falls from
+the ceiling towards the floor as independent confirmations come in through `confirm`:
+other observers whose own probes of the target fail (their published results), peers
+whose indirect probe of the target failed. The timer task (`run`) makes a path
+unreachable when its time is up between two rounds (a confirmation arrived, or the
+time fell between probes); otherwise it happens with the next failure.
+
+`possible_confirmers` is the number of other nodes in the probe set minus the target
+(who could see it fail), so that a 2-node cluster waits the floor, not the ceiling.
+
+A change of verdict between rounds (`confirm`, the timer) calls `on_change` with the
+paths that changed (the round sink rebuilds the status and the metrics); changes made
+by a probe result (`observe`) follow with the round, like the result itself.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
+
+import trio
+
+from meshhealth.diagnosis.suspicion import (
+    PathSuspicion,
+    PathVerdict,
+    SuspicionParams,
+    confirm,
+    observe,
+    suspicion_params,
+    suspicion_time_s,
+)
+from meshhealth.model import PathKey, Target
+
+OnChange = Callable[[Sequence[PathKey]], None]
+
+
+def source_id(cluster: str, node: str) -> str:
+    """How a confirming node is named: `cluster/node` (each counts once per run)."""
+    return f"{cluster}/{node}"
+
+
+class PathVerdicts:
+    """One suspicion state per own path, the clock of the agent, and a timer."""
+
+    def __init__(
+        self,
+        *,
+        interval_s: float,
+        clock: Callable[[], float] = time.time,
+        on_change: OnChange | None = None,
+    ) -> None:
+        self.interval_s = interval_s
+        self._clock = clock
+        self.on_change = on_change
+        self._states: dict[PathKey, PathSuspicion] = {}
+        self._cluster_size = 1
+        self._multiplier = 1
+        self._params = suspicion_params(1, interval_s)
+        self._snapshot: Mapping[PathKey, PathSuspicion] | None = None
+        self._wake = trio.Event()
+        self._timer_due: float | None = None  # when the timer task wakes up next
+        self.changes = 0  # verdict changes since start
+
+    # --- reading -------------------------------------------------------------------
+
+    @property
+    def params(self) -> SuspicionParams:
+        """The floor, ceiling and thresholds in force (cluster size, local health)."""
+        return self._params
+
+    @property
+    def possible_confirmers(self) -> int:
+        """Other nodes of the probe set that could see a target fail (not us, not it)."""
+        return max(0, self._cluster_size - 2)
+
+    def get(self, path: PathKey) -> PathSuspicion | None:
+        return self._states.get(path)
+
+    def snapshot(self) -> Mapping[PathKey, PathSuspicion]:
+        """Every path's state, read-only; the same object until something changes (the
+        status cache compares it by identity)."""
+        if self._snapshot is None:
+            self._snapshot = MappingProxyType(dict(self._states))
+        return self._snapshot
+
+    def counts(self) -> dict[PathVerdict, int]:
+        counts = dict.fromkeys(PathVerdict, 0)
+        for state in self._states.values():
+            counts[state.verdict] += 1
+        return counts
+
+    def due_at(self, state: PathSuspicion) -> float | None:
+        """When a suspect path turns unreachable if nothing else happens (None: not
+        before its next failure, or not suspect)."""
+        if state.verdict is not PathVerdict.SUSPECT or state.failing_since is None:
+            return None
+        if state.failures < self._params.min_failures:
+            return None
+        wanted = min(self._params.confirmations_wanted, self.possible_confirmers)
+        time_s = suspicion_time_s(
+            len(state.confirmers), wanted, self._params.floor_s, self._params.ceiling_s
+        )
+        return state.failing_since + time_s
+
+    def next_due(self) -> float | None:
+        """The earliest `due_at` of all paths."""
+        times = [t for t in map(self.due_at, self._states.values()) if t is not None]
+        return min(times, default=None)
+
+    # --- feeding -------------------------------------------------------------------
+
+    def observe(self, path: PathKey, *, ok: bool, now: float | None = None) -> PathSuspicion:
+        """One probe result of `path` (never blocks); returns the path's new state."""
+        now = self._clock() if now is None else now
+        before = self._states.get(path, PathSuspicion())
+        after = observe(
+            before,
+            ok=ok,
+            now=now,
+            params=self._params,
+            possible_confirmers=self.possible_confirmers,
+        )
+        self._store({path: after}, {path: before}, notify=False)
+        return after
+
+    def confirm(
+        self,
+        cluster: str,
+        node: str,
+        source: str,
+        *,
+        now: float | None = None,
+        paths: Iterable[PathKey] | None = None,
+    ) -> list[PathKey]:
+        """`source` (a `cluster/node`, counted once per failing run) saw `cluster/node`
+        fail independently: every suspect path of ours to it (or only `paths`) counts
+        one confirmation more and may turn unreachable now. Returns the paths whose
+        verdict changed. Ok and unreachable paths are left as they are."""
+        now = self._clock() if now is None else now
+        chosen = (
+            [p for p in self._states if (p.cluster, p.node) == (cluster, node)]
+            if paths is None
+            else [p for p in paths if p in self._states]
+        )
+        before = {p: self._states[p] for p in chosen}
+        after = {
+            p: confirm(
+                state,
+                now=now,
+                params=self._params,
+                confirmers=(source,),
+                possible_confirmers=self.possible_confirmers,
+            )
+            for p, state in before.items()
+        }
+        return self._store(after, before)
+
+    def finish_round(self, targets: Sequence[Target]) -> list[PathKey]:
+        """After a round: the cluster size is the probe set's; paths of nodes that left
+        are forgotten (returned)."""
+        present = {(t.cluster, t.node) for t in targets}
+        gone = [p for p in self._states if (p.cluster, p.node) not in present]
+        for path in gone:
+            del self._states[path]
+        if gone:
+            self._snapshot = None
+        self._set_params(max(1, len(present)), self._multiplier)
+        return gone
+
+    def set_multiplier(self, multiplier: int) -> None:
+        """The local health factor (>= 1): an unwell agent waits longer."""
+        self._set_params(self._cluster_size, max(1, multiplier))
+
+    def settle(self, now: float | None = None) -> list[PathKey]:
+        """Make every suspect path whose time is up unreachable; returns them."""
+        now = self._clock() if now is None else now
+        before = {
+            p: s
+            for p, s in self._states.items()
+            if (due := self.due_at(s)) is not None and due <= now
+        }
+        after = {
+            p: confirm(
+                s, now=now, params=self._params, confirmers=(),
+                possible_confirmers=self.possible_confirmers,
+            )
+            for p, s in before.items()
+        }  # fmt: skip
+        return self._store(after, before)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The timer: settles each suspect path when its time is up (until cancelled)."""
+        task_status.started()
+        while True:
+            due = self._timer_due = self.next_due()
+            wait_s = math.inf if due is None else max(0.0, due - self._clock())
+            with trio.move_on_after(wait_s):
+                await self._wake.wait()
+            self._wake = trio.Event()
+            self.settle()
+
+    # --- inside --------------------------------------------------------------------
+
+    def _set_params(self, cluster_size: int, multiplier: int) -> None:
+        if (cluster_size, multiplier) == (self._cluster_size, self._multiplier):
+            return
+        self._cluster_size, self._multiplier = cluster_size, multiplier
+        self._params = suspicion_params(cluster_size, self.interval_s, multiplier=multiplier)
+        self._wake.set()  # the due times moved
+
+    def _store(
+        self,
+        after: Mapping[PathKey, PathSuspicion],
+        before: Mapping[PathKey, PathSuspicion],
+        *,
+        notify: bool = True,
+    ) -> list[PathKey]:
+        """Keep the new states; report the paths whose verdict changed."""
+        changed: list[PathKey] = []
+        for path, state in after.items():
+            old = before.get(path)
+            if old is not None and state == old and path in self._states:
+                continue
+            self._states[path] = state
+            self._snapshot = None
+            due = self.due_at(state)
+            if due is not None and (self._timer_due is None or due < self._timer_due):
+                self._wake.set()  # earlier than the timer's wake-up
+            if (old or PathSuspicion()).verdict is not state.verdict:
+                changed.append(path)
+        if changed:
+            self.changes += len(changed)
+            if notify and self.on_change is not None:
+                self.on_change(changed)
+        return changed
