@@ -309,6 +309,9 @@ SUSPICION_CEILING_FACTOR: Final = 6.0
 SUSPICION_CONFIRMATIONS: Final = 3
 # Failures in a row before "unreachable", whatever the time: one lost probe never is.
 SUSPICION_MIN_FAILURES: Final = 2
+# The agent's suspicion timer waits at least this long: a path due by a rounding error
+# only is settled on the next turn instead of in a busy loop (meshhealth.agent.path_verdicts).
+SUSPICION_TIMER_MIN_WAIT_S: Final = 0.001
 
 # --- local health awareness (meshhealth.diagnosis.local_health) -----------------------
 # Timeouts of an unwell agent stretch up to this factor (Lifeguard's 8); score 0..factor-1.

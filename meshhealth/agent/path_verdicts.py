@@ -35,6 +35,7 @@ from types import MappingProxyType
 
 import trio
 
+from meshhealth import defaults
 from meshhealth.diagnosis.suspicion import (
     PathSuspicion,
     PathVerdict,
@@ -208,7 +209,13 @@ class PathVerdicts:
         task_status.started()
         while True:
             due = self._timer_due = self.next_due()
-            wait_s = math.inf if due is None else max(0.0, due - self._clock())
+            # at least a millisecond: a time that is due by a rounding error only is
+            # settled on the next turn, never in a busy loop
+            wait_s = (
+                math.inf
+                if due is None
+                else max(defaults.SUSPICION_TIMER_MIN_WAIT_S, due - self._clock())
+            )
             with trio.move_on_after(wait_s):
                 await self._wake.wait()
             self._wake = trio.Event()
