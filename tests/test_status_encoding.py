@@ -45,7 +45,9 @@ CASES = {**status_stories.STORIES, "meshed": _meshed}
 def test_spliced_json_is_the_document_byte_for_byte(story: str) -> None:
     inputs = CASES[story]()
     expected = build_status_document(inputs)
-    part = build_nodes_part(inputs.local, inputs.targets, inputs.summaries, inputs.verdicts)
+    part = build_nodes_part(
+        inputs.local, inputs.targets, inputs.summaries, verdicts=inputs.verdicts
+    )
     encoded = encode_status_document(inputs, part)
     assert encoded == encode_json(expected)
     assert encode_status_document(inputs) == encoded

@@ -275,8 +275,7 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
         ),
         probe_paths=registry.gauge(
             "meshhealth_probe_paths",
-            "Paths this agent probes, by their status (reachable, suspect, unreachable, "
-            "unknown).",
+            "Paths this agent probes, by their status (reachable, suspect, unreachable, unknown).",
             ("status",),
         ),
         rounds=registry.counter("meshhealth_rounds_total", "Probe rounds finished."),

@@ -186,7 +186,7 @@ def path_message(
         "protocol": key.protocol.value,
         "ip": ip,
         "changed": changed,
-        "path": path_document(summary, verdict),
+        "path": path_document(summary, verdict=verdict),
     }
 
 

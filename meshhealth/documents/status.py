@@ -147,9 +147,7 @@ class StatusInputs:
     verdicts: Verdicts = field(default_factory=lambda: NO_VERDICTS)
 
 
-def path_state(
-    summary: PathSummary | None, verdict: PathVerdictLike | None = None
-) -> PathState:
+def path_state(summary: PathSummary | None, verdict: PathVerdictLike | None = None) -> PathState:
     """reachable / suspect / unreachable / unknown, from a path's newest result and its
     suspicion verdict (None: the result alone decides)."""
     return status_reachability(
@@ -211,6 +209,7 @@ def _address_document(
     ip: str,
     summaries: Mapping[PathKey, PathSummary],
     indirect: IndirectNotes = _NO_NOTES,
+    *,
     verdicts: Verdicts = NO_VERDICTS,
 ) -> tuple[PrimaryAddressDocument, list[PathState]]:
     icmp_key = PathKey(target.cluster, target.node, target_type, Protocol.ICMP)
@@ -233,13 +232,13 @@ def node_document(
 ) -> NodeDocument:
     """One entry of `nodes`."""
     host, host_states = _address_document(
-        target, TargetType.NODE, target.node_ip, summaries, indirect, verdicts
+        target, TargetType.NODE, target.node_ip, summaries, indirect, verdicts=verdicts
     )
     endpoint: PrimaryAddressDocument | None = None
     endpoint_states: list[PathState] = []
     if target.health_ip is not None:
         endpoint, endpoint_states = _address_document(
-            target, TargetType.ENDPOINT, target.health_ip, summaries, indirect, verdicts
+            target, TargetType.ENDPOINT, target.health_ip, summaries, indirect, verdicts=verdicts
         )
     host_state = combined_state(host_states)
     endpoint_state = combined_state(endpoint_states)
