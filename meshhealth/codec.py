@@ -26,6 +26,7 @@ from meshhealth.model import (
     PlanInfo,
     ProbeStatus,
     Protocol,
+    RetainedNode,
     TargetHealth,
     TargetType,
     ip_family,
@@ -55,8 +56,8 @@ MAX_PLAN_NODES = 1_000_000
 # "node/icmp", "node/http", "endpoint/icmp", "endpoint/http"
 PATH_NAMES: tuple[str, ...] = tuple(path_name(t, p) for t in TargetType for p in Protocol)
 
-Entry = Node | IPEntry | ClusterConfig | HealthReport
-E = TypeVar("E", Node, IPEntry, ClusterConfig, HealthReport)
+Entry = Node | IPEntry | ClusterConfig | HealthReport | RetainedNode
+E = TypeVar("E", Node, IPEntry, ClusterConfig, HealthReport, RetainedNode)
 
 
 # --- encoding ------------------------------------------------------------------------
@@ -78,10 +79,16 @@ def encode_health_report(r: HealthReport) -> bytes:
     return _encode("health report", _health_to_wire(r), _health_from_wire)
 
 
+def encode_retained(r: RetainedNode) -> bytes:
+    return _encode("retained node", _retained_to_wire(r), _retained_from_wire)
+
+
 def to_jsonable(obj: Entry) -> dict[str, object]:
     """The wire map of `obj` (field names as on the wire, `v` included), JSON-ready."""
     if isinstance(obj, Node):
         return _node_to_wire(obj)
+    if isinstance(obj, RetainedNode):
+        return _retained_to_wire(obj)
     if isinstance(obj, IPEntry):
         return _ip_entry_to_wire(obj)
     if isinstance(obj, ClusterConfig):
@@ -126,6 +133,11 @@ def _node_to_wire(n: Node) -> dict[str, object]:
     if n.health_ip_secondary is not None:
         wire["health_ip_secondary"] = n.health_ip_secondary
     return wire
+
+
+def _retained_to_wire(r: RetainedNode) -> dict[str, object]:
+    """The Node's fields, then `down_since` (null while its agent is alive)."""
+    return {**_node_to_wire(r.node), "down_since": r.down_since}
 
 
 def _ip_entry_to_wire(e: IPEntry) -> dict[str, object]:
@@ -198,6 +210,10 @@ def decode_node(data: bytes) -> Node:
     return _node_from_wire(_unpack_map(data))
 
 
+def decode_retained(data: bytes) -> RetainedNode:
+    return _retained_from_wire(_unpack_map(data))
+
+
 def decode_ip_entry(data: bytes) -> IPEntry:
     return _ip_entry_from_wire(_unpack_map(data))
 
@@ -228,6 +244,10 @@ def decode_value(key: str | bytes, data: bytes) -> Entry:
         value = decode_health_report(data)
         _agree("cluster", parsed.cluster, value.cluster)
         _agree("node", parsed.name, value.node)
+    elif parsed.kind is keys.KeyKind.RETAINED:
+        value = decode_retained(data)
+        _agree("cluster", parsed.cluster, value.node.cluster)
+        _agree("name", parsed.name, value.node.name)
     else:
         value = decode_cluster_config(data)
         _agree("name", parsed.cluster, value.name)
@@ -353,6 +373,12 @@ def _check_dual_stack(
             f"field 'health_ip_secondary': must be of node_ip_secondary's family, got "
             f"{health_ip_secondary}"
         )
+
+
+def _retained_from_wire(m: Mapping[str, object]) -> RetainedNode:
+    node = _node_from_wire(m)
+    raw = wf.field(m, "down_since")
+    return RetainedNode(node, None if raw is None else wf.seconds(raw, "down_since"))
 
 
 def _ip_entry_from_wire(m: Mapping[str, object]) -> IPEntry:

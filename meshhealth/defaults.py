@@ -102,8 +102,12 @@ HTTP_SERVER_RECEIVE_CHUNK_BYTES: Final = 16 * 1024
 HTTP_SERVER_ACCEPT_BACKOFF_S: Final = 0.1
 
 # --- etcd client (meshhealth.kvstore) -------------------------------------------------
-# A killed node leaves every probe set within ~TTL.
+# A node whose agent stops refreshing its lease loses its entries within ~TTL.
 LEASE_TTL_S: Final = 15
+# A node whose lease expired without a clean leave stays in every view as agent-down this
+# long (meshhealth.agent.membership.retained_nodes): long enough for an operator to see
+# a crashed agent, short enough that a node taken away for good leaves by itself.
+AGENT_DOWN_RETENTION_S: Final = 600.0
 # Every etcd request has a deadline; a stuck etcd must not stall the agent.
 ETCD_REQUEST_TIMEOUT_S: Final = 5.0
 # How often the liveness check asks etcd something cheap, and how long it may take: a

@@ -3,6 +3,7 @@
     meshhealth/state/nodes/v1/<cluster>/<node>     Node            (node lease)
     meshhealth/state/ip/v1/<cluster>/<ip>          IPEntry         (node lease)
     meshhealth/state/health/v1/<cluster>/<node>    HealthReport    (node lease)
+    meshhealth/state/retained/v1/<cluster>/<node>  RetainedNode    (no lease)
     meshhealth/cluster-config/<cluster>            ClusterConfig   (no lease)
 
 Builders validate their inputs and raise ValueError; `parse_key` raises InvalidKey (a
@@ -38,10 +39,11 @@ class KeyKind(enum.StrEnum):
     NODE = "nodes"
     IP = "ip"
     HEALTH = "health"
+    RETAINED = "retained"
     CLUSTER_CONFIG = "cluster-config"
 
 
-_STATE_KINDS = (KeyKind.NODE, KeyKind.IP, KeyKind.HEALTH)
+_STATE_KINDS = (KeyKind.NODE, KeyKind.IP, KeyKind.HEALTH, KeyKind.RETAINED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +123,10 @@ def health_key(cluster: str, node: str) -> str:
     return f"{health_prefix(cluster)}{validate_node_name(node)}"
 
 
+def retained_key(cluster: str, node: str) -> str:
+    return f"{retained_prefix(cluster)}{validate_node_name(node)}"
+
+
 def cluster_config_key(cluster: str) -> str:
     return f"{cluster_config_prefix()}{validate_cluster_name(cluster)}"
 
@@ -145,6 +151,11 @@ def ip_prefix(cluster: str | None = None) -> str:
 def health_prefix(cluster: str | None = None) -> str:
     """Prefix of the health entries of `cluster` (of all clusters when None)."""
     return _state_prefix(KeyKind.HEALTH, cluster)
+
+
+def retained_prefix(cluster: str | None = None) -> str:
+    """Prefix of the retained node entries of `cluster` (of all clusters when None)."""
+    return _state_prefix(KeyKind.RETAINED, cluster)
 
 
 def cluster_config_prefix() -> str:

@@ -1,6 +1,6 @@
 """Dataclasses of the domain. No I/O here.
 
-etcd entries (see docs/kvstore.md): Node, IPEntry, ClusterConfig, HealthReport.
+etcd entries (see docs/kvstore.md): Node, RetainedNode, IPEntry, ClusterConfig, HealthReport.
 Probing: Target (a node to probe), PathKey (one path to it), ProbeResult, RoundReport.
 """
 
@@ -34,6 +34,18 @@ class Node:
     # The other address family (cilium-health's secondary addresses), None when absent.
     node_ip_secondary: str | None = None
     health_ip_secondary: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RetainedNode:
+    """`meshhealth/state/retained/v1/<cluster>/<node>` (no lease): the node as it
+    registered, written with its registration and deleted when it leaves cleanly. Left
+    behind by an agent whose lease expired: the node is then kept in view as agent-down
+    from `down_since` (unix seconds, set by one live agent of the cluster) for the
+    retention time (docs/kvstore.md)."""
+
+    node: Node
+    down_since: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +164,9 @@ class Target:
     health_ip: str | None = None
     node_ip_secondary: str | None = None
     health_ip_secondary: str | None = None
+    # Set for a node whose agent's lease expired without a clean leave (unix seconds of
+    # the expiry): its NodeIP stays probed, its views say agent-down.
+    agent_down_since: float | None = None
 
     def address(self, target_type: TargetType, secondary: bool = False) -> str | None:
         if secondary:

@@ -183,17 +183,24 @@ def test_sigstop_shows_http_timing_out_with_icmp_ok_then_recovers(cluster: Agent
         )
 
 
-def test_sigkill_leaves_probe_sets_within_lease_ttl(
+def test_sigkill_keeps_the_node_as_agent_down_then_drops_it(
     tmp_path: Path, etcd_server: EtcdServer
 ) -> None:
-    ttl_s = 3
-    with AgentCluster(tmp_path, etcd_server.endpoint, lease_ttl_s=ttl_s) as cluster:
+    """A crashed agent does not make its node vanish: after its lease expires the node
+    stays in every view as agent-down (its NodeIP still answers ICMP, nothing answers
+    HTTP) for the retention time, then leaves with a log line and a metric."""
+    ttl_s, retention_s = 3, 8.0
+    with AgentCluster(
+        tmp_path,
+        etcd_server.endpoint,
+        lease_ttl_s=ttl_s,
+        extra_args=["--agent-down-retention", str(retention_s)],
+    ) as cluster:
         agents = _start_three(cluster)
         victim = agents[2]
         responders = victim.responder_children()
         assert len(responders) == 1, responders
-        metrics_before = agents[0].metrics_text()
-        assert 'target_node="n3"' in metrics_before
+        assert keys.retained_key("c1", "n3") in _keys_of(etcd_server, "c1", "n3")
 
         victim.signal(signal.SIGKILL)
         victim.proc.wait(5)  # type: ignore[union-attr]
@@ -207,20 +214,50 @@ def test_sigkill_leaves_probe_sets_within_lease_ttl(
             what="orphaned responder exits",
         )
 
-        # Every other agent drops n3 within TTL + 1 s (lease expiry; etcd checks
-        # leases every ~0.5 s) + one round (interval 1 s) + a margin for slow CI.
-        bound_s = ttl_s + 1 + cluster.interval_s + 3
+        def agent_down(doc: dict[str, Any]) -> bool:
+            node = node_of(doc, "n3")
+            return (
+                node is not None
+                and "agent_down_since" in node
+                and node["health_endpoint"] is None  # gone with its agent: not probed
+                and path_status(doc, "n3", "host", "icmp") == "ok"
+                and path_status(doc, "n3", "host", "http") not in ("ok", "unknown", None)
+            )
+
+        # Lease expiry (TTL + etcd's ~0.5 s lease check) + a round + a margin for slow CI.
+        for observer in agents[:2]:
+            doc, _ = wait_for(
+                observer.status_json, agent_down, ttl_s + 15, what=f"{observer.name}: n3 agent-down"
+            )
+            assert doc["summary"]["unreachable"] == 1 and doc["summary"]["total"] == 3
+        # the lease's entries are gone, the retained one stays, stamped
+        left = _keys_of(etcd_server, "c1", "n3")
+        assert left == [keys.retained_key("c1", "n3")]
+        stamped = codec.decode_retained(
+            etcdctl_get_prefix(etcd_server, keys.retained_prefix("c1"))[left[0]]
+        )
+        assert stamped.down_since is not None and stamped.node.node_ip == victim.node_ip
+        text = agents[0].status_cli().stdout
+        assert re.search(r"c1/n3 \(agent down since \S+: lease expired\):", text), text
+        assert "meshhealth_agent_down_nodes 1" in agents[0].metrics_text()
+
+        # After the retention time it leaves every view, and the keeper deletes the entry.
         for observer in agents[:2]:
             wait_for(
                 observer.status_json,
                 lambda d: node_of(d, "n3") is None,
-                bound_s - (time.monotonic() - killed_at),
-                what=f"{observer.name} drops n3",
+                retention_s + 15,
+                what=f"{observer.name} drops n3 after the retention",
             )
-        left_after_s = time.monotonic() - killed_at
-        assert left_after_s < bound_s
-        assert _keys_of(etcd_server, "c1", "n3") == []
-        # Prometheus: the series of a node that left are removed (at the next round).
+        dropped_after_s = time.monotonic() - killed_at
+        assert dropped_after_s >= retention_s
+        wait_for(
+            lambda: _keys_of(etcd_server, "c1", "n3"), lambda k: k == [], 10, what="entry deleted"
+        )
+        assert "n3 dropped: agent down for" in agents[0].log_text()
+        metrics = agents[0].metrics_text()
+        assert "meshhealth_agent_down_dropped_total 1" in metrics
+        assert "meshhealth_agent_down_nodes 0" in metrics
         wait_for(
             agents[0].metrics_text,
             lambda text: 'target_node="n3"' not in text,
@@ -238,7 +275,22 @@ def test_sigkill_leaves_probe_sets_within_lease_ttl(
             what="restarted n3 with a working endpoint",
         )
         assert "address already in use" not in victim.log_text().lower()
-        print(f"n3 left the probe sets {left_after_s:.2f}s after SIGKILL (TTL {ttl_s}s)")
+        print(f"n3 agent-down, then dropped {dropped_after_s:.2f}s after SIGKILL")
+
+
+def test_sigterm_leaves_at_once_and_is_not_retained(
+    cluster: AgentCluster, etcd_server: EtcdServer
+) -> None:
+    agents = _start_three(cluster)
+    cluster.stop(agents[2])
+    for observer in agents[:2]:
+        wait_for(
+            observer.status_json,
+            lambda d: node_of(d, "n3") is None,
+            5,
+            what=f"{observer.name} drops n3 after a clean leave",
+        )
+    assert _keys_of(etcd_server, "c1", "n3") == []
 
 
 def test_etcd_restart_agents_keep_serving_and_re_register(

@@ -23,6 +23,7 @@ from meshhealth.model import (
     Node,
     PathHealth,
     ProbeStatus,
+    RetainedNode,
     TargetHealth,
 )
 from tests.kv_strategies import (
@@ -533,3 +534,27 @@ def test_docs_examples_decode() -> None:
         shown = json.loads(line)
         value = codec.decode_value(shown["key"], msgpack.packb(shown["value"]))
         assert codec.to_jsonable(value) == shown["value"]
+
+
+@FAST
+@given(node=nodes, down_since=st.none() | st.floats(0, 4e9))
+def test_retained_node_round_trip(node: Node, down_since: float | None) -> None:
+    retained = RetainedNode(node, down_since)
+    data = codec.encode_retained(retained)
+    assert codec.decode_retained(data) == retained
+    assert codec.decode_value(keys.retained_key(node.cluster, node.name), data) == retained
+    # an older reader of the node's fields still reads it (down_since is one more field)
+    assert codec.decode_node(data) == node
+
+
+def test_retained_node_must_agree_with_its_key_and_have_a_valid_stamp() -> None:
+    node = Node("n3", "c1", "10.0.0.3", None, (), 4240, "", 5.0)
+    data = codec.encode_retained(RetainedNode(node))
+    with pytest.raises(codec.DecodeError, match="key says 'n4'"):
+        codec.decode_value(keys.retained_key("c1", "n4"), data)
+    wire = {**codec.to_jsonable(RetainedNode(node)), "down_since": -1}
+    with pytest.raises(codec.DecodeError, match="down_since"):
+        codec.decode_retained(msgpack.packb(wire))
+    assert keys.parse_key(keys.retained_key("c1", "n3")) == keys.ParsedKey(
+        keys.KeyKind.RETAINED, "c1", "n3"
+    )

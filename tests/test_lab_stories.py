@@ -216,10 +216,10 @@ def test_kill_agent_story(story: StoryLab) -> None:
     _fault(story, "kill-agent", "node3")
     try:
         # The kernel still answers ICMP; nobody answers HTTP on the NodeIP any more. After
-        # the lease TTL the node may also leave the probe set: both mean "agent gone".
+        # the lease TTL the node stays in view as agent-down (--agent-down-retention).
         def agent_gone(seen: Paths | None) -> bool:
             if seen is None:
-                return True
+                return False
             return seen["host icmp"] == "ok" and seen["host http"] in ("refused", "timeout")
 
         story.wait_view("node1", "lab1/node3", agent_gone, "with its agent gone")

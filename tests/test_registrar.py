@@ -15,7 +15,7 @@ import trio
 from meshhealth import codec, keys
 from meshhealth.agent.membership.registrar import NodeNameTaken, Registrar, registration_entries
 from meshhealth.kvstore import Etcd, open_etcd
-from meshhealth.model import IPEntry
+from meshhealth.model import IPEntry, RetainedNode
 from tests.etcd_helpers import FAST_ETCD, etcdctl_get_prefix_async, make_node, poll_until
 from tests.plugins.etcd_server import EtcdServer
 
@@ -93,15 +93,18 @@ async def test_register_is_visible_with_etcdctl_and_revoked_on_shutdown(
                 "meshhealth/state/ip/v1/c1/10.1.0.2": IPEntry(
                     "10.1.0.2", "10.0.0.1", "n1", 4, ("reserved:health",)
                 ),
+                # no lease: a crash leaves it behind (agent-down), a clean leave deletes it
+                "meshhealth/state/retained/v1/c1/n1": RetainedNode(NODE, None),
             }
             # Outlives its TTL: the keepalive works (a refresh every TTL/3; five of them
             # span more than the TTL after the registration).
             registered_at = trio.current_time()
             await poll_until(lambda: registrar.refreshes >= 5, TTL_S * 4, what="5 keepalives")
             assert trio.current_time() - registered_at > TTL_S
-            assert len(await entries_in_etcd(etcd_server)) == 3
+            assert len(await entries_in_etcd(etcd_server)) == 4
             assert registrar.registered
-        # Clean shutdown: the lease is revoked, the entries are gone at once (no polling).
+        # Clean shutdown: the retained entry is deleted and the lease revoked: every entry
+        # is gone at once (no polling).
         assert await entries_in_etcd(etcd_server) == {}
         assert not registrar.registered
         assert registrar.registrations == 1
@@ -111,9 +114,7 @@ async def test_killed_agent_expires_and_its_name_can_be_reused(etcd_server: Etcd
     with child_agent(etcd_server.endpoint, "n1", "10.0.0.1") as child:
         assert "meshhealth/state/nodes/v1/c1/n1" in await entries_in_etcd(etcd_server)
         child.kill()
-    took = await poll_until(
-        lambda: entries_in_etcd_is_empty(etcd_server), TTL_S + 4.0, interval_s=0.2
-    )
+    took = await poll_until(lambda: only_retained_left(etcd_server), TTL_S + 4.0, interval_s=0.2)
     print(f"killed agent's entries expired after {took:.2f} s (TTL {TTL_S} s)")
 
     # A crashed agent restarted at once waits its own stale entry out: no NodeNameTaken.
@@ -129,8 +130,9 @@ async def test_killed_agent_expires_and_its_name_can_be_reused(etcd_server: Etcd
             assert kv.lease_id == registrar.lease_id
 
 
-async def entries_in_etcd_is_empty(server: EtcdServer) -> bool:
-    return await entries_in_etcd(server) == {}
+async def only_retained_left(server: EtcdServer) -> bool:
+    """The lease's entries expired; the retained one (no lease) stays after a crash."""
+    return list(await entries_in_etcd(server)) == ["meshhealth/state/retained/v1/c1/n1"]
 
 
 async def test_live_agent_holding_the_name_is_refused(etcd_server: EtcdServer) -> None:
@@ -187,7 +189,7 @@ async def test_entries_deleted_by_hand_are_put_back(etcd_server: EtcdServer) -> 
                 etcd_server.etcdctl, "del", "--prefix", "meshhealth/state/"
             )
             await poll_until(
-                lambda: entries_count_is(etcd_server, 3), TTL_S + 2.0, what="entries back"
+                lambda: entries_count_is(etcd_server, 4), TTL_S + 2.0, what="entries back"
             )
             assert registrar.registrations == 2
 
@@ -228,7 +230,7 @@ async def test_survives_etcd_kill_and_restart(etcd_server: EtcdServer) -> None:
             print(f"registrar kept alive again {took:.2f} s after etcd restart")
             assert registrar.registered
             assert registrar.registrations == 1  # same lease, no re-registration needed
-            assert await entries_count_is(etcd_server, 3)
+            assert await entries_count_is(etcd_server, 4)
 
 
 async def test_reregisters_after_etcd_lost_its_data(etcd_server: EtcdServer) -> None:
@@ -250,4 +252,4 @@ async def test_reregisters_after_etcd_lost_its_data(etcd_server: EtcdServer) -> 
             assert registrar.lease_id != first_lease
             assert registrar.lease_losses == 1
             assert registrar.re_registrations == 1
-            assert await entries_count_is(etcd_server, 3)
+            assert await entries_count_is(etcd_server, 4)

@@ -110,6 +110,8 @@ class AgentMetrics:
     etcd_errors: Counter  # {cluster}
     kvstore_invalid_values: Counter  # {kind}: nodes | ip | health | cluster-config
     endpoint_restarts: Counter
+    agent_down_nodes: Gauge
+    agent_down_dropped: Counter
     build_info: Gauge
     kvstore_writes: Counter  # {key_kind}: health | cluster-config
     kvstore_write_bytes: Counter  # {key_kind}
@@ -303,6 +305,15 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
         endpoint_restarts=registry.counter(
             "meshhealth_endpoint_restarts_total",
             "Times the health endpoint (responder) was restarted after it died.",
+        ),
+        agent_down_nodes=registry.gauge(
+            "meshhealth_agent_down_nodes",
+            "Nodes kept in view as agent-down: their agent's lease expired without a clean "
+            "leave, less than the retention time ago.",
+        ),
+        agent_down_dropped=registry.counter(
+            "meshhealth_agent_down_dropped_total",
+            "Agent-down nodes that left this agent's view when their retention time ended.",
         ),
         build_info=build_info,
         kvstore_writes=registry.counter(

@@ -125,6 +125,7 @@ async def _start_membership(nursery: trio.Nursery, parts: AgentComponents) -> No
     """Registration, discovery, the clustermesh, publishing, and routes to peers."""
     await nursery.start(parts.registrar.run)
     await nursery.start(parts.discovery.run)
+    await nursery.start(parts.retained.run)
     await nursery.start(parts.mesh.run)
     await nursery.start(parts.publisher.run)
     if parts.routes is not None and parts.peer_nodes is not None:

@@ -47,6 +47,7 @@ from meshhealth.agent.membership.peer_nodes import PeerNodes
 from meshhealth.agent.membership.probe_targets import PlanSettings, ProbeTargets
 from meshhealth.agent.membership.publisher import Publisher
 from meshhealth.agent.membership.registrar import Registrar
+from meshhealth.agent.membership.retained_nodes import RetainedNodes
 from meshhealth.agent.metric_readings import read_at_scrape
 from meshhealth.agent.path_history import PathHistory
 from meshhealth.agent.path_verdicts import PathVerdicts
@@ -73,6 +74,7 @@ class AgentComponents:
     metrics: AgentMetrics
     registrar: Registrar
     discovery: Discovery
+    retained: RetainedNodes
     mesh: ClusterMesh
     members: ProbeTargets
     publisher: Publisher
@@ -179,9 +181,21 @@ def build_components(
     registry = Registry()
     metrics = agent_metrics(registry, source_cluster=config.cluster, source_node=config.node)
 
-    registrar = Registrar(etcd, node_entry(config, started_at), ttl_s=config.lease_ttl_s)
+    retain = config.agent_down_retention_s > 0
+    registrar = Registrar(
+        etcd, node_entry(config, started_at), ttl_s=config.lease_ttl_s, retain=retain
+    )
     invalid_ip = metrics.invalid_values_of("ip")
     discovery = Discovery({config.cluster: etcd}, invalid_metric=invalid_ip)
+    retained = RetainedNodes(
+        etcd,
+        config.cluster,
+        config.node,
+        discovery,
+        retention_s=config.agent_down_retention_s,
+        down_gauge=metrics.agent_down_nodes.labels(),
+        dropped_counter=metrics.agent_down_dropped.labels(),
+    )
     mesh = ClusterMesh(
         etcd,
         ClusterConfig(config.cluster, config.cluster_id or default_cluster_id(config.cluster)),
@@ -194,7 +208,7 @@ def build_components(
     plan = PlanSettings(
         interval_s=config.interval_s, k=config.probe_targets, full_mesh=config.full_mesh
     )
-    members = ProbeTargets(own, etcd, discovery, mesh, plan)
+    members = ProbeTargets(own, etcd, discovery, mesh, plan, retained=retained)
     publisher = Publisher(
         etcd,
         registrar,
@@ -263,6 +277,7 @@ def build_components(
         metrics=metrics,
         registrar=registrar,
         discovery=discovery,
+        retained=retained,
         mesh=mesh,
         members=members,
         publisher=publisher,

@@ -66,6 +66,7 @@ class AgentConfig:
     # ask), and how often each peer may ask this agent (requests per second)
     indirect_helpers: int = defaults.INDIRECT_HELPERS
     indirect_rate: float = defaults.INDIRECT_RATE_PER_S
+    agent_down_retention_s: float = defaults.AGENT_DOWN_RETENTION_S
     # etcd TLS and user (meshhealth.agent.etcd_access turns them into an EtcdAccess);
     # `etcd` is () when it comes from the --etcd-config file.
     etcd_config: str | None = None
@@ -253,6 +254,14 @@ OPTIONS: tuple[Option, ...] = (
         values.positive_int,
         defaults.LEASE_TTL_S,
         "etcd lease TTL of this node's entries, seconds",
+        metavar="SECONDS",
+    ),
+    Option(
+        "agent_down_retention_s",
+        values.non_negative_float,
+        defaults.AGENT_DOWN_RETENTION_S,
+        "how long a node whose agent's lease expired without a clean leave stays in view "
+        "as agent-down, seconds (0: not at all)",
         metavar="SECONDS",
     ),
     Option(

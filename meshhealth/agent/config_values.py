@@ -43,6 +43,13 @@ def positive_float(value: object) -> float:
     return result
 
 
+def non_negative_float(value: object) -> float:
+    result = number(value)
+    if not result >= 0 or result == float("inf"):
+        raise ValueError(f"must be a number >= 0, got {value!r}")
+    return result
+
+
 def positive_int(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ValueError(f"expected an integer, got {value!r}")

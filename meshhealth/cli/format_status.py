@@ -84,6 +84,8 @@ def path_line(path: PathDocument, *, verbose: bool, now: float | None) -> str:
 
 def node_title(node: NodeDocument) -> str:
     title = f"{node['cluster']}/{node['name']}"
+    if "agent_down_since" in node:
+        return f"{title} (agent down since {node['agent_down_since']}: lease expired)"
     return f"{title} (localhost)" if node["is_local"] else title
 
 

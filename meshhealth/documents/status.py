@@ -243,7 +243,7 @@ def node_document(
     host_state = combined_state(host_states)
     endpoint_state = combined_state(endpoint_states)
     node_state = combined_state(host_states + endpoint_states)
-    return {
+    doc: NodeDocument = {
         "cluster": target.cluster,
         "name": target.node,
         "is_local": is_local,
@@ -255,6 +255,10 @@ def node_document(
         "host_state": host_state,
         "health_endpoint_state": endpoint_state if endpoint is not None else None,
     }
+    down_since = iso_time(target.agent_down_since)
+    if down_since is not None:
+        doc["agent_down_since"] = down_since
+    return doc
 
 
 def _ordered_targets(local: LocalNode, targets: Sequence[Target]) -> list[Target]:

@@ -69,6 +69,9 @@ class NodeDocument(TypedDict):
     state: Reachability
     host_state: Reachability  # the Node column of `cilium status --verbose`
     health_endpoint_state: Reachability | None  # the Endpoints column
+    # Only for a node whose agent's lease expired without a clean leave: since when
+    # (RFC 3339); kept in view, its NodeIP probed, for the retention time.
+    agent_down_since: NotRequired[str]
 
 
 class LocalDocument(TypedDict):

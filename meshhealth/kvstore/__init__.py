@@ -15,7 +15,16 @@ from meshhealth.backoff import Backoff
 from meshhealth.kvstore.client import Etcd, open_etcd
 from meshhealth.kvstore.errors import EtcdError, EtcdUnavailable
 from meshhealth.kvstore.health import EtcdHealth, EtcdStats
-from meshhealth.kvstore.messages import KV, Delete, Get, KeyAbsent, LeaseIs, Put, TxnResult
+from meshhealth.kvstore.messages import (
+    KV,
+    Delete,
+    Get,
+    KeyAbsent,
+    LeaseIs,
+    ModRevisionIs,
+    Put,
+    TxnResult,
+)
 from meshhealth.kvstore.watch import (
     Compacted,
     EventKind,
@@ -40,6 +49,7 @@ __all__ = [
     "Get",
     "KeyAbsent",
     "LeaseIs",
+    "ModRevisionIs",
     "PrefixWatch",
     "Put",
     "ResyncNeeded",

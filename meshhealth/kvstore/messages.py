@@ -37,6 +37,14 @@ class LeaseIs:
 
 
 @dataclass(frozen=True, slots=True)
+class ModRevisionIs:
+    """Compare: `key` was last written at `mod_revision` (0: it does not exist)."""
+
+    key: str
+    mod_revision: int
+
+
+@dataclass(frozen=True, slots=True)
 class Put:
     key: str
     value: bytes
@@ -53,7 +61,7 @@ class Delete:
     key: str
 
 
-Compare = KeyAbsent | LeaseIs
+Compare = KeyAbsent | LeaseIs | ModRevisionIs
 Op = Put | Get | Delete
 
 
@@ -85,6 +93,13 @@ def compare_message(compare: Compare) -> Any:
             target=etcdrpc.Compare.CREATE,
             result=etcdrpc.Compare.EQUAL,
             create_revision=0,
+        )
+    if isinstance(compare, ModRevisionIs):
+        return etcdrpc.Compare(
+            key=to_bytes(compare.key),
+            target=etcdrpc.Compare.MOD,
+            result=etcdrpc.Compare.EQUAL,
+            mod_revision=compare.mod_revision,
         )
     return etcdrpc.Compare(
         key=to_bytes(compare.key),

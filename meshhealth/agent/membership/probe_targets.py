@@ -1,7 +1,8 @@
 """Who this agent probes, and which etcd holds each cluster's entries.
 
-    members = ProbeTargets(own, etcd, discovery, mesh, settings)
-    members.nodes()                 # every node discovered here and in admitted remotes, and us
+    members = ProbeTargets(own, etcd, discovery, mesh, settings, retained=retained)
+    members.nodes()                 # every node discovered here and in admitted remotes, the
+                                    # agent-down nodes still retained, and us
     chosen = members.for_round(time.time())   # this round's targets and the plan they follow
     members.etcd_sources()          # (cluster, Etcd): ours first, then each admitted remote
     members.probers_of(target)      # who probes `target` now (indirect probes ask them)
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from meshhealth import defaults
 from meshhealth.agent.membership.clustermesh import ClusterMesh
 from meshhealth.agent.membership.discovery import Discovery
+from meshhealth.agent.membership.retained_nodes import RetainedNodes
 from meshhealth.kvstore import Etcd
 from meshhealth.model import PlanInfo, Target
 from meshhealth.probe.assignment import (
@@ -107,16 +109,22 @@ class ProbeTargets:
         discovery: Discovery,
         mesh: ClusterMesh,
         settings: PlanSettings,
+        *,
+        retained: RetainedNodes | None = None,
     ) -> None:
         self.own = own
         self.etcd = etcd
         self.discovery = discovery
         self.mesh = mesh
         self.settings = settings
+        self.retained = retained
 
     def nodes(self) -> list[Target]:
         """Every node known (the plan's node list), sorted; this node is among them."""
         found = {(t.cluster, t.node): t for t in self.discovery.targets()}
+        if self.retained is not None:  # agent-down: only while not registered
+            for t in self.retained.targets():
+                found.setdefault((t.cluster, t.node), t)
         found.update(((t.cluster, t.node), t) for t in self.mesh.targets())
         found[(self.own.cluster, self.own.node)] = self.own
         return sorted(found.values())

@@ -9,14 +9,18 @@ Puts, in one transaction under one lease:
     meshhealth/state/ip/v1/<cluster>/<NodeIP>     identity remote-node (6)
     meshhealth/state/ip/v1/<cluster>/<HealthIP>   identity health (4), if any
     (and the same two for the secondary addresses of a dual-stack node)
+and, without a lease (unless `retain=False`),
+    meshhealth/state/retained/v1/<cluster>/<node> the Node, `down_since` null
+which a clean shutdown deletes: left behind by a crash, it keeps the node in every view
+as agent-down for a while (meshhealth.agent.membership.retained_nodes).
 The transaction only succeeds when the node key does not exist, so two agents racing
 for one name cannot both win. If a live agent holds the name, `run` raises
 NodeNameTaken; a leftover of a crashed agent (nobody refreshes its lease) is waited out.
 
 The lease is refreshed every ttl/3. When it is lost (etcd says it is gone: expired
 during a partition, or a wiped etcd) the node registers again with a new lease as soon
-as etcd answers. On cancellation (clean shutdown) the lease is revoked, so the node
-disappears from every probe set at once.
+as etcd answers. On cancellation (clean shutdown) the retained entry is deleted and the
+lease revoked, so the node disappears from every probe set at once.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from meshhealth.model import (
     LABEL_REMOTE_NODE,
     IPEntry,
     Node,
+    RetainedNode,
 )
 
 log = logging.getLogger(__name__)
@@ -96,7 +101,9 @@ class Registrar:
     `changes` count `seen` (the publisher writes under the new lease at once).
     """
 
-    def __init__(self, etcd: Etcd, node: Node, *, ttl_s: int = defaults.LEASE_TTL_S) -> None:
+    def __init__(
+        self, etcd: Etcd, node: Node, *, ttl_s: int = defaults.LEASE_TTL_S, retain: bool = True
+    ) -> None:
         if ttl_s < 1:
             raise ValueError(f"lease TTL must be >= 1 s, got {ttl_s}")
         self.etcd = etcd
@@ -104,6 +111,8 @@ class Registrar:
         self.ttl_s = ttl_s
         self.node_key = keys.node_key(node.cluster, node.name)
         self._entries = registration_entries(node)
+        self.retained_key = keys.retained_key(node.cluster, node.name)
+        self._retained = codec.encode_retained(RetainedNode(node)) if retain else None
         self.first_registered = trio.Event()
         self.lease_id: int | None = None
         self.registrations = 0
@@ -190,7 +199,10 @@ class Registrar:
         self.first_registered.set()
 
     def _puts(self, lease_id: int) -> list[Put]:
-        return [Put(key, value, lease_id) for key, value in self._entries]
+        puts = [Put(key, value, lease_id) for key, value in self._entries]
+        if self._retained is not None:
+            puts.append(Put(self.retained_key, self._retained))  # no lease: outlives a crash
+        return puts
 
     async def _claim(self, lease_id: int) -> None:
         """Put our entries under `lease_id` unless a live agent holds the name."""
@@ -306,6 +318,8 @@ class Registrar:
         self._note_change()
         with trio.CancelScope(shield=True), trio.move_on_after(defaults.REGISTRAR_REVOKE_TIMEOUT_S):
             try:
+                if self._retained is not None:
+                    await self.etcd.delete(self.retained_key)  # a clean leave: not retained
                 await self.etcd.lease_revoke(lease_id)
                 log.info("unregistered %s (lease %x revoked)", self.name, lease_id)
             except EtcdError as error:
