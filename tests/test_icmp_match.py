@@ -6,6 +6,7 @@ bytes a raw socket would hand over, and checks what counted.
 
 from __future__ import annotations
 
+import socket
 import struct
 
 import pytest
@@ -139,6 +140,48 @@ def test_what_counts(ipv6: bool, data: bytes, source: str, now: float, counts: s
         text = "address unreachable" if ipv6 else "host unreachable"
         assert probe.errors == [f"{text} from {router}"]
         assert (result.status, result.detail) == (ProbeStatus.UNREACHABLE, probe.errors[0])
+
+
+def with_source(data: bytes, source: str) -> bytes:
+    """An IPv4 datagram as sent by `source` (its header's source address rewritten)."""
+    if len(data) < 20:
+        return data
+    return data[:12] + socket.inet_pton(socket.AF_INET, source.partition("%")[0]) + data[16:]
+
+
+@pytest.mark.parametrize(
+    ("data", "source", "now", "counts"),
+    [case[2:] for case in CASES if not case[1]],
+    ids=[case[0] for case in CASES if not case[1]],
+)
+def test_the_ipv4_fast_path_follows_the_same_rules(
+    data: bytes, source: str, now: float, counts: str | None
+) -> None:
+    # The receiver reads IPv4 datagrams into one buffer and takes the source from the IP
+    # header (where recvfrom() takes it from): every case counts exactly as in `match`.
+    matcher, probe, (sequence,) = setup(ipv6=False)
+    buffer = bytearray(2048)
+    datagram = with_source(data, source)
+    buffer[: len(datagram)] = datagram
+    matched = matcher.match_ipv4(buffer, len(datagram), now)
+    if counts is None:
+        assert matched is None
+        assert matcher.waiters == {sequence: (probe, 0)}
+        assert (probe.rtts, probe.errors, probe.outstanding) == ([None], [], 1)
+    else:
+        assert matched is probe
+        assert matcher.waiters == {}
+        assert (probe.rtts == [None]) == (counts == "error")
+        assert bool(probe.errors) == (counts == "error")
+
+
+@given(st.binary(max_size=200), st.floats(0, 200))
+def test_random_bytes_never_count_in_the_ipv4_fast_path(data: bytes, now: float) -> None:
+    matcher, probe, _ = setup(ipv6=False)
+    buffer = bytearray(2048)
+    buffer[: len(data)] = data
+    assert matcher.match_ipv4(buffer, len(data), now) is None
+    assert probe.outstanding == 1
 
 
 @pytest.mark.parametrize("ipv6", [False, True])

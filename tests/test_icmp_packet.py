@@ -14,7 +14,9 @@ from meshhealth.probe.icmp_packet import (
     EchoError,
     build_echo_request,
     checksum,
+    echo_request_v4,
     parse_datagram,
+    payload_sum,
 )
 
 COOKIE = bytes(range(16))
@@ -209,3 +211,15 @@ def test_request_round_trip(ident: int, seq: int, payload: bytes, ipv6: bool) ->
     data = packet if ipv6 else v4(packet)
     request_type = 128 if ipv6 else 8
     assert parse_datagram(data, ipv6=ipv6) == Echo(request_type, 0, ident, seq, payload)
+
+
+@given(st.integers(0, 0xFFFF), st.integers(0, 0xFFFF), st.binary(max_size=64))
+def test_incremental_checksum_is_the_full_one(ident: int, seq: int, payload: bytes) -> None:
+    # echo_request_v4 adds the payload's precomputed share to the header's words; the
+    # packet must be the one the full checksum (checked against RFC 1071 above) gives.
+    header = struct.pack("!BBHHH", 8, 0, 0, ident, seq)
+    expected = header[:2] + checksum(header + payload).to_bytes(2, "big") + header[4:] + payload
+    assert echo_request_v4(ident, seq, payload, payload_sum(payload)) == expected
+    assert build_echo_request(ipv6=False, identifier=ident, sequence=seq, payload=payload) == (
+        expected
+    )

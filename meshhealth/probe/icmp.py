@@ -44,7 +44,7 @@ import trio
 from meshhealth import defaults
 from meshhealth.model import ProbeResult, ProbeStatus
 from meshhealth.probe.icmp_match import EchoProbe, LocalError, ReplyMatcher, canonical_ip
-from meshhealth.probe.icmp_packet import build_echo_request
+from meshhealth.probe.icmp_packet import build_echo_request, echo_request_v4
 from meshhealth.probe.icmp_socket import (
     PERMISSION_MESSAGE,
     PingerPermissionError,
@@ -56,7 +56,7 @@ __all__ = ["PERMISSION_MESSAGE", "Pinger", "PingerPermissionError", "open_pinger
 log = logging.getLogger(__name__)
 
 COOKIE_BYTES = 16  # random payload per probe: a reply must echo it back
-COOKIE_POOL_BYTES = COOKIE_BYTES * 256  # one os.urandom() read makes 256 cookies
+COOKIE_POOL_BYTES = COOKIE_BYTES * 1024  # one os.urandom() read makes 1,024 cookies
 RECV_BATCH = 256  # datagrams handled per wake-up before letting other tasks run
 MAX_DATAGRAM = 2048
 # Let the kernel drop ICMP types we never use. The matcher checks types anyway (tests
@@ -175,15 +175,20 @@ class Pinger:
         batch = _Batch()
         results: list[ProbeResult | None] = [None] * len(ips)
         probes: list[tuple[int, EchoProbe, _FamilySocket, float]] = []
+        sockets: dict[int, _FamilySocket] = {}
+        cookies = self._new_cookies(len(ips))
+        bad = False
         for i, ip in enumerate(ips):
             try:
                 family, target = canonical_ip(ip)
             except ValueError as exc:
                 results[i] = ProbeResult(ProbeStatus.ERROR, started_at, sent=0, detail=str(exc))
+                bad = True
                 continue
-            probe = EchoProbe(target, count, self._new_cookie(), batch)
-            probes.append((i, probe, self._socket_for(family), timeouts[i]))
-        if on_result is not None:
+            fs = sockets.get(family) or sockets.setdefault(family, self._socket_for(family))
+            cookie = cookies[i * COOKIE_BYTES : (i + 1) * COOKIE_BYTES]
+            probes.append((i, EchoProbe(target, count, cookie, batch), fs, timeouts[i]))
+        if on_result is not None and bad:
             for i, result in enumerate(results):
                 if result is not None:
                     on_result(i, result)
@@ -200,10 +205,11 @@ class Pinger:
                 waiting = []
                 for entry in pending:
                     i, probe, fs, _ = entry
-                    if probe.outstanding and probe.last_deadline > now_s:
-                        waiting.append(entry)
-                        continue
-                    fs.matcher.release(probe)
+                    if probe.outstanding:
+                        if probe.last_deadline > now_s:
+                            waiting.append(entry)
+                            continue
+                        fs.matcher.release(probe)  # (answered requests are retired)
                     result = results[i] = probe.result(started_at)
                     if on_result is not None:
                         on_result(i, result)
@@ -214,8 +220,9 @@ class Pinger:
             if not parked:  # (a batch that sent nothing) still a checkpoint
                 await trio.lowlevel.checkpoint()
         finally:
-            for _, probe, fs, _ in probes:
-                fs.matcher.release(probe)
+            for i, probe, fs, _ in probes:
+                if results[i] is None:  # cancelled, or the pinger closed
+                    fs.matcher.release(probe)
         return [r for r in results if r is not None]
 
     async def _send_all(
@@ -232,6 +239,8 @@ class Pinger:
         for index in range(count):
             if index:
                 await self._park(batch, start + index * interval_s)
+            # The hot loop: no await unless the socket buffer is full, the IPv4
+            # checksum from the cookie's precomputed share (icmp_packet.echo_request_v4).
             for _, probe, fs, probe_timeout_s in probes:
                 if probe.local_error is not None:
                     continue
@@ -239,9 +248,12 @@ class Pinger:
                 if sequence is None:
                     probe.local_error = (ProbeStatus.ERROR, TOO_MANY_IN_FLIGHT)
                     continue
-                packet = build_echo_request(
-                    ipv6=fs.ipv6, identifier=identifier, sequence=sequence, payload=probe.cookie
-                )
+                if fs.ipv6:
+                    packet = build_echo_request(
+                        ipv6=True, identifier=identifier, sequence=sequence, payload=probe.cookie
+                    )
+                else:
+                    packet = echo_request_v4(identifier, sequence, probe.cookie, probe.cookie_sum)
                 address = (probe.target, 0)
                 try:
                     fs.sock.sendto(packet, address)
@@ -249,16 +261,22 @@ class Pinger:
                     probe.local_error = await self._send_slowly(fs, packet, address, exc)
                     if probe.local_error is not None:
                         continue
-                probe.mark_sent(index, now(), probe_timeout_s)
+                probe.send_times[index] = sent_at = now()
+                probe.deadlines[index] = probe.last_deadline = sent_at + probe_timeout_s
+                probe.outstanding += 1  # (EchoProbe.mark_sent, inlined)
 
-    def _new_cookie(self) -> bytes:
-        """COOKIE_BYTES unpredictable bytes (os.urandom, read in bulk)."""
+    def _new_cookies(self, n: int) -> bytes:
+        """`n` cookies of COOKIE_BYTES unpredictable bytes, end to end (os.urandom, read
+        in bulk: one read per COOKIE_POOL_BYTES, or one per batch larger than that)."""
+        size = n * COOKIE_BYTES
+        if size > COOKIE_POOL_BYTES:
+            return os.urandom(size)
         offset = self._cookie_offset
-        if offset >= len(self._cookie_pool):
+        if offset + size > len(self._cookie_pool):
             self._cookie_pool = os.urandom(COOKIE_POOL_BYTES)
             offset = 0
-        self._cookie_offset = offset + COOKIE_BYTES
-        return self._cookie_pool[offset : offset + COOKIE_BYTES]
+        self._cookie_offset = offset + size
+        return self._cookie_pool[offset : offset + size]
 
     # --- sending -----------------------------------------------------------------------
     async def _send_slowly(
@@ -340,9 +358,16 @@ class Pinger:
         return fs
 
     async def _receive_loop(self, fs: _FamilySocket) -> None:
+        """Read every datagram (until EAGAIN, at most RECV_BATCH per wake-up) and match
+        it. IPv4: `recv_into` one preallocated buffer, the source from the IP header;
+        IPv6 (no header on a raw socket): `recvfrom`."""
         sock = fs.sock
+        recv_into = sock.recv_into
         recvfrom = sock.recvfrom
+        buffer = bytearray(MAX_DATAGRAM)
+        ipv6 = fs.ipv6
         match = fs.matcher.match
+        match_ipv4 = fs.matcher.match_ipv4
         now = self._now
         wake = self._wake
         probe: EchoProbe | None = None
@@ -352,13 +377,19 @@ class Pinger:
             await trio.lowlevel.wait_readable(sock)
             for _ in range(RECV_BATCH):
                 try:
-                    data, address = recvfrom(MAX_DATAGRAM)
+                    if ipv6:
+                        data, address = recvfrom(MAX_DATAGRAM)
+                    else:
+                        nbytes = recv_into(buffer)
                 except (BlockingIOError, InterruptedError):
                     break
                 except OSError as exc:  # e.g. ENOBUFS: nothing to do but carry on
                     log.warning("icmp: receive failed: %s", exc)
                     break
-                probe = match(data, address[0], now())
+                if ipv6:
+                    probe = match(data, address[0], now())
+                else:
+                    probe = match_ipv4(buffer, nbytes, now())
                 if probe is not None and not probe.outstanding:
                     batch = probe.batch
                     if not batch.sending:

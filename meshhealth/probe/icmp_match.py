@@ -39,9 +39,12 @@ from meshhealth.probe.icmp_packet import (
     ICMP_ECHO_REPLY,
     ICMPV6_DEST_UNREACH,
     ICMPV6_ECHO_REPLY,
+    IPPROTO_ICMP,
     Echo,
+    checksum,
     icmp_message,
     parse_icmp,
+    payload_sum,
 )
 
 SEQUENCES = 1 << 16
@@ -55,8 +58,10 @@ class EchoProbe:
     """One probe: `count` echo requests to one address, and what came back for each."""
 
     __slots__ = (
+        "address",
         "batch",
         "cookie",
+        "cookie_sum",
         "deadlines",
         "errors",
         "last_deadline",
@@ -70,7 +75,9 @@ class EchoProbe:
 
     def __init__(self, target: str, count: int, cookie: bytes, batch: Any = None) -> None:
         self.target = target  # canonical text form, as recvfrom() reports sources
+        self.address = packed_ip(target)  # the same, as an IP header carries it
         self.cookie = cookie
+        self.cookie_sum = payload_sum(cookie)  # its share of each request's checksum
         self.batch: Any = batch  # the pinger's: what to wake when this probe's answers are in
         self.sequences: list[int] = []  # allocated so far, released when the probe ends
         self.send_times = [0.0] * count
@@ -182,6 +189,46 @@ class ReplyMatcher:
         del self.waiters[sequence]
         probe.outstanding -= 1
         return probe
+
+    def match_ipv4(self, buffer: bytearray, nbytes: int, now: float) -> EchoProbe | None:
+        """`match` for an IPv4 datagram in the first `nbytes` of `buffer` (as
+        `recv_into` leaves it), its source read from its IP header, which is where
+        recvfrom() takes it from: the same rules, without a bytes object, an address
+        tuple and its text per datagram. Anything but an echo reply goes to `match`."""
+        if nbytes < 28 or buffer[0] >> 4 != 4 or buffer[9] != IPPROTO_ICMP:
+            return None
+        start = (buffer[0] & 0x0F) * 4
+        if start < 20 or nbytes < start + ECHO_HEADER_LEN:
+            return None
+        if buffer[start] != ICMP_ECHO_REPLY:
+            if buffer[start] != ICMP_DEST_UNREACH:
+                return None
+            source = socket.inet_ntop(socket.AF_INET, bytes(buffer[12:16]))
+            return self.match(bytes(buffer[:nbytes]), source, now)
+        identifier, sequence = ECHO_ID_SEQ.unpack_from(buffer, start + 4)
+        if identifier != self.identifier:
+            return None
+        entry = self.waiters.get(sequence)
+        if entry is None:
+            return None  # stray, duplicate, or late after the probe ended
+        probe, index = entry
+        if (
+            now > probe.deadlines[index]  # late (or not sent yet)
+            or buffer[start + ECHO_HEADER_LEN : nbytes] != probe.cookie
+            or buffer[12:16] != probe.address
+            or checksum(buffer[start:nbytes]) != 0
+        ):
+            return None
+        probe.rtts[index] = now - probe.send_times[index]
+        del self.waiters[sequence]
+        probe.outstanding -= 1
+        return probe
+
+
+@functools.lru_cache(maxsize=ADDRESS_CACHE_SIZE)
+def packed_ip(ip: str) -> bytes:
+    """A canonical address (`canonical_ip`'s text) as 4 or 16 bytes."""
+    return socket.inet_pton(socket.AF_INET6 if ":" in ip else socket.AF_INET, ip)
 
 
 @functools.lru_cache(maxsize=ADDRESS_CACHE_SIZE)

@@ -106,20 +106,22 @@ def enumerate_paths(
 
     A path that appears twice (the same target listed twice) is probed once.
     """
-    seen: set[model.PathKey] = set()
+    # Seen keys as plain tuples: a tuple hashes in C, a PathKey in Python.
+    seen: set[tuple[str, str, model.TargetType, model.Protocol]] = set()
     paths: list[tuple[model.PathKey, str]] = []
+    path_key = model.PathKey
+    kinds = [(t, p) for t in _TARGET_TYPES for p in _PROTOCOLS if p in protocols]
+    node_type = model.TargetType.NODE
     for target in targets:
-        for target_type in _TARGET_TYPES:
-            ip = target.address(target_type)
+        cluster, node = target.cluster, target.node
+        for target_type, protocol in kinds:
+            ip = target.node_ip if target_type is node_type else target.health_ip
             if not ip:
                 continue
-            for protocol in _PROTOCOLS:
-                if protocol not in protocols:
-                    continue
-                key = model.PathKey(target.cluster, target.node, target_type, protocol)
-                if key not in seen:
-                    seen.add(key)
-                    paths.append((key, ip))
+            seen_key = (cluster, node, target_type, protocol)
+            if seen_key not in seen:
+                seen.add(seen_key)
+                paths.append((path_key(cluster, node, target_type, protocol), ip))
     return paths
 
 
