@@ -235,15 +235,16 @@ ROUTE_RESYNC_INTERVAL_S: Final = 10.0
 ROUTE_RETRY_S: Final = 1.0
 
 # --- publisher and matrix (meshhealth.agent.membership.publisher, meshhealth.documents.matrix) ---
-# A node whose paths keep their status rewrites its health entry this often (a liveness
-# refresh, on the round nearest to it): readers tell a live prober from a hung one, and
-# it costs one write per node per minute (1,000 nodes: 17 writes/s, bench/etcd_load.py).
+# A node whose paths keep their status rewrites its health entry after this long (a
+# liveness refresh, on the first round past it): readers tell a live prober from a hung
+# one, for one write per node per minute at most (1,000 nodes: 17 writes/s at most;
+# with the rotating plan the epoch's new targets write anyway, bench/etcd_load.py).
 PUBLISH_REFRESH_S: Final = 60.0
 # Readers call a report stale when it is older than the refresh (or the interval, when
 # that is longer) plus this many of its source's intervals: the refresh waits for the
-# round nearest to it (half an interval late at most) and is written when that round
-# ends (one more interval), so a live node's report never looks stale.
-STALE_MARGIN_INTERVALS: Final = 2
+# first round past it (up to an interval and the loop's lag later) and is written when
+# that round ends (one more interval), so a live node's report never looks stale.
+STALE_MARGIN_INTERVALS: Final = 3
 # ... plus this much, for the write itself on a loaded etcd and small intervals.
 STALE_MARGIN_S: Final = 5.0
 # Status changes are written this long after the first one is seen, so changes that come

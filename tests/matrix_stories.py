@@ -74,7 +74,7 @@ def endpoint_forward_drop() -> list[HealthReport]:
 
 
 def stale_and_missing() -> list[HealthReport]:
-    """node2's report is 100 s old (stale after 60 s + 2 intervals + 5 s = 85 s); node3
+    """node2's report is 100 s old (stale after 60 s + 3 intervals + 5 s = 95 s); node3
     is probed but never reported; a remote cluster's node has no endpoint and one path
     not probed yet."""
     remote = {

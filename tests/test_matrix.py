@@ -36,12 +36,12 @@ def test_cell_state(statuses: tuple[ProbeStatus, ...], expected: str) -> None:
 
 @pytest.mark.parametrize(
     ("age_s", "interval_s", "stale"),
-    [(2.0, 10.0, False), (84.9, 10.0, False), (85.0, 10.0, False), (85.1, 10.0, True),
-     (66.9, 1.0, False), (67.1, 1.0, True),  # the refresh dominates short intervals
-     (364.9, 120.0, False), (365.1, 120.0, True)],  # a long interval refreshes every round
+    [(2.0, 10.0, False), (94.9, 10.0, False), (95.0, 10.0, False), (95.1, 10.0, True),
+     (67.9, 1.0, False), (68.1, 1.0, True),  # the refresh dominates short intervals
+     (484.9, 120.0, False), (485.1, 120.0, True)],  # a long interval refreshes every round
 )  # fmt: skip
 def test_stale_after_the_refresh_and_a_margin(age_s: float, interval_s: float, stale: bool) -> None:
-    """refresh (60 s, or the interval when longer) + 2 intervals + 5 s."""
+    """refresh (60 s, or the interval when longer) + 3 intervals + 5 s."""
     report = S.report("c/a", {}, age_s=age_s, interval_s=interval_s)
     assert is_stale(report, S.NOW) is stale
 
@@ -127,7 +127,7 @@ def test_stale_rows_and_nodes_without_reports() -> None:
     assert not any(source == "lab2/node1" for source, _ in states)  # lab2 was not read
     matrix = build_matrix(S.stale_and_missing(), now=S.NOW)
     assert matrix.lines == (
-        "lab1/node2's report is stale (1m40s old, older than 1m25s): its agent is down, hung "
+        "lab1/node2's report is stale (1m40s old, older than 1m35s): its agent is down, hung "
         "or cannot write to etcd",
     )
     # a stale source does not count as a witness against anyone
@@ -170,7 +170,7 @@ def test_json_document() -> None:
         100.0,
         10.0,
     )
-    assert row["stale_after_s"] == 85.0 and doc["rows"][2]["stale_after_s"] is None
+    assert row["stale_after_s"] == 95.0 and doc["rows"][2]["stale_after_s"] is None
     cell = doc["rows"][0]["cells"][3]
     assert cell == {
         "cluster": "lab2",

@@ -10,7 +10,7 @@ source's four paths to the target. A cell is:
 - `reachable`: every probed path is OK;
 - `unreachable`: at least one probed path fails (the rule of `Cluster health`);
 - `stale`: the source's report is older than `stale_after_s` (its liveness refresh plus
-  two of its intervals and a few seconds): its agent is not publishing (down, hung, or
+  three of its intervals and a few seconds): its agent is not publishing (down, hung, or
   cut off from etcd), so it is not shown healthy;
 - `unknown`: the source has not probed the target (yet), or has no report at all.
 
@@ -101,10 +101,11 @@ def cell_state(paths: Mapping[str, PathHealth]) -> CellState:
 def stale_after_s(interval_s: float) -> float:
     """The one staleness rule (matrix, `watch`, diagnosis): a report from a source with
     this probe interval is stale once older than this. A live publisher rewrites its
-    entry at least every `PUBLISH_REFRESH_S` (or every round, when the interval is
-    longer), on a round that starts at most half an interval late and is written when it
-    ends, so the margin of two intervals and `STALE_MARGIN_S` is never reached by a live
-    node (tests/test_publisher.py replays the worst case)."""
+    entry on the first round at least `PUBLISH_REFRESH_S` after the last write (every
+    round, when the interval is longer), which starts up to an interval (and the loop's
+    lag) past it and is written when it ends, so the margin of three intervals and
+    `STALE_MARGIN_S` is never reached by a live node (tests/test_publisher.py replays
+    the worst case)."""
     refresh_s = max(defaults.PUBLISH_REFRESH_S, interval_s)
     return refresh_s + defaults.STALE_MARGIN_INTERVALS * interval_s + defaults.STALE_MARGIN_S
 

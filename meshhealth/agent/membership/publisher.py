@@ -15,10 +15,11 @@ load follows changes, not N x rounds:
 - a change, as `change_signature` defines it (a path's status; a target that appeared
   or left): written `debounce_s` after the change was first seen, so changes arriving
   together make one write; a change that reverts within that time writes nothing;
-- otherwise a liveness refresh every `refresh_s` (PUBLISH_REFRESH_S, 60 s), on the
-  round nearest to it, so the entry's probe_time tells readers the prober is alive.
-  Readers call a report stale after `documents.matrix.stale_after_s` (the refresh plus
-  two intervals and a few seconds), so a healthy node is never shown as stale.
+- otherwise a liveness refresh, on the first round at least `refresh_s`
+  (PUBLISH_REFRESH_S, 60 s) after the last write, so the entry's probe_time tells
+  readers the prober is alive. Readers call a report stale after
+  `documents.matrix.stale_after_s` (the refresh plus three intervals and a few
+  seconds), so a healthy node is never shown as stale.
 
 RTT and loss changes alone do not trigger a write: the RTT and loss in the entry are
 those of the newest round at the time of the last write (a change or the refresh).
@@ -145,11 +146,12 @@ class PublishPolicy:
 
     @property
     def refresh_after_s(self) -> float:
-        """Probe-time distance that calls for a refresh: the round nearest to `refresh_s`
-        after the last write (half an interval of slack, so jittered round starts do not
-        push the refresh a whole interval later). With an interval longer than the
-        refresh, every round refreshes."""
-        return self.refresh_s - 0.5 * self.interval_s
+        """Probe-time distance that calls for a refresh: the first round at least
+        `refresh_s` after the last write, so refreshes are never closer than that. No
+        slack on purpose: with a rotating plan every epoch boundary writes anyway (the
+        targets change), and a refresh allowed a little early would land just before
+        that write, on the round before the boundary, and double it."""
+        return self.refresh_s
 
     def note_report(self, statuses: ChangeSignature, probe_time: float, now: float) -> None:
         self.pending = (statuses, probe_time)
