@@ -354,6 +354,12 @@ DIAGNOSIS_DEGRADED_CONFIDENCE: Final = 0.9
 GC_GEN0_THRESHOLD: Final = 10_000
 
 # --- lab (meshhealth.lab, `meshhealth lab`) -------------------------------------------
+# `lab up` says how far it got at most this often while it waits (sockets, convergence).
+LAB_PROGRESS_EVERY_S: Final = 5.0
+# How long `lab up` waits for node1 to read every node reachable, per node on top of
+# three rounds: the aggregator's summary needs every node's first report (100 nodes on a
+# 2-core machine take about a minute to start).
+LAB_CONVERGE_PER_NODE_S: Final = 0.6
 # Namespace and lab prefix when --prefix is not given; a prefix keeps labs apart.
 LAB_PREFIX: Final = "mh"
 # A lab big enough to show a matrix and a fault, small enough to start in seconds.

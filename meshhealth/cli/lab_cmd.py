@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -208,7 +209,8 @@ def run_up(args: argparse.Namespace) -> int:
     if st.agents:
         n = len(plan.nodes)
         print(f"  waiting until {first.qualified} sees {n}/{n} reachable", flush=True)
-        _wait_converged(first.socket, n, args.interval, 3 * args.interval + 10)
+        wait_s = 3 * args.interval + 10 + defaults.LAB_CONVERGE_PER_NODE_S * n
+        _wait_converged(first.socket, n, args.interval, wait_s)
         print(f"\n$ {me} lab exec{pre} {first.qualified} -- meshhealth status", flush=True)
         _exec(plan, first, ["meshhealth", "status"], st)
     print("\n" + next_steps(me, pre))
@@ -227,20 +229,44 @@ next:
   {me} lab down{pre}"""
 
 
+def convergence(doc: Mapping[str, Any]) -> tuple[int, int, str]:
+    """(reachable, total, text) of a status document: the cluster verdicts every
+    observer contributes to (`cluster_health` from the aggregators' summaries) when the
+    agent has them, else its own direct targets (`summary`)."""
+    verdicts = [v for v in doc.get("cluster_health") or () if v.get("source") == "summary"]
+    if verdicts:
+        reachable = sum(int(v["reachable"]) for v in verdicts)
+        total = sum(int(v["total"]) for v in verdicts)
+        parts = [f"{v['cluster']} {v['reachable']}/{v['total']}" for v in verdicts]
+        return reachable, total, f"cluster verdict {', '.join(parts)} reachable"
+    summary = doc["summary"]
+    reachable, total = int(summary["reachable"]), int(summary["total"])
+    return reachable, total, f"own targets {reachable}/{total} reachable (no cluster verdict yet)"
+
+
 def _wait_converged(sock: Path, total: int, interval_s: float, timeout_s: float) -> None:
-    """Until node1 sees every node reachable, or `timeout_s` passes (then the status
-    shown tells what is still missing)."""
+    """Until node1 reads every node of the lab reachable, or `timeout_s` passes (then the
+    status shown tells what is still missing). Says how far it got every few seconds."""
     from meshhealth.lab.control import fetch_status
 
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
+    deadline = started + timeout_s
+    next_report = started + defaults.LAB_PROGRESS_EVERY_S
+    seen = "no answer yet"
     while time.monotonic() < deadline:
         try:
-            s = fetch_status(sock)["summary"]
-            if s["reachable"] >= total:
+            reachable, of, seen = convergence(fetch_status(sock))
+            if of >= total and reachable >= total:
+                print(f"  converged: {seen} ({time.monotonic() - started:.0f}s)", flush=True)
                 return
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, TypeError):
             pass
+        now = time.monotonic()
+        if now >= next_report:
+            print(f"  {seen} ({now - started:.0f}s)", flush=True)
+            next_report = now + defaults.LAB_PROGRESS_EVERY_S
         time.sleep(min(0.25, interval_s / 4))
+    print(f"  not converged after {timeout_s:.0f}s: {seen}", flush=True)
 
 
 def _load(prefix: str) -> tuple[Any, P.LabPlan]:

@@ -101,7 +101,10 @@ def socket_answers(path: Path, timeout_s: float = 0.5) -> bool:
 
 
 def wait_agents(st: S.LabState, nodes: list[P.NodePlan], timeout_s: float, say: Say) -> None:
-    deadline = time.monotonic() + timeout_s
+    """Until every agent's admin socket answers; says how many do every few seconds."""
+    started = time.monotonic()
+    deadline = started + timeout_s
+    next_report = started + defaults.LAB_PROGRESS_EVERY_S
     waiting = list(nodes)
     while waiting:
         for node in list(waiting):
@@ -110,11 +113,16 @@ def wait_agents(st: S.LabState, nodes: list[P.NodePlan], timeout_s: float, say: 
                 waiting.remove(node)
             elif not processes.is_alive(rec):
                 raise LabError(f"agent of {node.qualified} exited: {_tail(node.log)}")
-        if waiting and time.monotonic() > deadline:
+        now = time.monotonic()
+        if waiting and now > deadline:
             names = ", ".join(n.qualified for n in waiting[:5])
             raise LabError(
                 f"{len(waiting)} agent socket(s) not answering after {timeout_s:g}s: {names}"
             )
+        if waiting and now >= next_report:
+            answering = len(nodes) - len(waiting)
+            say(f"  agent sockets answering: {answering}/{len(nodes)} ({now - started:.0f}s)")
+            next_report = now + defaults.LAB_PROGRESS_EVERY_S
         if waiting:
             time.sleep(0.1)
     say(f"  {len(nodes)} agent socket(s) answering")
