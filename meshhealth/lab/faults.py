@@ -83,8 +83,8 @@ FAULT_KINDS: Final[dict[str, FaultKind]] = {
         FaultKind(
             KILL_AGENT,
             "node",
-            "Host ICMP OK, HTTP to agent refused; the node leaves the probe sets after the "
-            "lease TTL",
+            "Host ICMP OK, HTTP to agent refused; after the lease TTL the node stays in view "
+            "as agent-down for --agent-down-retention",
             "agent-down",
         ),
         FaultKind(
