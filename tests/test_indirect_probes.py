@@ -9,9 +9,11 @@ import trio
 import trio.testing
 
 from meshhealth.agent.indirect_policy import Conclusion, HelperOutcome, check_notes
-from meshhealth.agent.indirect_probes import IndirectProbes
+from meshhealth.agent.indirect_probes import IndirectProbes, confirm_suspicion
+from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.agent.probe_results import ProbeResults
 from meshhealth.cli.format_status import path_line
+from meshhealth.diagnosis.suspicion import PathVerdict
 from meshhealth.documents.indirect import HelperPath, IndirectQuery
 from meshhealth.documents.status import LocalNode
 from meshhealth.documents.status_schema import NodeDocument
@@ -162,3 +164,34 @@ async def test_findings_show_in_status_and_its_text(
     assert "indirect" not in b["host"]["primary_address"]["http"]
     a = next(n for n in nodes if n["name"] == "a")
     assert "indirect" not in a["host"]["primary_address"]["icmp"]
+
+
+async def test_target_down_confirms_the_paths_suspicion(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A `target-down` check counts each helper that failed the path as a confirmation of
+    its suspicion; `path-broken` confirms nothing."""
+    d = Target("c1", "d", "10.0.0.5")
+    verdicts = PathVerdicts(interval_s=1.0, clock=lambda: 100.0)
+    verdicts.finish_round((OWN, A, B, C, d))
+    verdicts.observe(_key("d"), ok=False)
+    assert verdicts.get(_key("d")).verdict is PathVerdict.SUSPECT  # type: ignore[union-attr]
+    confirm = confirm_suspicion(verdicts)
+
+    # d: b fails it too, c never answers: target down, confirmed by b.
+    probes = IndirectProbes(
+        OWN, live=lambda: (OWN, B, C, d), ask=Helpers(), deadline_s=2.0, on_check=confirm
+    )
+    [down] = await probes.check(d, [_key("d")])
+    assert down.conclusion is Conclusion.TARGET_DOWN
+    assert verdicts.get(_key("d")).confirmers == {"c1/b"}  # type: ignore[union-attr]
+
+    # With `a` among d's helpers, d is reached: the path is broken, no confirmation.
+    probes = IndirectProbes(
+        OWN, live=lambda: (OWN, A, B, d), ask=Helpers(), deadline_s=2.0, on_check=confirm
+    )
+    verdicts.observe(_key("d"), ok=True)  # a new failing run starts from no confirmers
+    verdicts.observe(_key("d"), ok=False)
+    [broken] = await probes.check(d, [_key("d")])
+    assert broken.conclusion is Conclusion.PATH_BROKEN
+    assert verdicts.get(_key("d")).confirmers == frozenset()  # type: ignore[union-attr]

@@ -39,7 +39,7 @@ from meshhealth.agent.config import AgentConfig
 from meshhealth.agent.health_endpoint.routes import RouteProgrammer
 from meshhealth.agent.health_endpoint.supervisor import HealthEndpoint, endpoint_from_config
 from meshhealth.agent.indirect_policy import IndirectCheck, check_notes
-from meshhealth.agent.indirect_probes import IndirectProbes, make_asker
+from meshhealth.agent.indirect_probes import IndirectProbes, confirm_suspicion, make_asker
 from meshhealth.agent.indirect_server import IndirectServer
 from meshhealth.agent.membership.clustermesh import ClusterMesh, RemoteSpec, default_cluster_id
 from meshhealth.agent.membership.discovery import Discovery
@@ -113,6 +113,7 @@ def build_indirect(
     metrics: AgentMetrics,
     results: ProbeResults,
     admin: AgentAdminHandler,
+    verdicts: PathVerdicts,
 ) -> tuple[IndirectServer, IndirectProbes]:
     """Both sides of indirect probes (docs/indirect-probes.md)."""
 
@@ -150,6 +151,7 @@ def build_indirect(
         read_matrix=admin.read_matrix,
         matrix_max_age_s=config.interval_s,
         on_checks=show,
+        on_check=confirm_suspicion(verdicts),
     )
     return server, requester
 
@@ -264,7 +266,13 @@ def build_components(
             invalid_metric=metrics.invalid_values_of("nodes"),
         )
     indirect_server, indirect = build_indirect(
-        config, pinger, members=members, metrics=metrics, results=results, admin=admin
+        config,
+        pinger,
+        members=members,
+        metrics=metrics,
+        results=results,
+        admin=admin,
+        verdicts=verdicts,
     )
     sink.indirect = indirect
     read_at_scrape(

@@ -40,6 +40,7 @@ from meshhealth.agent.indirect_policy import (
     conclude,
     reaching_in_matrix,
 )
+from meshhealth.agent.path_verdicts import PathVerdicts, source_id
 from meshhealth.documents.indirect import (
     MAX_ANSWER_BYTES,
     AnswerError,
@@ -57,6 +58,21 @@ log = logging.getLogger("meshhealth.agent")
 AskHelper = Callable[[Target, IndirectQuery], Awaitable[HelperOutcome]]
 # Reads every node's published report (the matrix), for who reaches a target now.
 ReadMatrix = Callable[[], Awaitable[Matrix]]
+
+
+def confirm_suspicion(verdicts: PathVerdicts) -> Callable[[IndirectCheck], None]:
+    """`on_check` for the agent: a `target-down` check confirms the suspicion of that
+    path once per helper that failed it too (each helper counts once per failing run,
+    meshhealth.agent.path_verdicts); other conclusions confirm nothing."""
+
+    def confirm(check: IndirectCheck) -> None:
+        if not check.confirms_failure:
+            return
+        path = check.path
+        for cluster, node in check.failed_via:
+            verdicts.confirm(path.cluster, path.node, source_id(cluster, node), paths=[path])
+
+    return confirm
 
 
 class HelperRefusedError(Exception):
