@@ -81,32 +81,47 @@ def _failed(path: PathKey, status: ProbeStatus, started_at: float) -> ProbeResul
     return ProbeResult(status, started_at, (), sent=sent, received=0)
 
 
-def _book(fault: Fault) -> StatsBook:
+def _book(
+    fault: Fault, targets: tuple[Target, ...] = TARGETS, secondary_fault: Fault | None = None
+) -> StatsBook:
     book = StatsBook()
     for round_index in range(ROUNDS):
         started_at = PROBE_TIME - (ROUNDS - 1 - round_index) * INTERVAL_S
         reports = []
-        for target in TARGETS:
+        for target in targets:
             for target_type in TargetType:
-                ip = target.address(target_type)
-                assert ip is not None
-                for protocol in Protocol:
-                    path = PathKey(target.cluster, target.node, target_type, protocol)
-                    failing = fault.get((target.node, target_type, protocol))
-                    if failing is not None and round_index >= ROUNDS - FAILING_ROUNDS:
-                        result = _failed(path, failing, started_at)
-                    else:
-                        result = _ok(path, round_index, started_at)
-                    reports.append(PathReport(path, ip, result))
-        book.record(RoundReport(started_at, 0.8, TARGETS, tuple(reports)))
+                for secondary in (False, True):
+                    ip = target.address(target_type, secondary)
+                    if ip is None:
+                        assert secondary
+                        continue
+                    faults = (secondary_fault or {}) if secondary else fault
+                    for protocol in Protocol:
+                        path = PathKey(
+                            target.cluster, target.node, target_type, protocol, secondary
+                        )
+                        failing = faults.get((target.node, target_type, protocol))
+                        if failing is not None and round_index >= ROUNDS - FAILING_ROUNDS:
+                            result = _failed(path, failing, started_at)
+                        else:
+                            result = _ok(path, round_index, started_at)
+                        reports.append(PathReport(path, ip, result))
+        book.record(RoundReport(started_at, 0.8, targets, tuple(reports)))
     return book
 
 
-def _inputs(fault: Fault, *, etcd: EtcdState | None = None) -> StatusInputs:
+def _inputs(
+    fault: Fault,
+    *,
+    etcd: EtcdState | None = None,
+    local: LocalNode = LOCAL,
+    targets: tuple[Target, ...] = TARGETS,
+    secondary_fault: Fault | None = None,
+) -> StatusInputs:
     return StatusInputs(
-        local=LOCAL,
-        targets=TARGETS,
-        summaries=_book(fault).summaries(),
+        local=local,
+        targets=targets,
+        summaries=_book(fault, targets, secondary_fault).summaries(),
         probe_time=PROBE_TIME,
         probe_interval_s=INTERVAL_S,
         etcd=etcd or EtcdState(up=True, since=NOW - 3600),
@@ -154,6 +169,25 @@ def agent_down() -> StatusInputs:
             ("node3", TargetType.ENDPOINT, Protocol.HTTP): TIMEOUT,
         }
     )
+
+
+LOCAL_DUAL = LocalNode("lab1", "node1", "10.77.0.1", "10.78.1.2", "fd77::1", "fd78:1::2")
+TARGETS_DUAL = (
+    Target("lab1", "node2", "10.77.0.2", "10.78.2.2", "fd77::2", "fd78:2::2"),
+    Target("lab1", "node1", "10.77.0.1", "10.78.1.2", "fd77::1", "fd78:1::2"),
+    Target("lab1", "node3", "10.77.0.3", "10.78.3.2", "fd77::3", "fd78:3::2"),
+)
+
+
+def dual_stack_ipv6_drop() -> StatusInputs:
+    """A dual-stack cluster whose fabric drops IPv6 towards node3: its IPv4 paths are
+    OK, both secondary (IPv6) addresses time out, so node3 is unreachable."""
+    drop = {(node, t, p): TIMEOUT for node in ("node3",) for t in TargetType for p in Protocol}
+    return _inputs({}, local=LOCAL_DUAL, targets=TARGETS_DUAL, secondary_fault=drop)
+
+
+def dual_stack_healthy() -> StatusInputs:
+    return _inputs({}, local=LOCAL_DUAL, targets=TARGETS_DUAL)
 
 
 def etcd_down() -> StatusInputs:
@@ -217,5 +251,7 @@ STORIES: dict[str, Callable[[], StatusInputs]] = {
     "agent_down": agent_down,
     "etcd_down": etcd_down,
     "lost_probe": lost_probe,
+    "dual_stack_healthy": dual_stack_healthy,
+    "dual_stack_ipv6_drop": dual_stack_ipv6_drop,
     "never_probed": never_probed,
 }

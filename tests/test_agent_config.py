@@ -115,7 +115,25 @@ def test_flags_parse_from_argv() -> None:
         # not later by the registrar with a traceback.
         ({"node_ip": "::ffff:10.0.0.1"}, {}, {}, "--node-ip: invalid IP address .*IPv4-mapped"),
         ({"node_ip": "fe80::1%eth0"}, {}, {}, "--node-ip: invalid IP address .*scoped"),
-        ({"health_ip": "fd00::2"}, {}, {}, "--health-ip: netns mode needs an IPv4 address"),
+        (
+            {"node_ip_secondary": "10.0.0.9"},
+            {},
+            {},
+            "--node-ip-secondary: must be of the other family than --node-ip",
+        ),
+        (
+            {"node_ip_secondary": "fd77::1", "health_ip": "fd00::2"},
+            {},
+            {},
+            "--health-ip: a dual-stack node's HealthIP is of --node-ip's family",
+        ),
+        ({"health_ip_secondary": "fd00::2"}, {}, {}, "--health-ip-secondary: needs --node-ip-"),
+        (
+            {"node_ip_secondary": "fd77::1", "health_ip_secondary": "10.1.0.9"},
+            {},
+            {},
+            "--health-ip-secondary: must be of --node-ip-secondary's family",
+        ),
         ({"etcd": "ftp://127.0.0.1:2379"}, {}, {}, "--etcd: etcd endpoint .*unknown scheme"),
         ({"etcd": "::1:2379"}, {}, {}, "--etcd: etcd endpoint .*write IPv6 addresses as"),
         ({"metrics_listen": "[::ffff:10.0.0.1]:9"}, {}, {}, "--metrics-listen: invalid IP"),

@@ -131,7 +131,7 @@ def test_three_agents_status_text_json_and_metrics(cluster: AgentCluster) -> Non
                 series = (
                     'meshhealth_node_connectivity_status{source_cluster="c1",source_node="n1",'
                     f'target_cluster="c1",target_node="{other.name}",target_type="{target_type}",'
-                    f'protocol="{protocol}",status="reachable"}} 1'
+                    f'protocol="{protocol}",family="ipv4",status="reachable"}} 1'
                 )
                 assert series in metrics, series
 

@@ -169,6 +169,8 @@ def test_responder_argv() -> None:
         "--node-name",
         "n1",
     ]
+    dual = responder_argv("/py", "10.78.1.2", 4240, "n1", "fd78:1::2")
+    assert dual[4:8] == ["--listen", "10.78.1.2:4240", "--listen", "[fd78:1::2]:4240"]
 
 
 @pytest.mark.parametrize(
@@ -176,7 +178,16 @@ def test_responder_argv() -> None:
     [
         ({"mode": "loopback", "health_ip": "10.0.0.1"}, "127.x"),
         ({"mode": "netns", "health_ip": "10.0.0.1"}, "namespace name"),
-        ({"mode": "netns", "health_ip": "fd00::2", "netns": "mhx"}, "IPv4"),
+        (
+            {
+                "mode": "netns",
+                "health_ip": "fd00::2",
+                "netns": "mhx",
+                "health_ip_secondary": "fd::3",
+            },
+            "other family",
+        ),
+        ({"mode": "loopback", "health_ip": "127.0.0.1", "health_ip_secondary": "fd::3"}, "::1"),
         ({"mode": "netns", "health_ip": "10.0.0.1", "netns": "mhx", "node_netns": "mhx"}, "own"),
         ({"mode": "netns", "health_ip": "10.0.0.1", "netns": "a/b"}, "invalid network namespace"),
         (

@@ -27,6 +27,9 @@ CASES = [
     ("agent_down", True),
     ("never_probed", True),
     ("lost_probe", True),
+    ("dual_stack_healthy", False),
+    ("dual_stack_healthy", True),
+    ("dual_stack_ipv6_drop", False),
 ]
 
 
@@ -144,3 +147,39 @@ def _path(**changes: object) -> dict[str, object]:
 def test_path_line(path: dict[str, object], verbose: bool, expected: str) -> None:
     now = 1_795_341_603.0  # 2026-11-22T10:00:03Z
     assert path_line(path, verbose=verbose, now=now) == expected
+
+
+def test_secondary_addresses_as_cilium_health_prints_them() -> None:
+    """A dual-stack node: its secondary address's block follows the primary's lines,
+    one level deeper; without --verbose only when a path of it failed."""
+    doc = build_status_document(status_stories.dual_stack_ipv6_drop())
+    node3 = doc["nodes"][2]
+    assert node3["name"] == "node3"
+    assert node3["host"]["secondary_addresses"][0]["ip"] == "fd77::3"
+    assert node3["host"]["secondary_addresses"][0]["icmp"]["status"] == "timeout"
+    assert node3["state"] == "unreachable"  # one family down: the node is unreachable
+    assert [n["state"] for n in doc["nodes"]] == ["reachable", "reachable", "unreachable"]
+    lines = format_status_text(doc, verbose=False).splitlines()
+    at = lines.index("  lab1/node3:")
+    assert lines[at + 1 : at + 7] == [
+        "    Host connectivity to 10.77.0.3:",
+        "      ICMP to stack:   OK, RTT=498µs",
+        "      HTTP to agent:   OK, RTT=1.9ms",
+        "      Secondary connectivity to fd77::3:",
+        "        ICMP to stack:   Connection timed out",
+        "        HTTP to agent:   Connection timed out",
+    ]
+    healthy = format_status_text(
+        build_status_document(status_stories.dual_stack_healthy()), verbose=False
+    )
+    assert "Secondary" not in healthy
+    verbose = format_status_text(
+        build_status_document(status_stories.dual_stack_healthy()), verbose=True
+    )
+    assert verbose.count("Secondary connectivity to ") == 6  # 3 nodes x host, endpoint
+
+
+def test_single_stack_document_has_no_secondary_fields() -> None:
+    doc = build_status_document(status_stories.healthy())
+    assert all("secondary_addresses" not in node["host"] for node in doc["nodes"])
+    assert "node_ip_secondary" not in doc["local"]

@@ -10,6 +10,7 @@ import trio
 
 from meshhealth.agent.agent_metrics import LATENCY_BUCKETS_S, agent_metrics
 from meshhealth.agent.serving.metrics_server import serve_metrics
+from meshhealth.documents.status import PATH_STATES
 from meshhealth.metrics import (
     CONTENT_TYPE,
     Registry,
@@ -27,6 +28,7 @@ from meshhealth.model import (
     Target,
     TargetType,
 )
+from meshhealth.probe.stats import StatsBook
 from tests import status_stories
 
 # One sample line of the text format 0.0.4: name, optional {labels}, value.
@@ -219,8 +221,13 @@ def test_agent_metrics_follow_the_status_rules() -> None:
         'meshhealth_node_connectivity_status{source_cluster="lab1",source_node="node1",'
         'target_cluster="lab1",target_node="node2",'
     )
-    assert node2[prefix + 'target_type="endpoint",protocol="icmp",status="unreachable"}'] == 1
-    assert node2[prefix + 'target_type="node",protocol="http",status="reachable"}'] == 1
+    assert (
+        node2[prefix + 'target_type="endpoint",protocol="icmp",family="ipv4",status="unreachable"}']
+        == 1
+    )
+    assert (
+        node2[prefix + 'target_type="node",protocol="http",family="ipv4",status="reachable"}'] == 1
+    )
 
 
 def test_agent_metrics_remove_series_of_nodes_that_left() -> None:
@@ -237,7 +244,7 @@ def test_agent_metrics_remove_series_of_nodes_that_left() -> None:
         _status_samples(text, "b")[
             'meshhealth_node_connectivity_status{source_cluster="c",source_node="a",'
             'target_cluster="c",target_node="b",target_type="endpoint",protocol="http",'
-            'status="unknown"}'
+            'family="ipv4",status="unknown"}'
         ]
         == 1
     )
@@ -264,7 +271,7 @@ def test_agent_metrics_observe_round() -> None:
     samples = parse_exposition(registry.expose())
     labels = (
         'source_cluster="c",source_node="a",target_cluster="c",target_node="b",'
-        'target_type="node",protocol="icmp"'
+        'target_type="node",protocol="icmp",family="ipv4"'
     )
     assert samples[f"meshhealth_node_connectivity_latency_seconds_count{{{labels}}}"] == 1
     assert (
@@ -278,6 +285,42 @@ def test_agent_metrics_observe_round() -> None:
     assert samples["meshhealth_rounds_total"] == 1
     assert samples["meshhealth_round_duration_seconds_count"] == 1
     assert any(k.startswith("meshhealth_build_info{") and v == 1 for k, v in samples.items())
+
+
+def test_agent_metrics_of_a_dual_stack_target_have_a_family_each() -> None:
+    registry = Registry()
+    metrics = agent_metrics(registry, source_cluster="c", source_node="a")
+    dual = Target("c", "b", "10.0.0.2", "10.1.0.2", "fd77::2", "fd78::2")
+    ok = ProbeResult(ProbeStatus.OK, 100.0, (0.002,), received=1)
+    failed = ProbeResult(ProbeStatus.TIMEOUT, 100.0)
+    book = StatsBook()
+    paths = tuple(
+        PathReport(
+            PathKey("c", "b", t, p, secondary),
+            dual.address(t, secondary) or "",
+            failed if secondary else ok,
+        )
+        for t in TargetType
+        for p in Protocol
+        for secondary in (False, True)
+    )
+    book.record(RoundReport(100.0, 0.7, (dual,), paths))
+    metrics.sync_connectivity([dual], book.summaries())
+    samples = _status_samples(registry.expose(), "b")
+    assert len(samples) == 2 * 4 * len(PATH_STATES)  # two families x 4 paths x the states
+    prefix = (
+        'meshhealth_node_connectivity_status{source_cluster="c",source_node="a",'
+        'target_cluster="c",target_node="b",target_type="node",protocol="icmp",'
+    )
+    assert samples[prefix + 'family="ipv4",status="reachable"}'] == 1
+    assert samples[prefix + 'family="ipv6",status="unreachable"}'] == 1
+    # One rule for the node: a failing family makes it unreachable.
+    assert parse_exposition(registry.expose())["meshhealth_unreachable_nodes"] == 1
+    # The node loses its IPv6 addresses: only the ipv6 series go.
+    metrics.sync_connectivity([Target("c", "b", "10.0.0.2", "10.1.0.2")], {})
+    text = registry.expose()
+    assert 'family="ipv6"' not in text
+    assert 'target_node="b",target_type="node",protocol="icmp",family="ipv4"' in text
 
 
 def test_latency_buckets_cover_50us_to_5s() -> None:
@@ -341,4 +384,6 @@ def test_a_suspect_path_is_neither_reachable_nor_unreachable_in_the_metrics() ->
     node3 = _status_samples(text, "node3")
     on = sorted(key for key, value in node3.items() if value == 1)
     assert sum(1 for key in on if 'status="suspect"' in key) == 1
-    assert any('target_type="node",protocol="icmp",status="suspect"' in key for key in on)
+    assert any(
+        'target_type="node",protocol="icmp",family="ipv4",status="suspect"' in key for key in on
+    )

@@ -30,7 +30,15 @@ from meshhealth.documents.status import (
     path_state,
 )
 from meshhealth.metrics import Counter, CounterSeries, Gauge, Histogram, Registry
-from meshhealth.model import PathKey, PathSummary, Protocol, RoundReport, Target, TargetType
+from meshhealth.model import (
+    PathKey,
+    PathSummary,
+    Protocol,
+    RoundReport,
+    Target,
+    TargetType,
+    ip_family,
+)
 
 TARGET_LABELS = (
     "source_cluster",
@@ -39,6 +47,7 @@ TARGET_LABELS = (
     "target_node",
     "target_type",
     "protocol",
+    "family",  # ipv4 | ipv6: which of a dual-stack target's addresses
 )
 LATENCY_BUCKETS_S = defaults.LATENCY_BUCKETS_S
 ROUND_BUCKETS_S = defaults.ROUND_BUCKETS_S
@@ -128,7 +137,7 @@ class AgentMetrics:
         """Values of one kind skipped as invalid (`ip`, `nodes`, `health`)."""
         return self.kvstore_invalid_values.labels(kind=kind)
 
-    def _path_labels(self, path: PathKey) -> dict[str, str]:
+    def _path_labels(self, path: PathKey, ip: str) -> dict[str, str]:
         return {
             "source_cluster": self.source_cluster,
             "source_node": self.source_node,
@@ -136,6 +145,7 @@ class AgentMetrics:
             "target_node": path.node,
             "target_type": path.target_type.value,
             "protocol": path.protocol.value,
+            "family": ip_family(ip),
         }
 
     def observe_round(self, report: RoundReport) -> None:
@@ -145,9 +155,8 @@ class AgentMetrics:
         for path_report in report.paths:
             rtt_s = path_report.result.rtt_s
             if rtt_s is not None:
-                self.connectivity_latency.labels(**self._path_labels(path_report.path)).observe(
-                    rtt_s
-                )
+                labels = self._path_labels(path_report.path, path_report.ip)
+                self.connectivity_latency.labels(**labels).observe(rtt_s)
 
     def sync_connectivity(
         self,
@@ -161,23 +170,29 @@ class AgentMetrics:
         targets = list(targets)
         unreachable_nodes = unreachable_endpoints = suspect_nodes = 0
         paths_by_state = dict.fromkeys(PATH_STATES, 0)
-        wanted: set[tuple[str, str, str]] = set()
+        wanted: set[tuple[str, str, str, str]] = set()
         for target in targets:
             for target_type in TargetType:
-                if target.address(target_type) is None:
-                    continue
-                wanted.add((target.cluster, target.node, target_type.value))
-                states = []
-                for protocol in Protocol:
-                    path = PathKey(target.cluster, target.node, target_type, protocol)
-                    state = path_state(summaries.get(path), verdicts.get(path))
-                    states.append(state)
-                    paths_by_state[state] += 1
-                    labels = self._path_labels(path)
-                    for status in PATH_STATES:
-                        self.connectivity_status.labels(**labels, status=status).set(
-                            1 if status == state else 0
+                states = []  # both families of a dual-stack target count, as in status
+                for secondary in (False, True):
+                    ip = target.address(target_type, secondary)
+                    if ip is None:
+                        continue
+                    wanted.add((target.cluster, target.node, target_type.value, ip_family(ip)))
+                    for protocol in Protocol:
+                        path = PathKey(
+                            target.cluster, target.node, target_type, protocol, secondary
                         )
+                        state = path_state(summaries.get(path), verdicts.get(path))
+                        states.append(state)
+                        paths_by_state[state] += 1
+                        labels = self._path_labels(path, ip)
+                        for status in PATH_STATES:
+                            self.connectivity_status.labels(**labels, status=status).set(
+                                1 if status == state else 0
+                            )
+                if not states:
+                    continue
                 combined = combined_state(states)
                 if combined == "unreachable":
                     if target_type is TargetType.NODE:
@@ -194,13 +209,17 @@ class AgentMetrics:
             self.probe_paths.labels(status=status).set(count)
         self._remove_series_except(wanted)
 
-    def _remove_series_except(self, wanted: set[tuple[str, str, str]]) -> None:
-        # Label order of TARGET_LABELS: target_cluster, target_node, target_type at 2..4.
-        for family in (self.connectivity_status, self.connectivity_latency):
-            gone = {key[2:5] for key in family.series() if key[2:5] not in wanted}
-            for cluster, node, target_type in gone:
-                family.remove_matching(
-                    target_cluster=cluster, target_node=node, target_type=target_type
+    def _remove_series_except(self, wanted: set[tuple[str, str, str, str]]) -> None:
+        # Label order of TARGET_LABELS: target_cluster, target_node, target_type at 2..4,
+        # family at 6.
+        for metric in (self.connectivity_status, self.connectivity_latency):
+            keys = {(*key[2:5], key[6]) for key in metric.series()}
+            for cluster, node, target_type, family in keys - wanted:
+                metric.remove_matching(
+                    target_cluster=cluster,
+                    target_node=node,
+                    target_type=target_type,
+                    family=family,
                 )
 
 

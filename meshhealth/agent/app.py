@@ -29,6 +29,7 @@ from functools import partial
 
 import trio
 
+from meshhealth.addresses import format_address
 from meshhealth.agent.components import AgentComponents, build_components
 from meshhealth.agent.config import AgentConfig
 from meshhealth.agent.etcd_access import agent_etcd_access
@@ -107,18 +108,21 @@ async def _start_serving(nursery: trio.Nursery, parts: AgentComponents) -> None:
         host, port = config.metrics_listen
         what = f"serve metrics on {host}:{port}"
         await _start(nursery, what, serve_metrics, host, port, parts.registry)
-    await _start(
-        nursery,
-        f"listen on {config.node_ip}:{config.http_port}",
-        partial(
-            serve_responder,
-            node_name=config.node,
-            stats=parts.responder_stats,
-            extra_routes=[parts.indirect_server.route(parts.indirect_budget_s)],
-        ),
-        config.node_ip,
-        config.http_port,
-    )
+    for node_ip in (config.node_ip, config.node_ip_secondary):
+        if node_ip is None:
+            continue
+        await _start(
+            nursery,
+            f"listen on {format_address(node_ip, config.http_port)}",
+            partial(
+                serve_responder,
+                node_name=config.node,
+                stats=parts.responder_stats,
+                extra_routes=[parts.indirect_server.route(parts.indirect_budget_s)],
+            ),
+            node_ip,
+            config.http_port,
+        )
 
 
 async def _start_membership(nursery: trio.Nursery, parts: AgentComponents) -> None:
@@ -162,11 +166,13 @@ async def run_agent(
         await nursery.start(parts.verdicts.run)
         await nursery.start(parts.loop.run)
         log.info(
-            "agent %s/%s up: node_ip=%s health_ip=%s interval=%ss",
+            "agent %s/%s up: node_ip=%s health_ip=%s secondary=%s/%s interval=%ss",
             config.cluster,
             config.node,
             config.node_ip,
             config.health_ip,
+            config.node_ip_secondary,
+            config.health_ip_secondary,
             config.interval_s,
         )
         task_status.started(parts)

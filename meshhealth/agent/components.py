@@ -167,6 +167,8 @@ def node_entry(config: AgentConfig, started_at: float) -> Node:
         health_port=config.http_port,
         version=__version__,
         started_at=started_at,
+        node_ip_secondary=config.node_ip_secondary,
+        health_ip_secondary=config.health_ip_secondary,
     )
 
 
@@ -178,7 +180,14 @@ def build_components(
 ) -> AgentComponents:
     """Build every component; nothing runs yet and nothing touches the network."""
     started_at = time.time()
-    local = LocalNode(config.cluster, config.node, config.node_ip, config.health_ip)
+    local = LocalNode(
+        config.cluster,
+        config.node,
+        config.node_ip,
+        config.health_ip,
+        config.node_ip_secondary,
+        config.health_ip_secondary,
+    )
     identity = AgentIdentity(local, started_at, config.interval_s)
     registry = Registry()
     metrics = agent_metrics(registry, source_cluster=config.cluster, source_node=config.node)
@@ -206,7 +215,14 @@ def build_components(
         config_write_metrics=metrics.writes_of("cluster-config"),
         invalid_ip_metric=invalid_ip,
     )
-    own = Target(config.cluster, config.node, config.node_ip, config.health_ip)
+    own = Target(
+        config.cluster,
+        config.node,
+        config.node_ip,
+        config.health_ip,
+        config.node_ip_secondary,
+        config.health_ip_secondary,
+    )
     plan = PlanSettings(
         interval_s=config.interval_s, k=config.probe_targets, full_mesh=config.full_mesh
     )

@@ -76,6 +76,9 @@ class AgentConfig:
     etcd_user: str | None = None
     etcd_password_file: str | None = None
     etcd_password: str | None = field(default=None, repr=False)  # MESHHEALTH_ETCD_PASSWORD
+    # Dual stack: the node's and its health endpoint's address of the other family.
+    node_ip_secondary: str | None = None
+    health_ip_secondary: str | None = None
 
     @property
     def spread_s(self) -> float:
@@ -159,6 +162,21 @@ OPTIONS: tuple[Option, ...] = (
         values.ip,
         None,
         "the health endpoint's IP (from --cidr in netns mode)",
+        metavar="IP",
+    ),
+    Option(
+        "node_ip_secondary",
+        values.ip,
+        None,
+        "dual stack: this node's IP of the other family (probed too; the responder listens "
+        "on both)",
+        metavar="IP",
+    ),
+    Option(
+        "health_ip_secondary",
+        values.ip,
+        None,
+        "dual stack: the health endpoint's IP of the other family (needs --node-ip-secondary)",
         metavar="IP",
     ),
     Option(
@@ -350,6 +368,33 @@ def _parse_one(option: Option, value: object, where: str) -> Any:
         raise ConfigError(f"{where}: {exc}") from None
 
 
+def _family(ip: str) -> int:
+    return ipaddress.ip_address(ip).version
+
+
+def _check_dual_stack(chosen: Mapping[str, Any]) -> None:
+    """The secondary addresses are of the other family, and pair with the primary ones
+    family by family (what the node entry in etcd requires, docs/kvstore.md)."""
+    node_ip, node_ip2 = chosen["node_ip"], chosen["node_ip_secondary"]
+    health_ip, health_ip2 = chosen["health_ip"], chosen["health_ip_secondary"]
+    if node_ip2 is None:
+        if health_ip2 is not None:
+            raise ConfigError("--health-ip-secondary: needs --node-ip-secondary")
+        return
+    if _family(node_ip2) == _family(node_ip):
+        raise ConfigError(
+            f"--node-ip-secondary: must be of the other family than --node-ip, got {node_ip2}"
+        )
+    if health_ip is not None and _family(health_ip) != _family(node_ip):
+        raise ConfigError(
+            f"--health-ip: a dual-stack node's HealthIP is of --node-ip's family, got {health_ip}"
+        )
+    if health_ip2 is not None and _family(health_ip2) != _family(node_ip2):
+        raise ConfigError(
+            f"--health-ip-secondary: must be of --node-ip-secondary's family, got {health_ip2}"
+        )
+
+
 def resolve_config(
     flags: Mapping[str, object],
     env: Mapping[str, str],
@@ -392,16 +437,15 @@ def resolve_config(
         raise ConfigError(
             f"--health-ip: required with --health-mode {mode} (or --health-mode none)"
         )
-    if mode == "loopback" and not ipaddress.ip_address(chosen["health_ip"]).is_loopback:
-        raise ConfigError(
-            f"--health-ip: loopback mode needs a loopback address, got {chosen['health_ip']}"
-        )
-    if mode == "netns" and ipaddress.ip_address(chosen["health_ip"]).version != 4:
-        raise ConfigError(
-            f"--health-ip: netns mode needs an IPv4 address, got {chosen['health_ip']}"
-        )
+    for name in ("health_ip", "health_ip_secondary"):
+        ip = chosen[name]
+        if mode == "loopback" and ip is not None and not ipaddress.ip_address(ip).is_loopback:
+            flag = OPTIONS_BY_NAME[name].flag
+            raise ConfigError(f"{flag}: loopback mode needs a loopback address, got {ip}")
     if mode == "none":
         chosen["health_ip"] = None
+        chosen["health_ip_secondary"] = None
+    _check_dual_stack(chosen)
     if chosen["timeout_s"] >= chosen["interval_s"]:
         raise ConfigError(
             "--timeout: must be shorter than --interval "

@@ -169,7 +169,9 @@ class IndirectProbes:
             key = path_report.path
             if path_report.result.ok:
                 ok.add(key)
-            elif (key.cluster, key.node) != own:
+            elif (key.cluster, key.node) != own and not key.secondary:
+                # Helpers probe the primary addresses: a secondary (dual-stack) path
+                # is not checked through them.
                 failed.setdefault((key.cluster, key.node), []).append(key)
         kept = {
             key: check

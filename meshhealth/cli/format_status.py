@@ -13,7 +13,10 @@
 
 A path that fails but whose suspicion time is not over reads `Connection timed out
 (suspect for 4s)`, and `Cluster health` adds `, 1 suspect` (neither reachable nor
-unreachable). With clustermesh, a `Clusters:` section lists each cluster (local first) and the state
+unreachable). A dual-stack node's secondary address (the other family) follows its
+primary's lines as cilium-health prints it, one level deeper (`Secondary connectivity
+to fd77::1:`), with `verbose` or when one of its paths failed.
+With clustermesh, a `Clusters:` section lists each cluster (local first) and the state
 of its etcd (connected, unreachable, refused: see docs/clustermesh.md).
 A `Warning:` line at the end says when etcd is unreachable (the node list may be stale).
 `verbose` adds the probe interval and etcd lines (instead of the warning), loss,
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 from meshhealth.cli.format_probe import format_loss
 from meshhealth.documents.status_schema import (
+    AddressDocument,
     ClusterDocument,
     EtcdDocument,
     NodeDocument,
@@ -89,13 +93,30 @@ def node_title(node: NodeDocument) -> str:
     return f"{title} (localhost)" if node["is_local"] else title
 
 
+def _one_address_lines(
+    heading: str, address: AddressDocument, indent: str, *, verbose: bool, now: float | None
+) -> list[str]:
+    lines = [f"{indent}{heading} to {address['ip']}:"]
+    for label, path in ((ICMP_LABEL, address["icmp"]), (HTTP_LABEL, address["http"])):
+        lines.append(f"{indent}  {label}{path_line(path, verbose=verbose, now=now)}")
+    return lines
+
+
+def _failed(address: AddressDocument) -> bool:
+    return any(address[p]["status"] not in ("ok", "unknown") for p in ("icmp", "http"))
+
+
 def _address_lines(
     heading: str, address: PrimaryAddressDocument, *, verbose: bool, now: float | None
 ) -> list[str]:
-    primary = address["primary_address"]
-    lines = [f"    {heading} to {primary['ip']}:"]
-    for label, path in ((ICMP_LABEL, primary["icmp"]), (HTTP_LABEL, primary["http"])):
-        lines.append(f"      {label}{path_line(path, verbose=verbose, now=now)}")
+    lines = _one_address_lines(
+        heading, address["primary_address"], "    ", verbose=verbose, now=now
+    )
+    for secondary in address.get("secondary_addresses", []):
+        if verbose or _failed(secondary):
+            lines += _one_address_lines(
+                "Secondary connectivity", secondary, "      ", verbose=verbose, now=now
+            )
     return lines
 
 

@@ -24,6 +24,7 @@ address. Runs until SIGTERM or SIGINT.
 examples:
   meshhealth responder --listen 10.77.0.1                 port {defaults.HTTP_PORT}
   meshhealth responder --listen [fd00::1]:4240 --passive  health endpoint mode
+  meshhealth responder --listen 10.78.1.2 --listen [fd00:78:1::2]   both families
 """
 
 
@@ -37,8 +38,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--listen",
         required=True,
+        action="append",
         metavar="IP[:PORT]",
-        help=f"address to listen on; IPv6 as [::1]:PORT (default port {defaults.HTTP_PORT})",
+        help=f"address to listen on; IPv6 as [::1]:PORT (default port {defaults.HTTP_PORT}); "
+        "repeat it for more addresses (a dual-stack endpoint)",
     )
     parser.add_argument(
         "--passive",
@@ -57,37 +60,52 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        ip, port = parse_listen(args.listen)
-    except ValueError as exc:
-        return usage_error("responder", f"bad --listen: {exc}")
+    addresses: list[tuple[str, int]] = []
+    for listen in args.listen:
+        try:
+            addresses.append(parse_listen(listen))
+        except ValueError as exc:
+            return usage_error("responder", f"bad --listen: {exc}")
     parent_pid = os.getppid() if args.exit_with_parent else None
-    return serve_until_signal(ip, port, args.passive, args.node_name, parent_pid)
+    return serve_until_signal(addresses, args.passive, args.node_name, parent_pid)
 
 
 def serve_until_signal(
-    ip: str, port: int, passive: bool, node_name: str, parent_pid: int | None = None
+    addresses: list[tuple[str, int]],
+    passive: bool,
+    node_name: str,
+    parent_pid: int | None = None,
 ) -> int:
-    """Serve /hello on ip:port until SIGTERM or SIGINT (or, with `parent_pid`, until
-    that parent exits). One thread, no trio: meshhealth.probe.hello_server."""
+    """Serve /hello on every (ip, port) until SIGTERM or SIGINT (or, with `parent_pid`,
+    until that parent exits). One thread, no trio: meshhealth.probe.hello_server."""
     from meshhealth.probe.hello_server import HelloServer, open_listener
 
-    try:
-        listener = open_listener(ip, port)
-    except OSError as exc:
-        print_error("responder", f"cannot listen on {format_address(ip, port)}: {_reason(exc)}")
-        return 2
     with contextlib.ExitStack() as stack:
-        stack.enter_context(listener)
+        listeners = []
+        for ip, port in addresses:
+            try:
+                listeners.append(stack.enter_context(open_listener(ip, port)))
+            except OSError as exc:
+                where = format_address(ip, port)
+                print_error("responder", f"cannot listen on {where}: {_reason(exc)}")
+                return 2
         wake = _StopSignals(stack)
         stop_fds = [wake.fileno()]
         parent_fd = _watch_parent(parent_pid, stack) if parent_pid is not None else None
         if parent_fd is not None:
             stop_fds.append(parent_fd)
         mode = " (passive)" if passive else ""
-        bound = format_address(ip, listener.getsockname()[1])
+        bound = ", ".join(
+            format_address(ip, listener.getsockname()[1])
+            for (ip, _), listener in zip(addresses, listeners, strict=True)
+        )
         print(f"responder listening on {bound}{mode}", flush=True)
-        server = HelloServer(listener, node_name=node_name, stop_fds=tuple(stop_fds))
+        server = HelloServer(
+            listeners[0],
+            node_name=node_name,
+            stop_fds=tuple(stop_fds),
+            more_listeners=tuple(listeners[1:]),
+        )
         if server.serve_forever() == parent_fd:
             with contextlib.suppress(OSError):  # stderr was a pipe to the dead parent
                 print_error("responder", f"parent {parent_pid} is gone; exiting")

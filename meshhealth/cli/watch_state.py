@@ -28,7 +28,15 @@ from meshhealth.documents.reachability import (
     status_reachability,
 )
 from meshhealth.documents.status_schema import PathDocument, StatusDocument
-from meshhealth.model import STATUS_TEXT, HealthReport, ProbeStatus, Protocol, TargetType, path_name
+from meshhealth.model import (
+    SECONDARY_SUFFIX,
+    STATUS_TEXT,
+    HealthReport,
+    ProbeStatus,
+    Protocol,
+    TargetType,
+    path_name,
+)
 from meshhealth.timefmt import parse_iso_time
 
 NodeRef = tuple[str, str]  # (cluster, node)
@@ -195,11 +203,13 @@ def _apply_snapshot(state: WatchState, status: StatusDocument) -> list[Change]:
         for target_type, section in (("node", doc["host"]), ("endpoint", endpoint)):
             if section is None:
                 continue
-            address = section["primary_address"]
-            for protocol, doc_path in (("icmp", address["icmp"]), ("http", address["http"])):
-                name = f"{target_type}/{protocol}"
-                path = _path_from_document(doc_path, node.paths.get(name))
-                changes += _update_path(state, node, name, path, add_point=False)
+            addresses = [(section["primary_address"], "")]
+            addresses += [(a, SECONDARY_SUFFIX) for a in section.get("secondary_addresses", [])]
+            for address, suffix in addresses:
+                for protocol, doc_path in (("icmp", address["icmp"]), ("http", address["http"])):
+                    name = f"{target_type}/{protocol}{suffix}"
+                    path = _path_from_document(doc_path, node.paths.get(name))
+                    changes += _update_path(state, node, name, path, add_point=False)
     for key in set(state.nodes) - seen:
         del state.nodes[key]
     return changes
@@ -235,7 +245,8 @@ def apply_feed_message(
         if kind == "path":
             update = cast(PathMessage, message)
             node = _node(state, update["cluster"], update["node"])
-            name = f"{update['target_type']}/{update['protocol']}"
+            suffix = SECONDARY_SUFFIX if update.get("secondary") else ""
+            name = f"{update['target_type']}/{update['protocol']}{suffix}"
             path = _path_from_document(update["path"], node.paths.get(name))
             return _update_path(state, node, name, path, add_point=True)
         if kind == "round":
@@ -264,6 +275,9 @@ def aggregate_paths(reports: Iterable[HealthReport]) -> dict[NodeRef, dict[str, 
             per_path = seen.setdefault((target.cluster, target.node), {})
             for name, health in target.paths.items():
                 per_path.setdefault(name, []).append((report.probe_time, health))
+            for name, health in target.secondary_paths.items():
+                label = name + SECONDARY_SUFFIX
+                per_path.setdefault(label, []).append((report.probe_time, health))
     views: dict[NodeRef, dict[str, PathView]] = {}
     for ref, per_path in seen.items():
         views[ref] = {}

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Hashable
-from typing import Literal, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
 from meshhealth.documents.reachability import Reachability
 from meshhealth.documents.status import PathVerdictLike, path_document
@@ -116,6 +116,7 @@ class PathMessage(TypedDict):
     ip: str
     changed: list[str]  # status, rtt_bucket (see the module doc)
     path: PathDocument
+    secondary: NotRequired[bool]  # True: a dual-stack target's secondary address
 
 
 class RoundNodeDocument(TypedDict):
@@ -176,7 +177,7 @@ def path_message(
     *,
     verdict: PathVerdictLike | None = None,
 ) -> PathMessage:
-    return {
+    message: PathMessage = {
         "v": FEED_VERSION,
         "type": "path",
         "seq": seq,
@@ -188,6 +189,9 @@ def path_message(
         "changed": changed,
         "path": path_document(summary, verdict=verdict),
     }
+    if key.secondary:
+        message["secondary"] = True
+    return message
 
 
 def round_message(status: StatusDocument, duration_s: float, seq: int) -> RoundMessage:

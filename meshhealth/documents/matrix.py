@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
 from meshhealth import defaults
 from meshhealth.documents.reachability import statuses_reachability
@@ -55,6 +55,8 @@ class Cell:
     target: NodeRef
     state: CellState
     paths: Mapping[str, PathHealth] = field(default_factory=dict)  # as reported
+    # A dual-stack target's secondary addresses, same names; they count in `state`.
+    secondary_paths: Mapping[str, PathHealth] = field(default_factory=dict)
 
     @property
     def rtt_s(self) -> float | None:
@@ -92,10 +94,13 @@ class Matrix:
         return counts
 
 
-def cell_state(paths: Mapping[str, PathHealth]) -> CellState:
-    """reachable / unreachable / unknown from a target's reported paths
-    (meshhealth.documents.reachability)."""
-    return statuses_reachability(path.status for path in paths.values())
+def cell_state(
+    paths: Mapping[str, PathHealth], secondary_paths: Mapping[str, PathHealth] | None = None
+) -> CellState:
+    """reachable / unreachable / unknown from a target's reported paths, both address
+    families of a dual-stack target together (meshhealth.documents.reachability)."""
+    every = [*paths.values(), *(secondary_paths or {}).values()]
+    return statuses_reachability(path.status for path in every)
 
 
 def stale_after_s(interval_s: float) -> float:
@@ -161,12 +166,12 @@ def _row(
         unknown = tuple(Cell(target, "unknown") for target in columns)
         return Row(source, None, None, None, False, unknown)
     stale = is_stale(report, now)
-    seen = {(t.cluster, t.node): t.paths for t in report.targets}
+    seen = {(t.cluster, t.node): (t.paths, t.secondary_paths) for t in report.targets}
     cells = []
     for target in columns:
-        paths = seen.get(target, {})
-        state: CellState = "stale" if stale else cell_state(paths)
-        cells.append(Cell(target, state, dict(paths)))
+        paths, secondary = seen.get(target, ({}, {}))
+        state: CellState = "stale" if stale else cell_state(paths, secondary)
+        cells.append(Cell(target, state, dict(paths), dict(secondary)))
     age = max(0.0, now - report.probe_time)
     return Row(source, report.probe_time, report.interval_s, age, stale, tuple(cells))
 
@@ -246,6 +251,7 @@ class MatrixCellDocument(TypedDict):
     name: str
     state: CellState
     paths: dict[str, MatrixPathDocument]  # PATH_ORDER names; a path not reported is absent
+    secondary_paths: NotRequired[dict[str, MatrixPathDocument]]  # dual-stack targets only
 
 
 class MatrixRowDocument(TypedDict):
@@ -295,6 +301,22 @@ def _path_json(path: PathHealth) -> MatrixPathDocument:
     return {"status": path.status.value, "rtt_s": path.rtt_s, "loss": path.loss}
 
 
+def _paths_json(paths: Mapping[str, PathHealth]) -> dict[str, MatrixPathDocument]:
+    return {name: _path_json(paths[name]) for name in PATH_ORDER if name in paths}
+
+
+def _cell_json(cell: Cell) -> MatrixCellDocument:
+    doc: MatrixCellDocument = {
+        "cluster": cell.target[0],
+        "name": cell.target[1],
+        "state": cell.state,
+        "paths": _paths_json(cell.paths),
+    }
+    if cell.secondary_paths:
+        doc["secondary_paths"] = _paths_json(cell.secondary_paths)
+    return doc
+
+
 def matrix_document(matrix: Matrix) -> MatrixDocument:
     """The JSON document (docs/clustermesh.md, "Matrix JSON"); plain types only."""
     counts = matrix.counts()
@@ -314,19 +336,7 @@ def matrix_document(matrix: Matrix) -> MatrixDocument:
                 "age_s": None if row.age_s is None else round(row.age_s, 3),
                 "stale_after_s": None if row.interval_s is None else stale_after_s(row.interval_s),
                 "stale": row.stale,
-                "cells": [
-                    {
-                        "cluster": cell.target[0],
-                        "name": cell.target[1],
-                        "state": cell.state,
-                        "paths": {
-                            name: _path_json(cell.paths[name])
-                            for name in PATH_ORDER
-                            if name in cell.paths
-                        },
-                    }
-                    for cell in row.cells
-                ],
+                "cells": [_cell_json(cell) for cell in row.cells],
             }
             for row in matrix.rows
         ],

@@ -50,6 +50,7 @@ from meshhealth.documents.status_schema import (
     EtcdDocument,
     HealthzDocument,
     IndirectDocument,
+    LocalDocument,
     NodeDocument,
     PathDocument,
     PrimaryAddressDocument,
@@ -98,6 +99,8 @@ class LocalNode:
     name: str
     node_ip: str
     health_ip: str | None
+    node_ip_secondary: str | None = None  # dual stack: the other family's addresses
+    health_ip_secondary: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,23 +206,57 @@ def path_document(
     return doc
 
 
-def _address_document(
+def _one_address(
     target: Target,
     target_type: TargetType,
     ip: str,
     summaries: Mapping[PathKey, PathSummary],
-    indirect: IndirectNotes = _NO_NOTES,
+    indirect: IndirectNotes,
     *,
-    verdicts: Verdicts = NO_VERDICTS,
-) -> tuple[PrimaryAddressDocument, list[PathState]]:
-    icmp_key = PathKey(target.cluster, target.node, target_type, Protocol.ICMP)
-    http_key = PathKey(target.cluster, target.node, target_type, Protocol.HTTP)
+    secondary: bool,
+    verdicts: Verdicts,
+) -> tuple[AddressDocument, list[PathState]]:
+    icmp_key = PathKey(target.cluster, target.node, target_type, Protocol.ICMP, secondary)
+    http_key = PathKey(target.cluster, target.node, target_type, Protocol.HTTP, secondary)
     icmp, http = (
         path_document(summaries.get(key), indirect.get(key), verdicts.get(key))
         for key in (icmp_key, http_key)
     )
     doc: AddressDocument = {"ip": ip, "icmp": icmp, "http": http}
-    return {"primary_address": doc}, [icmp["state"], http["state"]]
+    return doc, [icmp["state"], http["state"]]
+
+
+def _address_document(
+    target: Target,
+    target_type: TargetType,
+    summaries: Mapping[PathKey, PathSummary],
+    indirect: IndirectNotes = _NO_NOTES,
+    *,
+    verdicts: Verdicts = NO_VERDICTS,
+) -> tuple[PrimaryAddressDocument | None, list[PathState]]:
+    """The `host` or `health_endpoint` object and the states of all its paths (both
+    families of a dual-stack node: one rule for the node, as for any other paths)."""
+    ip = target.address(target_type)
+    if ip is None:
+        return None, []
+    primary, states = _one_address(
+        target, target_type, ip, summaries, indirect, secondary=False, verdicts=verdicts
+    )
+    doc: PrimaryAddressDocument = {"primary_address": primary}
+    secondary_ip = target.address(target_type, secondary=True)
+    if secondary_ip is not None:
+        secondary, secondary_states = _one_address(
+            target,
+            target_type,
+            secondary_ip,
+            summaries,
+            indirect,
+            secondary=True,
+            verdicts=verdicts,
+        )
+        doc["secondary_addresses"] = [secondary]
+        states += secondary_states
+    return doc, states
 
 
 def node_document(
@@ -232,14 +269,12 @@ def node_document(
 ) -> NodeDocument:
     """One entry of `nodes`."""
     host, host_states = _address_document(
-        target, TargetType.NODE, target.node_ip, summaries, indirect, verdicts=verdicts
+        target, TargetType.NODE, summaries, indirect, verdicts=verdicts
     )
-    endpoint: PrimaryAddressDocument | None = None
-    endpoint_states: list[PathState] = []
-    if target.health_ip is not None:
-        endpoint, endpoint_states = _address_document(
-            target, TargetType.ENDPOINT, target.health_ip, summaries, indirect, verdicts=verdicts
-        )
+    assert host is not None  # every target has a NodeIP
+    endpoint, endpoint_states = _address_document(
+        target, TargetType.ENDPOINT, summaries, indirect, verdicts=verdicts
+    )
     host_state = combined_state(host_states)
     endpoint_state = combined_state(endpoint_states)
     node_state = combined_state(host_states + endpoint_states)
@@ -267,7 +302,15 @@ def _ordered_targets(local: LocalNode, targets: Sequence[Target]) -> list[Target
     local_key = (local.cluster, local.name)
     by_key = {(t.cluster, t.node): t for t in targets}
     local_target = by_key.pop(
-        local_key, Target(local.cluster, local.name, local.node_ip, local.health_ip)
+        local_key,
+        Target(
+            local.cluster,
+            local.name,
+            local.node_ip,
+            local.health_ip,
+            local.node_ip_secondary,
+            local.health_ip_secondary,
+        ),
     )
     return [local_target] + [by_key[key] for key in sorted(by_key)]
 
@@ -370,17 +413,22 @@ def encode_json(value: object) -> bytes:
 def _head_document(inputs: StatusInputs) -> StatusHeadDocument:
     """The fields before `nodes`: the request's time, the agent's state."""
     local = inputs.local
+    local_doc: LocalDocument = {
+        "cluster": local.cluster,
+        "name": local.name,
+        "node_ip": local.node_ip,
+        "health_ip": local.health_ip,
+    }
+    if local.node_ip_secondary is not None:
+        local_doc["node_ip_secondary"] = local.node_ip_secondary
+    if local.health_ip_secondary is not None:
+        local_doc["health_ip_secondary"] = local.health_ip_secondary
     return {
         "v": SCHEMA_VERSION,
         "generated_at": iso_time(inputs.now),
         "probe_time": iso_time(inputs.probe_time),
         "probe_interval_s": inputs.probe_interval_s,
-        "local": {
-            "cluster": local.cluster,
-            "name": local.name,
-            "node_ip": local.node_ip,
-            "health_ip": local.health_ip,
-        },
+        "local": local_doc,
         "etcd": etcd_document(inputs.etcd),
         "round": {
             "running": inputs.round.running,

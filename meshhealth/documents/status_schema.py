@@ -54,9 +54,12 @@ class AddressDocument(TypedDict):
 
 
 class PrimaryAddressDocument(TypedDict):
-    """cilium-health's `host` / `health-endpoint` object: one `primary_address`."""
+    """cilium-health's `host` / `health-endpoint` object: one `primary_address`, and
+    for a dual-stack node its `secondary_addresses` (the other family; absent when the
+    node has none, as Cilium omits an empty list)."""
 
     primary_address: AddressDocument
+    secondary_addresses: NotRequired[list[AddressDocument]]
 
 
 class NodeDocument(TypedDict):
@@ -79,6 +82,8 @@ class LocalDocument(TypedDict):
     name: str
     node_ip: str
     health_ip: str | None
+    node_ip_secondary: NotRequired[str]  # dual stack only
+    health_ip_secondary: NotRequired[str]  # dual stack with a secondary HealthIP only
 
 
 class EtcdDocument(TypedDict):

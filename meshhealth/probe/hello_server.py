@@ -68,23 +68,31 @@ class _Client:
 
 @dataclass(slots=True)
 class HelloServer:
-    """Serves `listener` until one of `stop_fds` is readable (`serve_forever` returns
-    the first that was). Single-threaded; owns and closes client sockets, not the
-    listener nor the stop descriptors."""
+    """Serves `listener` (and `more_listeners`: a dual-stack endpoint's other address)
+    until one of `stop_fds` is readable (`serve_forever` returns the first that was).
+    Single-threaded; owns and closes client sockets, not the listeners nor the stop
+    descriptors."""
 
     listener: socket.socket
     node_name: str = ""
     max_connections: int = defaults.RESPONDER_MAX_CONNECTIONS
     read_timeout_s: float = defaults.RESPONDER_READ_TIMEOUT_S
     stop_fds: tuple[int, ...] = ()
+    more_listeners: tuple[socket.socket, ...] = ()
     _clients: dict[int, _Client] = field(default_factory=dict)
     _selector: selectors.BaseSelector = field(default_factory=selectors.DefaultSelector)
     _accept_paused_until: float | None = None
+    _paused: list[socket.socket] = field(default_factory=list)
+
+    @property
+    def listeners(self) -> tuple[socket.socket, ...]:
+        return (self.listener, *self.more_listeners)
 
     def serve_forever(self) -> int:
         if self.max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {self.max_connections}")
-        self._selector.register(self.listener, selectors.EVENT_READ)
+        for listener in self.listeners:
+            self._selector.register(listener, selectors.EVENT_READ)
         for fd in self.stop_fds:
             self._selector.register(fd, selectors.EVENT_READ)
         try:
@@ -92,8 +100,8 @@ class HelloServer:
                 for key, mask in self._selector.select(self._timeout_s()):
                     if key.fd in self.stop_fds:
                         return key.fd
-                    if key.fileobj is self.listener:
-                        self._accept_all()
+                    if key.fileobj in self.listeners:
+                        self._accept_all(key.fileobj)
                     else:
                         client = self._clients.get(key.fd)
                         if client is not None and client.sock is key.fileobj:
@@ -111,17 +119,18 @@ class HelloServer:
             due.append(self._accept_paused_until)
         return max(0.0, min(due) - time.monotonic()) if due else None
 
-    def _accept_all(self) -> None:
+    def _accept_all(self, listener: socket.socket) -> None:
         while True:
             try:
-                sock, _ = self.listener.accept()
+                sock, _ = listener.accept()
             except BlockingIOError:
                 return
             except OSError as exc:
                 if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:
                     raise
                 # Out of descriptors: stop watching the listener for a moment.
-                self._selector.unregister(self.listener)
+                self._selector.unregister(listener)
+                self._paused.append(listener)
                 pause_s = defaults.HTTP_SERVER_ACCEPT_BACKOFF_S
                 self._accept_paused_until = time.monotonic() + pause_s
                 return
@@ -139,7 +148,9 @@ class HelloServer:
     def _expire(self, now: float) -> None:
         if self._accept_paused_until is not None and now >= self._accept_paused_until:
             self._accept_paused_until = None
-            self._selector.register(self.listener, selectors.EVENT_READ)
+            for listener in self._paused:
+                self._selector.register(listener, selectors.EVENT_READ)
+            self._paused.clear()
         for client in [c for c in self._clients.values() if c.deadline <= now]:
             self._close(client)  # a cycle (or a linger) ran out of time
 

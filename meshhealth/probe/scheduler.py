@@ -1,6 +1,7 @@
 """One probe round: every path of every target, concurrently, each under its own deadline.
 
-A round probes each (target, address, protocol) path once:
+A round probes each (target, address, protocol) path once (a dual-stack target's
+secondary NodeIP and HealthIP are addresses of their own):
 
 - **Spread**: the paths are shuffled and their starts spread with jitter over
   ``[0, spread_s)`` (stratified: path *i* of *n* starts at
@@ -57,6 +58,8 @@ ALL_PROTOCOLS: Final = frozenset(model.Protocol)
 # Order of paths within a target in reports: node then endpoint, ICMP then HTTP.
 _TARGET_TYPES: Final = (model.TargetType.NODE, model.TargetType.ENDPOINT)
 _PROTOCOLS: Final = (model.Protocol.ICMP, model.Protocol.HTTP)
+# Each address's primary, then (dual stack) its secondary of the other family.
+_ADDRESSES: Final = (False, True)
 
 ICMP_DISABLED: Final = "ICMP disabled"
 OVERRAN: Final = "probe overran its deadline"
@@ -104,24 +107,32 @@ def enumerate_paths(
 ) -> list[tuple[model.PathKey, str]]:
     """Every (path, ip) to probe, in report order; a missing HealthIP has no paths.
 
+    A dual-stack target's secondary addresses get paths of their own (`secondary`),
+    each right after its primary's: node, node secondary, endpoint, endpoint secondary.
+
     A path that appears twice (the same target listed twice) is probed once.
     """
     # Seen keys as plain tuples: a tuple hashes in C, a PathKey in Python.
-    seen: set[tuple[str, str, model.TargetType, model.Protocol]] = set()
+    seen: set[tuple[str, str, model.TargetType, model.Protocol, bool]] = set()
     paths: list[tuple[model.PathKey, str]] = []
     path_key = model.PathKey
-    kinds = [(t, p) for t in _TARGET_TYPES for p in _PROTOCOLS if p in protocols]
+    kinds = [
+        (t, s, p) for t in _TARGET_TYPES for s in _ADDRESSES for p in _PROTOCOLS if p in protocols
+    ]
     node_type = model.TargetType.NODE
     for target in targets:
         cluster, node = target.cluster, target.node
-        for target_type, protocol in kinds:
-            ip = target.node_ip if target_type is node_type else target.health_ip
+        for target_type, secondary, protocol in kinds:
+            if target_type is node_type:
+                ip = target.node_ip_secondary if secondary else target.node_ip
+            else:
+                ip = target.health_ip_secondary if secondary else target.health_ip
             if not ip:
                 continue
-            seen_key = (cluster, node, target_type, protocol)
+            seen_key = (cluster, node, target_type, protocol, secondary)
             if seen_key not in seen:
                 seen.add(seen_key)
-                paths.append((path_key(cluster, node, target_type, protocol), ip))
+                paths.append((path_key(cluster, node, target_type, protocol, secondary), ip))
     return paths
 
 

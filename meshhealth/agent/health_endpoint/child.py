@@ -23,15 +23,20 @@ log = logging.getLogger("meshhealth.agent.health_endpoint.supervisor")
 READY_MARKER = b"responder listening on"  # first line `meshhealth responder` prints
 
 
-def responder_argv(python: str, health_ip: str, port: int, node_name: str) -> list[str]:
-    """The endpoint's responder command line (without `ip netns exec`). Pure."""
+def responder_argv(
+    python: str, health_ip: str, port: int, node_name: str, health_ip_secondary: str | None = None
+) -> list[str]:
+    """The endpoint's responder command line (without `ip netns exec`): one `--listen`
+    per address (two for a dual-stack endpoint). Pure."""
+    listen = ["--listen", format_address(health_ip, port)]
+    if health_ip_secondary is not None:
+        listen += ["--listen", format_address(health_ip_secondary, port)]
     return [
         python,
         "-m",
         "meshhealth",
         "responder",
-        "--listen",
-        format_address(health_ip, port),
+        *listen,
         "--passive",
         "--node-name",
         node_name,

@@ -17,6 +17,17 @@ What `build_endpoint` makes (node ns = the namespace the agent runs in):
 
 The endpoint resolves every next hop on eth0 by ARP; the node answers for it (proxy ARP,
 no delay), so the endpoint needs no gateway address and the node needs no extra one.
+
+An IPv6 HealthIP (the primary one, or the secondary of a dual-stack endpoint) is set up
+the IPv6 way, since NDP has no proxy for a whole prefix:
+
+    lxc_health: fe80::1/64 (the endpoint's gateway)    eth0: HealthIP6/128
+    route HealthIP6/128 dev lxc_health                   default via fe80::1 dev eth0
+    net.ipv6.conf.all.forwarding=1
+
+with duplicate address detection off on both veth ends, so the addresses work at once.
+Each family's plumbing (sysctls included) is only made when the endpoint has an address
+of that family.
 The host-side veth carries the alias `meshhealth:<endpoint ns>`: only an interface with
 that alias is ever deleted, so an `lxc_health` that is not ours is never touched.
 """
@@ -30,6 +41,7 @@ import ipaddress
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -51,6 +63,16 @@ _SAFE_NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 # RT_SCOPE_LINK: `default dev eth0` without a gateway.
 _SCOPE_LINK = 253
 _MAIN_TABLE = 254
+# The endpoint's IPv6 gateway: a link-local address of the host-side veth.
+GATEWAY6 = "fe80::1"
+
+
+def _host_prefixlen(ip: str) -> int:
+    return 32 if _version(ip) == 4 else 128
+
+
+def _family(ip: str) -> int:
+    return socket.AF_INET if _version(ip) == 4 else socket.AF_INET6
 
 
 class PlumbingError(RuntimeError):
@@ -83,21 +105,37 @@ class EndpointNetns:
     """Where the endpoint lives: names of everything `build_endpoint` creates."""
 
     netns: str  # the endpoint's namespace
-    health_ip: str  # IPv4; gets /32 on eth0 in `netns`
+    health_ip: str  # gets /32 (IPv4) or /128 (IPv6) on eth0 in `netns`
     node_netns: str | None = None  # the agent's namespace; None: the calling process's
     host_iface: str = DEFAULT_HOST_IFACE
+    health_ip_secondary: str | None = None  # dual stack: the other family's address
 
     def __post_init__(self) -> None:
         netns_path(self.netns)  # raises ValueError on a bad name
         if self.node_netns is not None:
             netns_path(self.node_netns)
-        if ipaddress.ip_address(self.health_ip).version != 4:
-            raise ValueError(f"netns health endpoint needs an IPv4 HealthIP: {self.health_ip}")
+        if self.health_ip_secondary is not None and _version(self.health_ip_secondary) == (
+            _version(self.health_ip)
+        ):
+            raise ValueError(
+                f"the secondary HealthIP must be of the other family: {self.health_ip_secondary}"
+            )
         validate_iface_name(self.host_iface)
 
     @property
     def alias(self) -> str:
         return f"{ALIAS_PREFIX}{self.netns}"
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        """Every HealthIP of the endpoint, primary first."""
+        if self.health_ip_secondary is None:
+            return (self.health_ip,)
+        return (self.health_ip, self.health_ip_secondary)
+
+
+def _version(ip: str) -> int:
+    return ipaddress.ip_address(ip).version
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,11 +339,26 @@ def build_endpoint(spec: EndpointNetns) -> BuiltEndpoint:
         if index is None:
             raise PlumbingError(f"veth {spec.host_iface} missing right after creation")
         ipr.link("set", index=index, ifalias=spec.alias)
+        versions = {_version(ip) for ip in spec.addresses}
+        if 6 in versions:
+            _write_sysctl(f"net.ipv6.conf.{spec.host_iface}.disable_ipv6", "0")
+            _write_sysctl(f"net.ipv6.conf.{spec.host_iface}.accept_dad", "0")
+            ipr.addr("replace", index=index, address=GATEWAY6, prefixlen=64)
         ipr.link("set", index=index, state="up")
-        _write_sysctl(f"net.ipv4.conf.{spec.host_iface}.proxy_arp", "1")
-        _write_sysctl(f"net.ipv4.neigh.{spec.host_iface}.proxy_delay", "0")
-        _write_sysctl("net.ipv4.ip_forward", "1")
-        ipr.route("replace", dst=f"{spec.health_ip}/32", oif=index, scope=_SCOPE_LINK)
+        if 4 in versions:
+            _write_sysctl(f"net.ipv4.conf.{spec.host_iface}.proxy_arp", "1")
+            _write_sysctl(f"net.ipv4.neigh.{spec.host_iface}.proxy_delay", "0")
+            _write_sysctl("net.ipv4.ip_forward", "1")
+        if 6 in versions:
+            _write_sysctl("net.ipv6.conf.all.forwarding", "1")
+        for ip in spec.addresses:
+            ipr.route(
+                "replace",
+                dst=f"{ip}/{_host_prefixlen(ip)}",
+                oif=index,
+                scope=_SCOPE_LINK,
+                family=_family(ip),
+            )
         return index
 
     host_index = with_iproute(spec.node_netns, node_side)
@@ -317,9 +370,24 @@ def build_endpoint(spec: EndpointNetns) -> BuiltEndpoint:
         eth0 = _link_index(ipr, ENDPOINT_IFACE)
         if eth0 is None:
             raise PlumbingError(f"{ENDPOINT_IFACE} missing in {spec.netns} after veth creation")
-        ipr.addr("replace", index=eth0, address=spec.health_ip, prefixlen=32)
+        versions = {_version(ip) for ip in spec.addresses}
+        if 6 in versions:
+            _write_sysctl(f"net.ipv6.conf.{ENDPOINT_IFACE}.disable_ipv6", "0")
+            _write_sysctl(f"net.ipv6.conf.{ENDPOINT_IFACE}.accept_dad", "0")
+        for ip in spec.addresses:
+            ipr.addr("replace", index=eth0, address=ip, prefixlen=_host_prefixlen(ip))
         ipr.link("set", index=eth0, state="up")
-        ipr.route("replace", dst="0.0.0.0/0", oif=eth0, scope=_SCOPE_LINK, table=_MAIN_TABLE)
+        if 4 in versions:
+            ipr.route("replace", dst="0.0.0.0/0", oif=eth0, scope=_SCOPE_LINK, table=_MAIN_TABLE)
+        if 6 in versions:
+            ipr.route(
+                "replace",
+                dst="::/0",
+                gateway=GATEWAY6,
+                oif=eth0,
+                table=_MAIN_TABLE,
+                family=socket.AF_INET6,
+            )
 
     with_iproute(spec.netns, endpoint_side)
     return BuiltEndpoint(netns_inode=inode, host_ifindex=host_index)

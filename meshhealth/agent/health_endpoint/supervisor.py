@@ -85,6 +85,7 @@ class EndpointState:
     mode: str
     health_ip: str
     port: int
+    health_ip_secondary: str | None = None  # dual stack: the endpoint's other address
     netns: str | None = None  # netns mode: the endpoint's namespace
     host_iface: str | None = None  # netns mode: host side of the veth
     running: bool = False  # a responder is up and answered "listening"
@@ -109,6 +110,7 @@ class HealthEndpoint:
         health_ip: str,
         port: int = defaults.HTTP_PORT,
         node_name: str = "",
+        health_ip_secondary: str | None = None,
         netns: str | None = None,
         host_iface: str = defaults.ENDPOINT_HOST_IFACE,
         node_netns: str | None = None,
@@ -121,8 +123,15 @@ class HealthEndpoint:
         if mode not in MODES:
             raise ValueError(f"health endpoint mode must be one of {MODES}, got {mode!r}")
         address = ipaddress.ip_address(health_ip)
-        if mode == "loopback" and not address.is_loopback:
-            raise ValueError(f"loopback health endpoint needs a 127.x HealthIP, got {health_ip}")
+        secondary = (
+            None if health_ip_secondary is None else ipaddress.ip_address(health_ip_secondary)
+        )
+        for ip in (address, secondary):
+            if mode == "loopback" and ip is not None and not ip.is_loopback:
+                raise ValueError(
+                    f"loopback health endpoint needs a 127.x or ::1 HealthIP, got {ip}"
+                )
+        secondary_ip = None if secondary is None else str(secondary)
         self._spec: endpoint_netns.EndpointNetns | None = None
         if mode == "netns":
             if netns is None:
@@ -130,11 +139,15 @@ class HealthEndpoint:
             if netns == node_netns:
                 raise ValueError(f"the endpoint namespace cannot be the node's own: {netns}")
             self._spec = endpoint_netns.EndpointNetns(
-                netns=netns, health_ip=str(address), node_netns=node_netns, host_iface=host_iface
+                netns=netns,
+                health_ip=str(address),
+                node_netns=node_netns,
+                host_iface=host_iface,
+                health_ip_secondary=secondary_ip,
             )
         # --exit-with-parent: if the agent is SIGKILLed, its responder must not live on
         # holding HealthIP:port (the restarted agent's endpoint would find it in use).
-        argv = responder_argv(python, str(address), port, node_name)
+        argv = responder_argv(python, str(address), port, node_name, secondary_ip)
         at = argv.index("--listen")
         self._argv = [*argv[:at], "--exit-with-parent", *argv[at:]]
         if self._spec is not None:
@@ -150,6 +163,7 @@ class HealthEndpoint:
             mode=mode,
             health_ip=str(address),
             port=port,
+            health_ip_secondary=secondary_ip,
             netns=netns if mode == "netns" else None,
             host_iface=host_iface if mode == "netns" else None,
         )
@@ -360,6 +374,7 @@ def endpoint_from_config(
         health_ip=config.health_ip,
         port=config.http_port,
         node_name=config.node,
+        health_ip_secondary=config.health_ip_secondary,
         netns=netns,
         node_netns=node_netns,
     )

@@ -72,18 +72,24 @@ def health_report(
     newest status and RTT and its loss over the stats window."""
     targets: list[TargetHealth] = []
     for target in sorted(report.targets):
-        paths: dict[str, PathHealth] = {}
-        for target_type in TargetType:
-            if target.address(target_type) is None:
-                continue
-            for protocol in ProbeProtocol:
-                summary = summaries.get(PathKey(target.cluster, target.node, target_type, protocol))
-                if summary is None or summary.last is None:
+        paths: tuple[dict[str, PathHealth], dict[str, PathHealth]] = ({}, {})
+        for secondary, found in zip((False, True), paths, strict=True):
+            for target_type in TargetType:
+                if target.address(target_type, secondary) is None:
                     continue
-                paths[path_name(target_type, protocol)] = PathHealth(
-                    status=summary.last.status, rtt_s=summary.rtt_last_s, loss=summary.loss
-                )
-        targets.append(TargetHealth(cluster=target.cluster, node=target.node, paths=paths))
+                for protocol in ProbeProtocol:
+                    key = PathKey(target.cluster, target.node, target_type, protocol, secondary)
+                    summary = summaries.get(key)
+                    if summary is None or summary.last is None:
+                        continue
+                    found[path_name(target_type, protocol)] = PathHealth(
+                        status=summary.last.status, rtt_s=summary.rtt_last_s, loss=summary.loss
+                    )
+        targets.append(
+            TargetHealth(
+                cluster=target.cluster, node=target.node, paths=paths[0], secondary_paths=paths[1]
+            )
+        )
     return HealthReport(
         node=node,
         cluster=cluster,
