@@ -347,3 +347,10 @@ def test_conclusion_properties(helpers: list[tuple[bool, ProbeStatus | None]]) -
         assert check.failed_via and not check.reachable_via
     if not outcomes:
         assert check.conclusion is Conclusion.NO_HELPER
+
+
+def test_a_node_whose_agent_is_down_is_never_a_helper() -> None:
+    down = Target("c1", "a", "10.0.0.9", agent_down_since=50.0)
+    live = [_target("me"), _target("t"), down, _target("b")]
+    chosen = choose_helpers(("c1", "t"), live, own=("c1", "me"), k=3, reaching=[("c1", "a")])
+    assert [t.node for t in chosen] == ["b"]

@@ -195,3 +195,23 @@ async def test_target_down_confirms_the_paths_suspicion(
     [broken] = await probes.check(d, [_key("d")])
     assert broken.conclusion is Conclusion.PATH_BROKEN
     assert verdicts.get(_key("d")).confirmers == frozenset()  # type: ignore[union-attr]
+
+
+async def test_secondary_paths_are_not_checked(autojump_clock: trio.testing.MockClock) -> None:
+    """Helpers answer about primary addresses only: a failing secondary (dual-stack)
+    path queues no check."""
+    helpers = Helpers()
+    probes = IndirectProbes(OWN, live=lambda: TARGETS, ask=helpers, deadline_s=2.0)
+    key = PathKey("c1", "b", TargetType.NODE, Protocol.ICMP, secondary=True)
+    report = RoundReport(
+        started_at=0.0,
+        duration_s=1.0,
+        targets=TARGETS,
+        paths=(PathReport(key, "fd00::3", ProbeResult(ProbeStatus.TIMEOUT, 0.0)),),
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(probes.run)
+        probes.note_round(report)
+        await trio.sleep(5)
+        nursery.cancel_scope.cancel()
+    assert helpers.asked == []

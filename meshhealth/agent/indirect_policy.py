@@ -4,7 +4,8 @@
     check = conclude(path, outcomes, checked_at=now)     # one per failed direct path
     check.detail                                         # "reachable via node5, node7: ..."
 
-**Whom to ask.** Up to `k` other agents, never this node nor the target: first those
+**Whom to ask.** Up to `k` other agents, never this node nor the target, nor a node
+whose agent is down (its lease expired without a clean leave): first those
 known to reach the target now (their published reports show it reachable), then those
 the probe plan assigns to probe it, then any other live registered node. Within each
 group the order is a hash of (requester, target, candidate): stable for one requester
@@ -108,7 +109,11 @@ def choose_helpers(
 ) -> list[Target]:
     """Up to `k` helpers for `target` among `live` nodes (see the module docstring)."""
     reach_set, prober_set = set(reaching), set(probers)
-    candidates = {(t.cluster, t.node): t for t in live if (t.cluster, t.node) not in (own, target)}
+    candidates = {
+        (t.cluster, t.node): t
+        for t in live
+        if (t.cluster, t.node) not in (own, target) and t.agent_down_since is None
+    }
 
     def rank(ref: NodeRef) -> tuple[int, bytes]:
         group = 0 if ref in reach_set else 1 if ref in prober_set else 2

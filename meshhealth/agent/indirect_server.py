@@ -7,8 +7,8 @@ A peer whose direct probe of a target failed asks this agent to probe the target
 (docs/indirect-probes.md). Each request is checked in this order, and a request that
 fails a check gets a 4xx with a one-line reason and costs no probe:
 
-1. 403 `unauthorised`: its source address is not the NodeIP of a registered node (the
-   probe set: this cluster's and admitted remote clusters' nodes);
+1. 403 `unauthorised`: its source address is not a NodeIP (either family) of a
+   registered node (this cluster's and admitted remote clusters' nodes);
 2. 429 `rate`: its source has no token left (meshhealth.probe.token_bucket, one bucket
    per registered source address);
 3. 405 / 400 `malformed`: not `GET /v1/indirect?cluster=C&node=N[&endpoint=1]`;
@@ -95,7 +95,8 @@ class IndirectServer:
         """One request: the checks in order, then the probes (see the module docstring)."""
         targets = self._registered()
         source = _source_ip(request.peer_ip)
-        if source is None or source not in {t.node_ip for t in targets}:
+        node_ips = {t.node_ip for t in targets} | {t.node_ip_secondary for t in targets}
+        if source is None or source not in node_ips:
             why = f"{request.peer_ip} is not the NodeIP of a registered node"
             return self._refuse("unauthorised", Refusal(403, why))
         if not self.buckets.take(source, trio.current_time()):
