@@ -281,3 +281,58 @@ def test_health_line(
         "etcd": {"up": etcd_up},
     }
     assert health_line(doc) == line
+
+
+def test_dual_stack_plan_adds_ipv6_secondaries() -> None:
+    plan = P.make_plan("mh", nodes=2, clusters=2, ip_mode="dual")
+    node = plan.node("lab2/node2")
+    assert (node.node_ip, node.cidr, node.health_ip) == ("10.77.1.2", "10.79.2.0/24", "10.79.2.2")
+    assert (node.node_ip_secondary, node.cidr_secondary, node.health_ip_secondary) == (
+        "fd77::2:2",
+        "fd78:2:2::/64",
+        "fd78:2:2::2",
+    )
+    assert plan.cluster("lab1").etcd_url == "http://10.77.255.1:2379"  # etcd stays IPv4
+    argv = P.agent_argv(plan, node, "/py")
+    at = argv.index("--node-ip-secondary")
+    assert argv[at : at + 6] == [
+        "--node-ip-secondary",
+        "fd77::2:2",
+        "--health-ip-secondary",
+        "fd78:2:2::2",
+        "--cidr",
+        "fd78:2:2::/64",
+    ]
+
+
+def test_ipv6_plan_has_no_ipv4_at_all() -> None:
+    plan = P.make_plan("mh", nodes=3, clusters=1, ip_mode="ipv6")
+    node = plan.node("node3")
+    assert (node.node_ip, node.cidr, node.health_ip) == (
+        "fd77::1:3",
+        "fd78:1:3::/64",
+        "fd78:1:3::2",
+    )
+    assert node.node_ip_secondary is None
+    assert node.metrics_listen == "[fd77::1:3]:9962"
+    assert node.web_listen.startswith("[fd77::1:3]:")
+    cluster = plan.cluster("lab1")
+    assert cluster.etcd_url == "http://[fd77::ff:1]:2379"
+    assert cluster.etcd_prefixlen == 64
+    argv = P.agent_argv(plan, node, "/py")
+    assert "--node-ip-secondary" not in argv
+    assert not any(arg.startswith("10.") for arg in argv)
+
+
+def test_plan_addresses_are_unique_in_every_mode() -> None:
+    for mode in P.IP_MODES:
+        plan = P.make_plan("mh", nodes=20, clusters=3, ip_mode=mode)
+        ips = [
+            ip for n in plan.nodes for ip in (*n.node_ips, n.health_ip, n.health_ip_secondary) if ip
+        ]
+        assert len(ips) == len(set(ips)), mode
+
+
+def test_plan_rejects_an_unknown_ip_mode() -> None:
+    with pytest.raises(P.PlanError, match="IP mode must be one of"):
+        P.make_plan("mh", ip_mode="ipx")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -87,6 +88,18 @@ def node(name: str, node_ip: str, *cidrs: str, cluster: str = "c1") -> Node:
             {"fd00:1::/64": "fd00::2"},
             [],
             id="ipv6",
+        ),
+        pytest.param(
+            [
+                dataclasses.replace(
+                    node("n2", "10.0.0.2", "10.1.2.0/24", "fd00:2::/64"),
+                    node_ip_secondary="fd77::2",
+                )
+            ],
+            (),
+            {"10.1.2.0/24": "10.0.0.2", "fd00:2::/64": "fd77::2"},
+            [],
+            id="dual stack: each family via the NodeIP of that family",
         ),
         pytest.param(
             [node("n2", "10.0.0.2", "not-a-cidr"), node("n3", "nope", "10.1.3.0/24")],

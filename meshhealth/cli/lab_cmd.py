@@ -109,6 +109,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="members of each cluster's etcd (odd, up to 5); more than 1: each in a "
         "namespace of its own, TLS with client certificates of a CA the lab makes",
     )
+    family = up.add_mutually_exclusive_group()
+    family.add_argument(
+        "--dual-stack",
+        action="store_const",
+        const="dual",
+        dest="ip_mode",
+        help="IPv4 and IPv6 on the fabric, the nodes, their endpoints and routes (IPv6 "
+        "secondary addresses, ULA fd77::/64 and fd78:K:I::/64)",
+    )
+    family.add_argument(
+        "--ipv6",
+        action="store_const",
+        const="ipv6",
+        dest="ip_mode",
+        help="IPv6 only: nodes, endpoints, routes and etcd",
+    )
+    up.set_defaults(ip_mode="ipv4")
     _prefix_arg(up)
     up.set_defaults(func=run_up)
 
@@ -183,7 +200,7 @@ def run_up(args: argparse.Namespace) -> int:
     from meshhealth.lab import build
 
     try:
-        P.make_plan(args.prefix, args.nodes, args.clusters)
+        P.make_plan(args.prefix, args.nodes, args.clusters, ip_mode=args.ip_mode)
         if not args.interval > defaults.PROBE_TIMEOUT_S:
             raise P.PlanError(
                 f"--interval must be longer than the probe timeout "
@@ -198,6 +215,7 @@ def run_up(args: argparse.Namespace) -> int:
             agents=not args.no_agents,
             say=_say,
             etcd_member_count=args.etcd_members,
+            ip_mode=args.ip_mode,
         )
     except _errors() as exc:
         return _err(str(exc))

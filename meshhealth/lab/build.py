@@ -56,7 +56,7 @@ def load_state(prefix: str, root: Path = P.LAB_ROOT) -> S.LabState | None:
 
 
 def plan_of(st: S.LabState) -> P.LabPlan:
-    return P.make_plan(st.prefix, st.nodes, st.clusters, Path(st.dir).parent)
+    return P.make_plan(st.prefix, st.nodes, st.clusters, Path(st.dir).parent, st.ip_mode)
 
 
 def _hook(step: str) -> None:
@@ -146,9 +146,12 @@ def up(
     say: Say,
     root: Path = P.LAB_ROOT,
     etcd_member_count: int = 1,
+    ip_mode: str = "ipv4",
 ) -> tuple[S.LabState, P.LabPlan]:
     """Build the lab. On any failure the half-built lab is removed and LabError raised."""
-    plan = P.make_plan(prefix, nodes, clusters, root)
+    plan = P.make_plan(prefix, nodes, clusters, root, ip_mode)
+    if ip_mode == "ipv6" and etcd_member_count > 1:
+        raise LabError("--ipv6 runs a one-member etcd per cluster (--etcd-members 1)")
     if lab_exists(prefix, root):
         raise LabError(f"lab {prefix} already exists; run `meshhealth lab down` first")
     if agents:
@@ -167,6 +170,7 @@ def up(
         interval_s=interval_s,
         agents=agents,
         etcd_members=etcd_members.validate_count(etcd_member_count),
+        ip_mode=ip_mode,
     )
     started = time.monotonic()
     try:
@@ -231,7 +235,7 @@ def _build(st: S.LabState, plan: P.LabPlan, say: Say) -> None:
     st.add_namespace(plan.fabric_netns)
     S.save(st)
     netns_ops.add_netns(plan.fabric_netns)
-    netns_ops.make_fabric(plan.fabric_netns, [c.etcd_ip for c in plan.clusters])
+    netns_ops.make_fabric(plan.fabric_netns, [(c.etcd_ip, c.etcd_prefixlen) for c in plan.clusters])
     _hook("fabric")
     if st.etcd_members > 1:
         etcd_members.build_members(st, plan, say)
@@ -248,9 +252,14 @@ def _build(st: S.LabState, plan: P.LabPlan, say: Say) -> None:
         netns_ops.add_netns(node.netns)
         netns_ops.attach_node(plan.fabric_netns, node)
         if verbose:
+            secondary = (
+                ""
+                if node.node_ip_secondary is None
+                else f" (and {node.node_ip_secondary}, {node.cidr_secondary})"
+            )
             say(
                 f"  node {node.qualified}: netns {node.netns}, "
-                f"NodeIP {node.node_ip}, CIDR {node.cidr}"
+                f"NodeIP {node.node_ip}, CIDR {node.cidr}{secondary}"
             )
         elif n % 10 == 0 or n == total:
             say(f"  nodes: {n}/{total}")

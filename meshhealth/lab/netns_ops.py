@@ -67,12 +67,20 @@ def sysctl(netns: str, key: str, value: str) -> None:
     run(["ip", "netns", "exec", netns, "sysctl", "-qw", f"{key}={value}"])
 
 
-def make_fabric(netns: str, etcd_ips: list[str]) -> None:
-    """Bridge `br0` in the fabric namespace, with the etcd addresses on it."""
+def make_fabric(netns: str, etcd_ips: list[tuple[str, int]]) -> None:
+    """Bridge `br0` in the fabric namespace, with the etcd addresses (ip, prefix length)
+    on it."""
     run(["ip", "-n", netns, "link", "add", P.BRIDGE, "type", "bridge"])
-    for ip in etcd_ips:
-        run(["ip", "-n", netns, "addr", "add", f"{ip}/{P.FABRIC_PREFIXLEN}", "dev", P.BRIDGE])
+    for ip, prefixlen in etcd_ips:
+        add_address(netns, P.BRIDGE, ip, prefixlen)
     run(["ip", "-n", netns, "link", "set", P.BRIDGE, "up"])
+
+
+def add_address(netns: str, iface: str, ip: str, prefixlen: int) -> None:
+    """`ip addr add`; an IPv6 address without duplicate address detection, so it works
+    at once (nobody else on the lab's fabric has it)."""
+    nodad = ["nodad"] if ":" in ip else []
+    run(["ip", "-n", netns, "addr", "add", f"{ip}/{prefixlen}", "dev", iface, *nodad])
 
 
 def attach_node(fabric_ns: str, node: P.NodePlan) -> None:
@@ -96,10 +104,16 @@ def attach_node(fabric_ns: str, node: P.NodePlan) -> None:
         ]
     )
     run(["ip", "-n", fabric_ns, "link", "set", node.veth_fabric, "master", P.BRIDGE, "up"])
-    addr = f"{node.node_ip}/{P.FABRIC_PREFIXLEN}"
-    run(["ip", "-n", node.netns, "addr", "add", addr, "dev", P.NODE_IFACE])
+    for ip in node.node_ips:
+        prefixlen = P.FABRIC_PREFIXLEN6 if ":" in ip else P.FABRIC_PREFIXLEN
+        add_address(node.netns, P.NODE_IFACE, ip, prefixlen)
     run(["ip", "-n", node.netns, "link", "set", P.NODE_IFACE, "up"])
     sysctl(node.netns, "net.ipv4.ip_forward", "1")
+    if any(":" in ip for ip in node.node_ips):
+        # The node routes to its endpoint's and to peers' IPv6 CIDRs (the agent sets
+        # the endpoint's side up; forwarding on here keeps the lab's sysctls in one
+        # place).
+        sysctl(node.netns, "net.ipv6.conf.all.forwarding", "1")
 
 
 def attach_veth(fabric_ns: str, netns: str, veth_fabric: str, ip: str) -> None:

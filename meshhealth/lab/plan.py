@@ -12,6 +12,19 @@ Address plan (cluster k = 1..C, node i = 1..N):
 | node CIDR                 | 10.(78+k-1).i.0/24            | 10.78.1.0/24           |
 | HealthIP                  | 10.(78+k-1).i.2               | 10.78.1.2              |
 | etcd of cluster k         | 10.77.255.k:2379 (fabric ns)  | http://10.77.255.1:2379|
+
+IPv6 (ULA, `--dual-stack` and `--ipv6`; k and i in hex):
+
+| what                      | value                         | example (k=1, i=1)     |
+|---------------------------|-------------------------------|------------------------|
+| fabric subnet             | fd77::/64                     |                        |
+| NodeIP                    | fd77::k:i/64                  | fd77::1:1              |
+| node CIDR                 | fd78:k:i::/64                 | fd78:1:1::/64          |
+| HealthIP                  | fd78:k:i::2                   | fd78:1:1::2            |
+| etcd of cluster k (--ipv6)| [fd77::ff:k]:2379             | http://[fd77::ff:1]:2379|
+
+`--dual-stack`: IPv4 primary, IPv6 secondary (etcd stays on IPv4); `--ipv6`: the IPv6
+addresses alone, etcd included.
 """
 
 from __future__ import annotations
@@ -37,6 +50,10 @@ NODE_IFACE: Final = "eth0"  # the node's fabric link, inside the node namespace
 ETCD_CLIENT_PORT: Final = 2379
 ETCD_PEER_PORT: Final = 2380
 NFT_TABLE: Final = "meshhealth_lab"  # `table inet meshhealth_lab` in each namespace
+FABRIC_SUBNET6: Final = "fd77::/64"
+FABRIC_PREFIXLEN6: Final = 64
+# Address families of a lab: IPv4 only (the default), dual stack, IPv6 only.
+IP_MODES: Final = ("ipv4", "dual", "ipv6")
 
 _PREFIX_RE: Final = re.compile(r"^[a-z][a-z0-9]*$")
 
@@ -56,6 +73,10 @@ class ClusterPlan:
     etcd_log: Path
     dir: Path  # per-cluster directory: sockets, logs
 
+    @property
+    def etcd_prefixlen(self) -> int:
+        return FABRIC_PREFIXLEN6 if ":" in self.etcd_ip else FABRIC_PREFIXLEN
+
 
 @dataclass(frozen=True, slots=True)
 class NodePlan:
@@ -70,6 +91,19 @@ class NodePlan:
     socket: Path
     log: Path
     metrics_listen: str
+    # Dual stack: the IPv6 NodeIP, CIDR and HealthIP (None in an IPv4-only lab).
+    node_ip_secondary: str | None = None
+    cidr_secondary: str | None = None
+    health_ip_secondary: str | None = None
+
+    @property
+    def node_ips(self) -> tuple[str, ...]:
+        """Every NodeIP of the node, primary first."""
+        return (
+            (self.node_ip,)
+            if self.node_ip_secondary is None
+            else (self.node_ip, self.node_ip_secondary)
+        )
 
     @property
     def endpoint_netns(self) -> str:
@@ -80,7 +114,7 @@ class NodePlan:
     @property
     def web_listen(self) -> str:
         """`--web-listen`: the live page on the NodeIP (reachable inside the lab)."""
-        return f"{self.node_ip}:{defaults.WEB_PORT}"
+        return listen_address(self.node_ip, defaults.WEB_PORT)
 
     @property
     def web_url(self) -> str:
@@ -100,6 +134,7 @@ class LabPlan:
     fabric_netns: str
     clusters: tuple[ClusterPlan, ...]
     nodes: tuple[NodePlan, ...]
+    ip_mode: str = "ipv4"  # one of IP_MODES
 
     @property
     def state_file(self) -> Path:
@@ -167,6 +202,39 @@ def etcd_ip(cluster_index: int) -> str:
     return f"10.77.255.{cluster_index}"
 
 
+def node_ip6(cluster_index: int, node_index: int) -> str:
+    return f"fd77::{cluster_index:x}:{node_index:x}"
+
+
+def node_cidr6(cluster_index: int, node_index: int) -> str:
+    return f"fd78:{cluster_index:x}:{node_index:x}::/64"
+
+
+def health_ip6(cluster_index: int, node_index: int) -> str:
+    return f"fd78:{cluster_index:x}:{node_index:x}::2"
+
+
+def etcd_ip6(cluster_index: int) -> str:
+    return f"fd77::ff:{cluster_index:x}"
+
+
+def listen_address(ip: str, port: int) -> str:
+    """`IP:PORT`, `[IPv6]:PORT`."""
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+Addresses = tuple[str, str, str]  # NodeIP, CIDR, HealthIP
+
+
+def _node_addresses(ip_mode: str, k: int, i: int) -> tuple[Addresses, Addresses | None]:
+    """The primary and (dual stack) secondary addresses of node i of cluster k."""
+    v4 = (node_ip(k, i), node_cidr(k, i), health_ip(k, i))
+    v6 = (node_ip6(k, i), node_cidr6(k, i), health_ip6(k, i))
+    if ip_mode == "ipv6":
+        return v6, None
+    return v4, (v6 if ip_mode == "dual" else None)
+
+
 def veth_name(cluster_index: int, node_index: int) -> str:
     """Fabric-side veth end: `vl1n200` fits IFNAMSIZ (15) for every allowed value."""
     return f"vl{cluster_index}n{node_index}"
@@ -177,8 +245,11 @@ def make_plan(
     nodes: int = defaults.LAB_NODES,
     clusters: int = defaults.LAB_CLUSTERS,
     root: Path = LAB_ROOT,
+    ip_mode: str = "ipv4",
 ) -> LabPlan:
     validate_prefix(prefix)
+    if ip_mode not in IP_MODES:
+        raise PlanError(f"IP mode must be one of {', '.join(IP_MODES)}, got {ip_mode!r}")
     if not 1 <= nodes <= MAX_NODES:
         raise PlanError(f"--nodes must be 1..{MAX_NODES}, got {nodes}")
     if not 1 <= clusters <= MAX_CLUSTERS:
@@ -189,21 +260,21 @@ def make_plan(
     for k in range(1, clusters + 1):
         name = f"lab{k}"
         cdir = base / name
-        ip = etcd_ip(k)
+        ip = etcd_ip6(k) if ip_mode == "ipv6" else etcd_ip(k)
         cluster_plans.append(
             ClusterPlan(
                 name=name,
                 index=k,
                 etcd_ip=ip,
-                etcd_url=f"http://{ip}:{ETCD_CLIENT_PORT}",
-                etcd_peer_url=f"http://{ip}:{ETCD_PEER_PORT}",
+                etcd_url=f"http://{listen_address(ip, ETCD_CLIENT_PORT)}",
+                etcd_peer_url=f"http://{listen_address(ip, ETCD_PEER_PORT)}",
                 etcd_dir=cdir / "etcd.data",
                 etcd_log=cdir / "etcd.log",
                 dir=cdir,
             )
         )
         for i in range(1, nodes + 1):
-            nip = node_ip(k, i)
+            (nip, cidr, hip), secondary = _node_addresses(ip_mode, k, i)
             node_plans.append(
                 NodePlan(
                     cluster=name,
@@ -211,12 +282,15 @@ def make_plan(
                     index=i,
                     netns=f"{prefix}-{name}-node{i}",
                     node_ip=nip,
-                    cidr=node_cidr(k, i),
-                    health_ip=health_ip(k, i),
+                    cidr=cidr,
+                    health_ip=hip,
                     veth_fabric=veth_name(k, i),
                     socket=cdir / f"node{i}.sock",
                     log=cdir / f"node{i}.log",
-                    metrics_listen=f"{nip}:{defaults.LAB_METRICS_PORT}",
+                    metrics_listen=listen_address(nip, defaults.LAB_METRICS_PORT),
+                    node_ip_secondary=None if secondary is None else secondary[0],
+                    cidr_secondary=None if secondary is None else secondary[1],
+                    health_ip_secondary=None if secondary is None else secondary[2],
                 )
             )
     return LabPlan(
@@ -226,6 +300,7 @@ def make_plan(
         fabric_netns=f"{prefix}-fabric",
         clusters=tuple(cluster_plans),
         nodes=tuple(node_plans),
+        ip_mode=ip_mode,
     )
 
 
@@ -257,6 +332,7 @@ def agent_argv(
         node.health_ip,
         "--cidr",
         node.cidr,
+        *_secondary_args(node),
         "--socket",
         str(node.socket),
         "--health-mode",
@@ -275,6 +351,18 @@ def agent_argv(
         if other.name != cluster.name:
             argv += ["--mesh", f"{other.name}={other.etcd_url}"]
     return argv
+
+
+def _secondary_args(node: NodePlan) -> list[str]:
+    """The dual-stack flags of a node's agent (none in a single-family lab)."""
+    args: list[str] = []
+    if node.node_ip_secondary is not None:
+        args += ["--node-ip-secondary", node.node_ip_secondary]
+    if node.health_ip_secondary is not None:
+        args += ["--health-ip-secondary", node.health_ip_secondary]
+    if node.cidr_secondary is not None:
+        args += ["--cidr", node.cidr_secondary]
+    return args
 
 
 def etcd_argv(cluster: ClusterPlan, etcd_bin: str = "etcd") -> list[str]:

@@ -59,6 +59,8 @@ class LabState:
     # members of each cluster's etcd: 1 (plain http, in the fabric namespace) or more
     # (TLS with client certificates, a namespace each: meshhealth.lab.etcd_members)
     etcd_members: int = 1
+    # address families: ipv4 | dual | ipv6 (meshhealth.lab.plan.IP_MODES)
+    ip_mode: str = "ipv4"
     version: int = STATE_VERSION
 
     @property

@@ -62,7 +62,9 @@ class RouteDiff:
 def desired_routes(
     nodes: Iterable[Node], *, cluster: str, node: str, own_cidrs: Iterable[str] = ()
 ) -> DesiredRoutes:
-    """CIDR -> NodeIP for every peer other than (cluster, node). Pure.
+    """CIDR -> NodeIP for every peer other than (cluster, node); an IPv6 CIDR of a
+    dual-stack peer whose NodeIP is IPv4 goes via its secondary NodeIP (and the other
+    way round). Pure.
 
     Skipped (and said why): our own CIDRs, invalid CIDRs or NodeIPs, a next hop of the
     other IP family, and a CIDR claimed by several peers (the first by (cluster, node)
@@ -81,10 +83,14 @@ def desired_routes(
         if (peer.cluster, peer.name) == (cluster, node):
             continue
         who = f"{peer.cluster}/{peer.name}"
+        vias: dict[int, ipaddress.IPv4Address | ipaddress.IPv6Address] = {}
         try:
-            via = ipaddress.ip_address(peer.node_ip)
+            for ip in (peer.node_ip, peer.node_ip_secondary):
+                if ip is not None:
+                    address = ipaddress.ip_address(ip)
+                    vias.setdefault(address.version, address)
         except ValueError:
-            skipped.append(f"{who}: NodeIP {peer.node_ip!r} is not an IP address")
+            skipped.append(f"{who}: NodeIP {ip!r} is not an IP address")
             continue
         for cidr in peer.cidrs:
             try:
@@ -93,6 +99,8 @@ def desired_routes(
                 skipped.append(f"{who}: {cidr!r} is not a CIDR")
                 continue
             dst = str(net)
+            # A dual-stack peer's CIDR of the other family goes via its secondary NodeIP.
+            via = vias.get(net.version, ipaddress.ip_address(peer.node_ip))
             if net.version != via.version:
                 skipped.append(f"{who}: {dst} and NodeIP {via} are of different IP families")
             elif dst in own:
