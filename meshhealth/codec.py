@@ -248,9 +248,11 @@ def decode_value(key: str | bytes, data: bytes) -> Entry:
         value = decode_retained(data)
         _agree("cluster", parsed.cluster, value.node.cluster)
         _agree("name", parsed.name, value.node.name)
-    else:
+    elif parsed.kind is keys.KeyKind.CLUSTER_CONFIG:
         value = decode_cluster_config(data)
         _agree("name", parsed.cluster, value.name)
+    else:  # one value per cluster: meshhealth.summary_codec reads those
+        raise DecodeError(f"a {parsed.kind.value} value: not a node's entry")
     return value
 
 
@@ -268,6 +270,11 @@ def decode_entries(items: Iterable[tuple[str, bytes]], kind: type[E]) -> tuple[l
         if isinstance(entry, kind):
             found.append(entry)
     return found, errors
+
+
+def unpack_map(data: bytes) -> Mapping[str, object]:
+    """The msgpack map of a value, its size and schema version checked (DecodeError)."""
+    return _unpack_map(data)
 
 
 def _agree(field: str, in_key: str | None, in_value: str) -> None:

@@ -251,6 +251,17 @@ STALE_MARGIN_S: Final = 5.0
 # together (a round's results, a probe-now round right after) make one write.
 PUBLISH_DEBOUNCE_S: Final = 0.5
 
+# --- cluster view (meshhealth.agent.cluster_view: aggregator, summary follower) -------
+# After a health report changed, the aggregator waits this long before it diagnoses: the
+# reports of one round arrive within a fraction of a second of each other, one summary.
+SUMMARY_DEBOUNCE_S: Final = 1.0
+# The aggregator wakes this long after the time a report turns stale, so the report is
+# past the bound (not on it) when it looks again.
+SUMMARY_STALE_MARGIN_S: Final = 0.1
+# How often a follower looks at the list of clusters to follow (a local list: admitted
+# clustermesh remotes have no event); a new remote's summary is followed within this.
+SUMMARY_SOURCES_RECHECK_S: Final = 5.0
+
 # --- clustermesh (meshhealth.agent.membership.clustermesh) ----------------------------
 # A remote cluster refused (id clash, wrong name) or without a cluster-config entry yet
 # is checked again this often: fixing the remote needs no agent restart.

@@ -4,6 +4,8 @@
     meshhealth/state/ip/v1/<cluster>/<ip>          IPEntry         (node lease)
     meshhealth/state/health/v1/<cluster>/<node>    HealthReport    (node lease)
     meshhealth/state/retained/v1/<cluster>/<node>  RetainedNode    (no lease)
+    meshhealth/state/aggregator/v1/<cluster>       AggregatorClaim (the holder's lease)
+    meshhealth/state/summary/v1/<cluster>          ClusterSummary  (the holder's lease)
     meshhealth/cluster-config/<cluster>            ClusterConfig   (no lease)
 
 Builders validate their inputs and raise ValueError; `parse_key` raises InvalidKey (a
@@ -41,16 +43,21 @@ class KeyKind(enum.StrEnum):
     HEALTH = "health"
     RETAINED = "retained"
     CLUSTER_CONFIG = "cluster-config"
+    AGGREGATOR = "aggregator"
+    SUMMARY = "summary"
 
 
 _STATE_KINDS = (KeyKind.NODE, KeyKind.IP, KeyKind.HEALTH, KeyKind.RETAINED)
+# One entry per cluster: `state/<kind>/v1/<cluster>`, no name segment.
+_CLUSTER_KINDS = (KeyKind.AGGREGATOR, KeyKind.SUMMARY)
 
 
 @dataclass(frozen=True, slots=True)
 class ParsedKey:
     kind: KeyKind
     cluster: str
-    name: str | None  # node name (NODE, HEALTH), canonical ip (IP), None (CLUSTER_CONFIG)
+    # node name (NODE, HEALTH), canonical ip (IP), None (CLUSTER_CONFIG, AGGREGATOR, SUMMARY)
+    name: str | None
 
 
 def validate_cluster_name(name: str) -> str:
@@ -131,6 +138,16 @@ def cluster_config_key(cluster: str) -> str:
     return f"{cluster_config_prefix()}{validate_cluster_name(cluster)}"
 
 
+def aggregator_key(cluster: str) -> str:
+    """Who aggregates `cluster`'s health reports (held under the holder's lease)."""
+    return _state_prefix(KeyKind.AGGREGATOR, None) + validate_cluster_name(cluster)
+
+
+def summary_key(cluster: str) -> str:
+    """`cluster`'s summary: the verdict and findings its aggregator publishes."""
+    return _state_prefix(KeyKind.SUMMARY, None) + validate_cluster_name(cluster)
+
+
 def _state_prefix(kind: KeyKind, cluster: str | None) -> str:
     base = f"{PREFIX}state/{kind.value}/{KEY_VERSION}/"
     if cluster is None:
@@ -193,12 +210,17 @@ def _parse_text(key: str) -> ParsedKey:
         return ParsedKey(KeyKind.CLUSTER_CONFIG, validate_cluster_name(parts[1]), None)
     if parts[0] != "state":
         raise ValueError("expected 'state/' or 'cluster-config/' after the prefix")
-    if len(parts) < 2 or parts[1] not in {kind.value for kind in _STATE_KINDS}:
-        kinds = ", ".join(kind.value for kind in _STATE_KINDS)
+    state_kinds = (*_STATE_KINDS, *_CLUSTER_KINDS)
+    if len(parts) < 2 or parts[1] not in {kind.value for kind in state_kinds}:
+        kinds = ", ".join(kind.value for kind in state_kinds)
         raise ValueError(f"unknown entry kind, expected one of: {kinds}")
     kind = KeyKind(parts[1])
     if len(parts) < 3 or parts[2] != KEY_VERSION:
         raise ValueError(f"unsupported key version, expected {KEY_VERSION!r}")
+    if kind in _CLUSTER_KINDS:
+        if len(parts) != 4:
+            raise ValueError(f"expected {PREFIX}state/{kind.value}/{KEY_VERSION}/<cluster>")
+        return ParsedKey(kind, validate_cluster_name(parts[3]), None)
     if len(parts) != 5:
         raise ValueError(f"expected {PREFIX}state/{kind.value}/{KEY_VERSION}/<cluster>/<name>")
     cluster = validate_cluster_name(parts[3])

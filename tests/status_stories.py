@@ -32,6 +32,7 @@ from meshhealth.model import (
     TargetType,
 )
 from meshhealth.probe.stats import StatsBook
+from meshhealth.summary_codec import ClusterSummary, NodeCounts, SummaryFinding
 
 NOW = 1_795_341_603.0  # 2026-11-22T10:00:03Z
 PROBE_TIME = 1_795_341_600.0  # 2026-11-22T10:00:00Z
@@ -230,6 +231,38 @@ def lost_probe() -> StatusInputs:
     return replace(inputs, summaries=book.summaries(), verdicts=verdicts.snapshot())
 
 
+# What node2, the aggregator of lab1, published for agent_down: every observer's view.
+AGENT_DOWN_SUMMARY = ClusterSummary(
+    cluster="lab1",
+    aggregator="node2",
+    generated_at=NOW - 12,
+    nodes=NodeCounts(reachable=2, unreachable=1, suspect=0, unknown=0),
+    observers_min=2,
+    observers_median=2.0,
+    failing_observers={"lab1/node3": 2},
+    findings=(
+        SummaryFinding(
+            kind="agent-down",
+            nodes=("lab1/node3",),
+            confidence=0.75,
+            since=NOW - 40,
+            evidence="its NodeIP answers ICMP but HTTP to its agent fails from 2 of 2 "
+            "observers; its report is stale",
+        ),
+    ),
+)
+
+
+def agent_down_summary() -> StatusInputs:
+    """agent_down, with lab1's summary (its aggregator's verdict and finding) and a
+    meshed lab2 that has no summary yet (this node's own view of it, said as such)."""
+    return replace(
+        agent_down(),
+        cluster_summaries={"lab1": AGENT_DOWN_SUMMARY},
+        verdict_clusters=("lab1", "lab2"),
+    )
+
+
 def never_probed() -> StatusInputs:
     """The first seconds of an agent: etcd not reached yet, the first round running."""
     return StatusInputs(
@@ -254,4 +287,5 @@ STORIES: dict[str, Callable[[], StatusInputs]] = {
     "dual_stack_healthy": dual_stack_healthy,
     "dual_stack_ipv6_drop": dual_stack_ipv6_drop,
     "never_probed": never_probed,
+    "agent_down_summary": agent_down_summary,
 }

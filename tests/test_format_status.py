@@ -30,6 +30,7 @@ CASES = [
     ("dual_stack_healthy", False),
     ("dual_stack_healthy", True),
     ("dual_stack_ipv6_drop", False),
+    ("agent_down_summary", False),
 ]
 
 
@@ -62,7 +63,10 @@ def test_cilium_health_shape_lines() -> None:
         "    Host connectivity to 10.77.0.2:",
     ]
     assert "      ICMP to stack:   Connection timed out" in lines
-    assert lines[-1] == "Cluster health:   2/3 reachable   (2026-11-22T10:00:00Z)"
+    assert lines[-1] == (
+        "Cluster health:   2/3 reachable, 1 unreachable   "
+        "(this node's own probes: no cluster summary yet; 2026-11-22T10:00:00Z)"
+    )
 
 
 def test_never_probed_says_so() -> None:

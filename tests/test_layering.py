@@ -26,6 +26,7 @@ FOUNDATION = frozenset(
         "keys",
         "wire_fields",
         "codec",
+        "summary_codec",
         "addresses",
         "timefmt",
         "backoff",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from meshhealth.agent.cluster_view.follower import SummaryFollower
 from meshhealth.agent.membership.clustermesh import ClusterMesh
 from meshhealth.agent.membership.mesh_status import cluster_states
 from meshhealth.agent.membership.probe_targets import ProbeTargets
@@ -74,6 +75,7 @@ class AgentAdminHandler:
         registrar: Registrar,
         mesh: ClusterMesh,
         invalid_health: CounterSeries,
+        summaries: SummaryFollower | None = None,
     ) -> None:
         self.identity = identity
         self.results = results
@@ -82,6 +84,7 @@ class AgentAdminHandler:
         self.registrar = registrar
         self.mesh = mesh
         self._invalid_health = invalid_health  # health entries `matrix` skipped
+        self.summaries = summaries
 
     def healthz(self) -> HealthzDocument:
         doc = build_healthz_document(
@@ -114,6 +117,8 @@ class AgentAdminHandler:
             now=time.time(),
             clusters=cluster_states(self.mesh),
             verdicts=self.results.verdict_states(),
+            cluster_summaries=self.summaries.summaries() if self.summaries else {},
+            verdict_clusters=self.summaries.clusters() if self.summaries else (),
         )
 
     def status_document(self) -> StatusDocument:

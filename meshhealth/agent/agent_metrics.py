@@ -39,6 +39,7 @@ from meshhealth.model import (
     TargetType,
     ip_family,
 )
+from meshhealth.summary_codec import ClusterSummary
 
 TARGET_LABELS = (
     "source_cluster",
@@ -125,6 +126,9 @@ class AgentMetrics:
     kvstore_writes: Counter  # {key_kind}: health | cluster-config
     kvstore_write_bytes: Counter  # {key_kind}
     indirect: IndirectCounters
+    finding: Gauge  # {kind, node}: 1 per current finding of a followed cluster summary
+    cluster_nodes: Gauge  # {cluster, state}: the cluster verdict of its summary
+    aggregating: Gauge  # 1 while this agent is its cluster's aggregator
 
     def writes_of(self, key_kind: str) -> WriteCounters:
         """The write counters of one key kind (`health`, `cluster-config`)."""
@@ -208,6 +212,29 @@ class AgentMetrics:
         for status, count in paths_by_state.items():
             self.probe_paths.labels(status=status).set(count)
         self._remove_series_except(wanted)
+
+    def sync_summaries(self, summaries: Mapping[str, ClusterSummary]) -> None:
+        """The findings and node counts of every followed cluster's summary; the series
+        of a finding that ended (or of a cluster without a summary) are removed."""
+        findings: set[tuple[str, str]] = set()
+        for summary in summaries.values():
+            for finding in summary.findings:
+                findings.update((finding.kind, node) for node in finding.nodes)
+        for kind, node in findings:
+            self.finding.labels(kind=kind, node=node).set(1)
+        for kind, node in [key for key in self.finding.series() if key not in findings]:
+            self.finding.remove(kind=kind, node=node)
+        for summary in summaries.values():
+            counts = summary.nodes
+            for state, count in (
+                ("reachable", counts.reachable),
+                ("unreachable", counts.unreachable),
+                ("suspect", counts.suspect),
+                ("unknown", counts.unknown),
+            ):
+                self.cluster_nodes.labels(cluster=summary.cluster, state=state).set(count)
+        for cluster in {key[0] for key in self.cluster_nodes.series()} - set(summaries):
+            self.cluster_nodes.remove_matching(cluster=cluster)
 
     def _remove_series_except(self, wanted: set[tuple[str, str, str, str]]) -> None:
         # Label order of TARGET_LABELS: target_cluster, target_node, target_type at 2..4,
@@ -347,4 +374,21 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
             ("key_kind",),
         ),
         indirect=indirect,
+        finding=registry.gauge(
+            "meshhealth_finding",
+            "1 per current diagnosis finding (kind) and culprit node (cluster/node), from "
+            "the cluster summaries this agent follows; the series goes when the finding ends.",
+            ("kind", "node"),
+        ),
+        cluster_nodes=registry.gauge(
+            "meshhealth_cluster_nodes",
+            "Nodes of a cluster by verdict (reachable, unreachable, suspect, unknown), from "
+            "its aggregator's summary.",
+            ("cluster", "state"),
+        ),
+        aggregating=registry.gauge(
+            "meshhealth_cluster_aggregator",
+            "1 while this agent is its cluster's aggregator (reads every health report and "
+            "publishes the summary), else 0.",
+        ),
     )

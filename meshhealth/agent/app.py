@@ -9,7 +9,8 @@ each with `nursery.start`, in the order users need:
    reachable or a round has run; then the live feed and /metrics;
 2. the /hello responder that peers probe (and ask for indirect probes);
 3. etcd: the registrar, discovery, the clustermesh, the publisher (and with
-   --route-cidrs the node entries and the routes);
+   --route-cidrs the node entries and the routes), then the cluster view: the
+   aggregator election, the aggregator and the summary follower;
 4. the health endpoint, before the first round (probing our own endpoint before it
    was started would report it down);
 5. indirect probes (asking peers about failed paths), the paths' suspicion timer, then
@@ -135,6 +136,9 @@ async def _start_membership(nursery: trio.Nursery, parts: AgentComponents) -> No
     if parts.routes is not None and parts.peer_nodes is not None:
         await nursery.start(parts.routes.run)
         await nursery.start(parts.peer_nodes.run)
+    await nursery.start(parts.election.run)
+    await nursery.start(parts.aggregator.run)
+    await nursery.start(parts.summaries.run)
 
 
 async def run_agent(

@@ -20,6 +20,9 @@ Who holds what:
 - indirect probes: `indirect_server` (answers peers' `GET /v1/indirect` on the
   responder) and `indirect` (asks peers about the round's failed paths; its findings go
   into the status document through `results`).
+- cluster view: `election` (who aggregates this cluster), `aggregator` (while this agent
+  does: every health report of the cluster -> diagnosis -> one summary in etcd),
+  `summaries` (the summary of this cluster and of each admitted remote, one key each).
 
 Every metric handle is given to the component that counts; what other packages count
 (etcd client, health endpoint, pinger) is read at scrape time (metric_readings).
@@ -35,6 +38,9 @@ from functools import partial
 from meshhealth import __version__, defaults
 from meshhealth.agent.admin_handler import AgentAdminHandler, AgentIdentity
 from meshhealth.agent.agent_metrics import AgentMetrics, agent_metrics
+from meshhealth.agent.cluster_view.aggregator import Aggregator
+from meshhealth.agent.cluster_view.election import AggregatorElection
+from meshhealth.agent.cluster_view.follower import SummaryFollower
 from meshhealth.agent.config import AgentConfig
 from meshhealth.agent.health_endpoint.routes import RouteProgrammer
 from meshhealth.agent.health_endpoint.supervisor import HealthEndpoint, endpoint_from_config
@@ -91,6 +97,9 @@ class AgentComponents:
     history: PathHistory
     indirect_server: IndirectServer
     indirect: IndirectProbes
+    election: AggregatorElection
+    aggregator: Aggregator
+    summaries: SummaryFollower
 
     @property
     def indirect_budget_s(self) -> float:
@@ -238,6 +247,21 @@ def build_components(
 
     verdicts = PathVerdicts(interval_s=config.interval_s)
     results = ProbeResults(local, window=config.stats_window, verdicts=verdicts)
+    election = AggregatorElection(etcd, registrar, cluster=config.cluster, node=config.node)
+    aggregator = Aggregator(
+        etcd,
+        election,
+        cluster=config.cluster,
+        node=config.node,
+        metrics=metrics.writes_of("summary"),
+    )
+    summaries = SummaryFollower(
+        members.etcd_sources, invalid_metric=metrics.invalid_values_of("summary")
+    )
+    summaries.on_change = lambda: metrics.sync_summaries(summaries.summaries())
+    metrics.aggregating.labels().read_from(lambda: 1.0 if election.leading else 0.0)
+
+    results = ProbeResults(local, window=config.stats_window)
     feed = FeedHub(results)
     history = PathHistory()
     sink = RoundSink(results, metrics, publisher, feed, history)
@@ -265,6 +289,7 @@ def build_components(
         registrar=registrar,
         mesh=mesh,
         invalid_health=metrics.invalid_values_of("health"),
+        summaries=summaries,
     )
     # The feed's snapshot and round messages are status documents: the admin handler
     # builds them, and it is built after the loop that feeds the hub.
@@ -318,4 +343,7 @@ def build_components(
         history=history,
         indirect_server=indirect_server,
         indirect=indirect,
+        election=election,
+        aggregator=aggregator,
+        summaries=summaries,
     )

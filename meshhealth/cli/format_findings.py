@@ -42,6 +42,16 @@ def finding_columns(finding: FindingJSON, generated_at: str | None) -> tuple[str
     )
 
 
+def finding_line(finding: FindingJSON) -> str:
+    """`Finding:   endpoint-down lab1/node2 (confidence 0.75): evidence` (one line under
+    `meshhealth matrix` and `meshhealth status`)."""
+    nodes = ",".join(finding["nodes"])
+    return (
+        f"Finding:   {finding['kind']} {nodes} (confidence {finding['confidence']:.2f}): "
+        f"{finding['evidence']}"
+    )
+
+
 def format_findings_text(doc: FindingsJSON) -> str:
     """`Findings at T: N`, then a header and one line per finding (none: one line)."""
     at = doc["generated_at"] or "unknown time"

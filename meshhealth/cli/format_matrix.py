@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from meshhealth.cli.format_findings import finding_line
 from meshhealth.diagnosis.findings import FindingJSON
 from meshhealth.documents.matrix import (
     PATH_ORDER,
@@ -86,15 +87,6 @@ def report_text(row: MatrixRowDocument) -> str:
 
 def _pad(text: str, width: int) -> str:
     return text + " " * max(0, width - len(text))
-
-
-def finding_line(finding: FindingJSON) -> str:
-    """`Finding:   endpoint-down lab1/node2 (confidence 0.75): evidence`."""
-    nodes = ",".join(finding["nodes"])
-    return (
-        f"Finding:   {finding['kind']} {nodes} (confidence {finding['confidence']:.2f}): "
-        f"{finding['evidence']}"
-    )
 
 
 def format_matrix_text(doc: MatrixDocument, findings: Sequence[FindingJSON] = ()) -> str:

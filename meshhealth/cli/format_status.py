@@ -18,6 +18,10 @@ primary's lines as cilium-health prints it, one level deeper (`Secondary connect
 to fd77::1:`), with `verbose` or when one of its paths failed.
 With clustermesh, a `Clusters:` section lists each cluster (local first) and the state
 of its etcd (connected, unreachable, refused: see docs/clustermesh.md).
+`Cluster health:` is the cluster's verdict from its aggregator's summary (every
+observer's results: `998/1000 reachable (5 observers each)`, who aggregated and when it
+last changed), one line per followed cluster; before a summary exists it is this node's
+own probes, labelled as such. One `Finding:` line follows per diagnosis finding.
 A `Warning:` line at the end says when etcd is unreachable (the node list may be stale).
 `verbose` adds the probe interval and etcd lines (instead of the warning), loss,
 percentiles and last-probed time per path, and the `cilium status --verbose` table
@@ -28,10 +32,12 @@ Input: the document of meshhealth.documents.status (docs/status.md).
 
 from __future__ import annotations
 
+from meshhealth.cli.format_findings import finding_line
 from meshhealth.cli.format_probe import format_loss
 from meshhealth.documents.status_schema import (
     AddressDocument,
     ClusterDocument,
+    ClusterHealthDocument,
     EtcdDocument,
     NodeDocument,
     PathDocument,
@@ -183,6 +189,39 @@ def cluster_line(cluster: ClusterDocument) -> str:
     return f"  {head}:   {body}"
 
 
+def _observers(verdict: ClusterHealthDocument) -> str:
+    low, median = verdict["observers_min"], verdict["observers_median"]
+    if low is None or median is None:
+        return ""
+    if low == median:
+        return f" ({low} observer{'s' if low != 1 else ''} each)"
+    return f" ({low}+ observers each, median {median:g})"
+
+
+def verdict_line(
+    verdict: ClusterHealthDocument, doc: StatusDocument, *, local: bool, now: float | None
+) -> str:
+    """`Cluster health:   998/1000 reachable (5 observers each)   (aggregator lab1/node2,
+    updated 3s ago)`; without a summary, this node's own view, labelled as such."""
+    head = "Cluster health:" if local else f"Cluster health {verdict['cluster']}:"
+    counts = f"{verdict['reachable']}/{verdict['total']} reachable"
+    others = [
+        f"{count} {state}"
+        for state, count in (
+            ("unreachable", verdict["unreachable"]),
+            ("suspect", verdict["suspect"]),
+        )
+        if count
+    ]
+    more = f", {', '.join(others)}" if others else ""
+    if verdict["source"] == "summary":
+        updated = _ago(verdict["updated_at"], now)
+        by = f"aggregator {verdict['aggregator']}, updated {updated}"
+        return f"{head}   {counts}{_observers(verdict)}{more}   ({by})"
+    when = doc["probe_time"] or "never probed"
+    return f"{head}   {counts}{more}   (this node's own probes: no cluster summary yet; {when})"
+
+
 def format_status_text(doc: StatusDocument, *, verbose: bool) -> str:
     """The whole text of `meshhealth status`, ending with a newline."""
     generated_at = doc.get("generated_at")
@@ -196,14 +235,20 @@ def format_status_text(doc: StatusDocument, *, verbose: bool) -> str:
             lines += _address_lines(
                 "Endpoint connectivity", node["health_endpoint"], verbose=verbose, now=now
             )
-    summary = doc["summary"]
-    when = doc["probe_time"] or "never probed"
-    suspect = summary.get("suspect", 0)
-    suspects = f", {suspect} suspect" if suspect else ""
-    lines.append(
-        f"Cluster health:   {summary['reachable']}/{summary['total']} reachable{suspects}"
-        f"   ({when})"
-    )
+    verdicts = doc.get("cluster_health")
+    if verdicts:
+        local = doc["local"]["cluster"]
+        lines += [verdict_line(v, doc, local=v["cluster"] == local, now=now) for v in verdicts]
+        lines += [finding_line(finding) for finding in doc.get("findings") or []]
+    else:  # an agent from before cluster summaries
+        summary = doc["summary"]
+        when = doc["probe_time"] or "never probed"
+        suspect = summary.get("suspect", 0)
+        suspects = f", {suspect} suspect" if suspect else ""
+        lines.append(
+            f"Cluster health:   {summary['reachable']}/{summary['total']} reachable{suspects}"
+            f"   ({when})"
+        )
     if verbose and doc["nodes"]:
         lines += _table_lines(doc["nodes"])
     clusters = doc.get("clusters") or []

@@ -43,14 +43,27 @@ class Row:
     error: str | None = None
 
 
+def _per_cluster(key: str) -> bool:
+    """An aggregator claim or a cluster summary (meshhealth.summary_codec)."""
+    try:
+        kind = keys.parse_key(key).kind
+    except keys.InvalidKey:
+        return False
+    return kind in (keys.KeyKind.AGGREGATOR, keys.KeyKind.SUMMARY)
+
+
 def decode_rows(items: Sequence[tuple[str, bytes]]) -> list[Row]:
     """Decode (key, value) pairs. Pure."""
-    from meshhealth import codec
+    from meshhealth import codec, summary_codec
 
     rows = []
     for key, data in items:
         try:
-            rows.append(Row(key, value=codec.to_jsonable(codec.decode_value(key, data))))
+            if _per_cluster(key):
+                decoded = summary_codec.decode_cluster_value(key, data)
+                rows.append(Row(key, value=summary_codec.to_jsonable(decoded)))
+            else:
+                rows.append(Row(key, value=codec.to_jsonable(codec.decode_value(key, data))))
         except codec.DecodeError as error:
             rows.append(Row(key, error=str(error)))
     return rows

@@ -73,3 +73,42 @@ def statuses_reachability(
         status_reachability(status, verdict)
         for status, verdict in zip(statuses, verdicts, strict=True)
     )
+
+
+# --- one node as the cluster sees it ----------------------------------------------------
+
+ObservedReachability = Literal["reachable", "unreachable", "suspect", "unknown"]
+OBSERVED_STATES: tuple[ObservedReachability, ...] = (
+    "reachable",
+    "unreachable",
+    "suspect",
+    "unknown",
+)
+# An observer's view of a node that says it fails (a matrix cell's state).
+FAILING_CELL_STATES = frozenset({"unreachable", "suspect"})
+# An observer's view of a node that says something: it probed the node, recently.
+OBSERVED_CELL_STATES = frozenset({"reachable"}) | FAILING_CELL_STATES
+
+
+def observed_reachability(cell_states: Iterable[str]) -> ObservedReachability:
+    """One node from its observers' fresh cells (each cell by the rule above; `stale` and
+    `unknown` cells say nothing and are left out), the rule of the cluster verdict:
+
+    - `unknown` when no observer probed it;
+    - `unreachable` when more than half of those that did find it unreachable;
+    - `suspect` when some fail (or suspect it) but not most: one observer alone, whose own
+      path or own health may be at fault, never makes a node unreachable for the cluster,
+      and a path still in suspicion is not a verdict yet;
+    - `reachable` when every observer that probed it reaches it.
+    """
+    observed = failing = unreachable = 0
+    for state in cell_states:
+        if state in OBSERVED_CELL_STATES:
+            observed += 1
+            failing += state in FAILING_CELL_STATES
+            unreachable += state == "unreachable"
+    if observed == 0:
+        return "unknown"
+    if unreachable * 2 > observed:
+        return "unreachable"
+    return "suspect" if failing else "reachable"

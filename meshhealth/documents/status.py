@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol as TypingProtocol
 
+from meshhealth.documents.cluster_health import cluster_health_document, findings_document
 from meshhealth.documents.reachability import (
     REACHABILITY_STATES,
     Reachability,
@@ -47,7 +48,9 @@ from meshhealth.documents.reachability import (
 from meshhealth.documents.status_schema import (
     AddressDocument,
     ClusterDocument,
+    ClusterHealthDocument,
     EtcdDocument,
+    FindingDocument,
     HealthzDocument,
     IndirectDocument,
     LocalDocument,
@@ -69,6 +72,7 @@ from meshhealth.model import (
     TargetType,
     status_text,
 )
+from meshhealth.summary_codec import ClusterSummary
 from meshhealth.timefmt import iso_time
 
 SCHEMA_VERSION = 1
@@ -148,6 +152,10 @@ class StatusInputs:
     clusters: Sequence[ClusterState] = ()  # local first; empty: the local one is derived
     # each path's suspicion verdict (none: by status alone)
     verdicts: Verdicts = field(default_factory=lambda: NO_VERDICTS)
+    # The followed clusters' summaries (cluster -> summary) and the clusters to give a
+    # verdict for (empty: the local one).
+    cluster_summaries: Mapping[str, ClusterSummary] = field(default_factory=dict)
+    verdict_clusters: Sequence[str] = ()
 
 
 def path_state(summary: PathSummary | None, verdict: PathVerdictLike | None = None) -> PathState:
@@ -324,6 +332,8 @@ class NodesPart:
     nodes_json: bytes  # `nodes` as compact UTF-8 JSON
     summary: SummaryDocument
     node_counts: dict[str, int]  # cluster name -> nodes listed
+    # cluster name -> `summary` of its nodes only (this node's view of each cluster)
+    cluster_counts: dict[str, SummaryDocument] = field(default_factory=dict)
 
 
 def build_nodes_part(
@@ -349,8 +359,15 @@ def build_nodes_part(
     for node in nodes:
         counts[node["state"]] += 1
     node_counts: dict[str, int] = {}
+    cluster_counts: dict[str, SummaryDocument] = {}
     for node in nodes:
         node_counts[node["cluster"]] = node_counts.get(node["cluster"], 0) + 1
+        per_cluster = cluster_counts.setdefault(
+            node["cluster"],
+            {"reachable": 0, "unreachable": 0, "suspect": 0, "unknown": 0, "total": 0},
+        )
+        per_cluster["total"] += 1
+        per_cluster[node["state"]] += 1
     return NodesPart(
         nodes=nodes,
         nodes_json=encode_json(nodes),
@@ -362,6 +379,7 @@ def build_nodes_part(
             "total": len(nodes),
         },
         node_counts=node_counts,
+        cluster_counts=cluster_counts,
     )
 
 
@@ -464,6 +482,8 @@ def build_status_document(inputs: StatusInputs, nodes: NodesPart | None = None) 
         "nodes": part.nodes,
         "clusters": clusters_document(inputs, part.node_counts),
         "summary": SummaryDocument(**part.summary),
+        "cluster_health": _cluster_health(inputs, part),
+        "findings": _findings(inputs),
     }
 
 
@@ -476,9 +496,25 @@ def encode_status_document(inputs: StatusInputs, nodes: NodesPart | None = None)
     tail_doc: StatusTailDocument = {
         "clusters": clusters_document(inputs, part.node_counts),
         "summary": part.summary,
+        "cluster_health": _cluster_health(inputs, part),
+        "findings": _findings(inputs),
     }
     tail = encode_json(tail_doc)
     return b"".join((head[:-1], b',"nodes":', part.nodes_json, b",", tail[1:]))
+
+
+def _verdict_clusters(inputs: StatusInputs) -> Sequence[str]:
+    return inputs.verdict_clusters or [inputs.local.cluster]
+
+
+def _cluster_health(inputs: StatusInputs, part: NodesPart) -> list[ClusterHealthDocument]:
+    return cluster_health_document(
+        _verdict_clusters(inputs), inputs.cluster_summaries, part.cluster_counts, now=inputs.now
+    )
+
+
+def _findings(inputs: StatusInputs) -> list[FindingDocument]:
+    return findings_document(_verdict_clusters(inputs), inputs.cluster_summaries)
 
 
 def clusters_document(

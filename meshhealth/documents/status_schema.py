@@ -118,6 +118,34 @@ class SummaryDocument(TypedDict):
     total: int
 
 
+class ClusterHealthDocument(TypedDict):
+    """One cluster's verdict: its aggregator's summary, else this node's own probes."""
+
+    cluster: str
+    source: str  # "summary" (every observer, via the aggregator) | "local" (this node's)
+    aggregator: str | None  # cluster/node of the agent that wrote the summary
+    updated_at: str | None  # when the summary last changed
+    age_s: float | None  # generated_at - updated_at
+    reachable: int
+    unreachable: int
+    suspect: int
+    unknown: int
+    total: int
+    observers_min: int | None  # fewest observers of any node (summary only)
+    observers_median: float | None
+
+
+class FindingDocument(TypedDict):
+    """One diagnosis finding, as `meshhealth diagnose -o json` writes it."""
+
+    kind: str
+    nodes: list[str]  # cluster/node, the culprits
+    confidence: float
+    since: str | None
+    evidence: str
+    groups: NotRequired[list[list[str]]]  # partition only
+
+
 class StatusHeadDocument(TypedDict):
     """The fields before `nodes`: they change with every request."""
 
@@ -131,11 +159,14 @@ class StatusHeadDocument(TypedDict):
 
 
 class StatusDocument(StatusHeadDocument):
-    """`GET /v1/status`: the head, then every node (local first), clusters, summary."""
+    """`GET /v1/status`: the head, then every node (local first), clusters, summary,
+    the cluster verdicts and the findings."""
 
     nodes: list[NodeDocument]
     clusters: list[ClusterDocument]
     summary: SummaryDocument
+    cluster_health: list[ClusterHealthDocument]
+    findings: list[FindingDocument]
 
 
 class StatusTailDocument(TypedDict):
@@ -143,6 +174,8 @@ class StatusTailDocument(TypedDict):
 
     clusters: list[ClusterDocument]
     summary: SummaryDocument
+    cluster_health: list[ClusterHealthDocument]
+    findings: list[FindingDocument]
 
 
 class HealthzDocument(TypedDict):

@@ -1,0 +1,156 @@
+"""The aggregator: while this agent holds the cluster's claim, it follows every health
+report of the cluster, diagnoses the matrix and publishes one summary.
+
+    aggregator = Aggregator(etcd, election, cluster="lab1", node="node1")
+    nursery.start_soon(aggregator.run)
+
+Only the holder of the claim (AggregatorElection) reads the health prefix: a list, then a
+resuming watch (matrix_source.HealthReports). After a change it waits `debounce_s` (a
+round's reports arrive together), builds the matrix, runs diagnosis and writes
+`state/summary/v1/<cluster>` (meshhealth.summary_codec) when its content changed, in a
+transaction that holds only while the claim is still under this agent's lease, and
+under that lease: when the aggregator dies, its summary goes with its claim. A report
+that turns stale changes the verdict without any event: the aggregator wakes up at the
+time the next fresh report would turn stale.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+
+import trio
+
+from meshhealth import defaults, keys, summary_codec
+from meshhealth.agent.agent_metrics import WriteCounters
+from meshhealth.agent.cluster_view.election import AggregatorElection
+from meshhealth.diagnosis.cluster_summary import build_summary, keep_since
+from meshhealth.diagnosis.diagnose import diagnose
+from meshhealth.diagnosis.from_matrix import matrix_view
+from meshhealth.documents.matrix import build_matrix, stale_after_s
+from meshhealth.kvstore import Backoff, Etcd, EtcdError, LeaseIs, Put
+from meshhealth.matrix_source import HealthReports
+from meshhealth.model import HealthReport
+from meshhealth.summary_codec import ClusterSummary
+
+log = logging.getLogger(__name__)
+
+
+def summarise(
+    reports: Sequence[HealthReport], *, cluster: str, aggregator: str, now: float
+) -> tuple[ClusterSummary, float]:
+    """The summary of `reports` at `now`, and the unix time at which the next fresh
+    report turns stale (inf: none will). Pure."""
+    matrix = build_matrix(reports, now=now, source_clusters=[cluster])
+    summary = build_summary(
+        matrix, diagnose(matrix_view(matrix)), cluster=cluster, aggregator=aggregator
+    )
+    turns_stale = [
+        report.probe_time + stale_after_s(report.interval_s)
+        for report in reports
+        if report.probe_time + stale_after_s(report.interval_s) > now
+    ]
+    return summary, min(turns_stale, default=math.inf)
+
+
+class Aggregator:
+    """Publishes the cluster's summary while `election.leading`.
+
+    `written` is the newest summary written (None before the first, and after this
+    agent stopped leading); `writes`, `write_errors` and `evaluations` count.
+    """
+
+    def __init__(
+        self,
+        etcd: Etcd,
+        election: AggregatorElection,
+        *,
+        cluster: str,
+        node: str,
+        debounce_s: float = defaults.SUMMARY_DEBOUNCE_S,
+        clock: Callable[[], float] = time.time,
+        metrics: WriteCounters | None = None,
+    ) -> None:
+        self.etcd = etcd
+        self.election = election
+        self.cluster = cluster
+        self.node = node
+        self.key = keys.summary_key(cluster)
+        self.debounce_s = debounce_s
+        self._clock = clock
+        self.metrics = metrics if metrics is not None else WriteCounters()
+        self.reports: HealthReports | None = None  # while leading
+        self.written: ClusterSummary | None = None
+        self.writes = 0
+        self.write_errors = 0
+        self.evaluations = 0
+        self._wake = trio.Event()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Aggregate while leading, wait while not; until cancelled."""
+        task_status.started()
+        seen = -1
+        while True:
+            if not self.election.leading:
+                seen = await self.election.wait_changed(seen)
+                continue
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._lead)
+                while self.election.leading:
+                    seen = await self.election.wait_changed(seen)
+                nursery.cancel_scope.cancel()
+            self.reports = None
+            self.written = None
+
+    def _note_change(self) -> None:
+        self._wake.set()
+
+    async def _lead(self) -> None:
+        reports = HealthReports(self.etcd, self.cluster, on_change=self._note_change)
+        self.reports = reports
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reports.follow)
+            await reports.listed.wait()
+            backoff = Backoff(defaults.ETCD_RECONNECT_MIN_S, defaults.ETCD_RECONNECT_MAX_S)
+            while True:
+                self._wake = trio.Event()
+                summary, turns_stale_at = summarise(
+                    reports.reports(), cluster=self.cluster, aggregator=self.node, now=self._clock()
+                )
+                summary = keep_since(summary, self.written)
+                self.evaluations += 1
+                retry = False
+                if not summary.same_content(self.written):
+                    retry = not await self._write(summary)
+                wake_in_s = turns_stale_at - self._clock() + defaults.SUMMARY_STALE_MARGIN_S
+                if retry:
+                    wake_in_s = min(wake_in_s, backoff.next_delay_s())
+                else:
+                    backoff.reset()
+                with trio.move_on_after(max(0.0, wake_in_s)):
+                    await self._wake.wait()
+                await trio.sleep(self.debounce_s)  # let the rest of a round's reports in
+
+    async def _write(self, summary: ClusterSummary) -> bool:
+        lease_id = self.election.lease_id
+        if lease_id is None:
+            return False
+        value = summary_codec.encode_summary(summary)
+        try:
+            result = await self.etcd.txn(
+                [LeaseIs(self.election.key, lease_id)], [Put(self.key, value, lease_id)]
+            )
+        except EtcdError as error:
+            self.write_errors += 1
+            log.warning("publishing %s: %s (retrying)", self.key, error)
+            return False
+        if not result.succeeded:  # the claim is not ours any more: the election will say
+            log.info("not publishing %s: the aggregator claim moved", self.key)
+            return True
+        self.written = summary
+        self.writes += 1
+        self.metrics.count(len(value))
+        log.debug("published %s (%d bytes)", self.key, len(value))
+        return True

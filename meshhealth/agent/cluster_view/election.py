@@ -1,0 +1,200 @@
+"""Who aggregates this cluster: one agent holds `state/aggregator/v1/<cluster>`.
+
+    election = AggregatorElection(etcd, registrar, cluster="lab1", node="node1")
+    nursery.start_soon(election.run)
+    election.leading            # this agent holds the claim
+    election.holder             # the holder's node name (None: nobody known)
+    seen = await election.wait_changed(seen)
+
+The claim is written with a put-if-absent transaction under this node's lease (the
+registrar's), so it vanishes with the holder: a clean shutdown revokes the lease (the
+key goes at once), a crash lets it expire (within the lease TTL). Every agent that does
+not hold it watches that one key and tries again when it is deleted; the holder watches
+it too, and tries again with its new lease when the registrar re-registers. Nothing is
+polled: the watch, the registrar's `wait_changed` and etcd's health say when to act.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import trio
+
+from meshhealth import defaults, keys, summary_codec
+from meshhealth.kvstore import (
+    Backoff,
+    Etcd,
+    EtcdError,
+    EventKind,
+    Get,
+    KeyAbsent,
+    Put,
+    ResyncNeeded,
+    WatchEvent,
+)
+from meshhealth.summary_codec import AggregatorClaim, DecodeError
+
+log = logging.getLogger(__name__)
+
+
+class LeaseHolder(Protocol):
+    """What the election needs of the registrar: the node's lease, and word of a new one."""
+
+    @property
+    def lease_id(self) -> int | None: ...
+
+    @property
+    def changes(self) -> int: ...
+
+    async def wait_changed(self, seen: int) -> int:
+        """Return (the new change count) once the lease or the registration changed."""
+        ...
+
+
+class AggregatorElection:
+    """Campaigns for this cluster's aggregator claim as long as it runs.
+
+    `leading`, `holder`, `holder_since` (unix s) describe the claim as last seen;
+    `terms` counts the times this agent took it; `changes` moves (and `wait_changed`
+    returns) whenever `leading` or `holder` changed.
+    """
+
+    def __init__(
+        self,
+        etcd: Etcd,
+        registrar: LeaseHolder,
+        *,
+        cluster: str,
+        node: str,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.etcd = etcd
+        self.registrar = registrar
+        self.cluster = cluster
+        self.node = node
+        self.key = keys.aggregator_key(cluster)
+        self._clock = clock
+        self.leading = False
+        self.lease_id: int | None = None  # the lease our claim is under, while leading
+        self.holder: str | None = None
+        self.holder_since: float | None = None
+        self.terms = 0
+        self.changes = 0
+        self._changed = trio.Event()
+
+    async def wait_changed(self, seen: int) -> int:
+        """Wait until `changes` differs from `seen`; return the new count."""
+        while self.changes == seen:
+            await self._changed.wait()
+        return self.changes
+
+    def _set(self, *, leading: bool, holder: str | None, since: float | None) -> None:
+        if (leading, holder, since) == (self.leading, self.holder, self.holder_since):
+            return
+        if leading and not self.leading:
+            self.terms += 1
+            log.info("aggregating cluster %s (claim %s)", self.cluster, self.key)
+        elif self.leading and not leading:
+            log.info("no longer aggregating cluster %s", self.cluster)
+        self.leading, self.holder, self.holder_since = leading, holder, since
+        if not leading:
+            self.lease_id = None
+        self.changes += 1
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Campaign until cancelled; etcd errors are retried with back-off."""
+        task_status.started()
+        backoff = Backoff(defaults.ETCD_RECONNECT_MIN_S, defaults.ETCD_RECONNECT_MAX_S)
+        seen = -1
+        try:
+            while True:
+                lease_id = self.registrar.lease_id
+                if lease_id is None:  # not registered (yet, or lost): nothing to claim with
+                    self._set(leading=False, holder=self.holder, since=self.holder_since)
+                    seen = await self.registrar.wait_changed(seen)
+                    continue
+                seen = self.registrar.changes
+                try:
+                    revision = await self._campaign(lease_id)
+                    backoff.reset()
+                    await self._hold_or_watch(revision, seen)
+                except (EtcdError, ResyncNeeded) as error:
+                    log.warning("aggregator claim of %s: %s (retrying)", self.cluster, error)
+                    with trio.move_on_after(backoff.next_delay_s()):
+                        await self.etcd.health.wait_changed()
+        finally:
+            self._set(leading=False, holder=None, since=None)
+
+    async def _campaign(self, lease_id: int) -> int:
+        """Claim the key if nobody holds it; learn who does. Returns the revision."""
+        claim = AggregatorClaim(self.cluster, self.node, self._clock())
+        result = await self.etcd.txn(
+            [KeyAbsent(self.key)],
+            [Put(self.key, summary_codec.encode_claim(claim), lease_id)],
+            [Get(self.key)],
+        )
+        if result.succeeded:
+            self.lease_id = lease_id
+            self._set(leading=True, holder=self.node, since=claim.since)
+            return result.revision
+        found = result.gets[0][0] if result.gets and result.gets[0] else None
+        if found is None:  # deleted between compare and read: try again at once
+            self._set(leading=False, holder=None, since=None)
+            return result.revision
+        holder = self._decode(found.value)
+        if found.lease_id == lease_id:  # our own claim, from before
+            self.lease_id = lease_id
+            self._set(leading=True, holder=self.node, since=holder.since if holder else None)
+        else:
+            self._set(
+                leading=False,
+                holder=holder.node if holder else None,
+                since=holder.since if holder else None,
+            )
+        return result.revision
+
+    def _decode(self, value: bytes) -> AggregatorClaim | None:
+        try:
+            return summary_codec.decode_claim(value)
+        except DecodeError as error:
+            log.warning("aggregator claim %s does not decode: %s", self.key, error)
+            return None
+
+    async def _hold_or_watch(self, revision: int, registrar_seen: int) -> None:
+        """Return when the claim is deleted (or nobody held it) or our lease changed."""
+        if self.holder is None and not self.leading:
+            return
+        async with trio.open_nursery() as nursery:
+
+            async def until_deleted() -> None:
+                await self._watch_claim(revision)
+                nursery.cancel_scope.cancel()
+
+            async def until_new_lease() -> None:
+                await self.registrar.wait_changed(registrar_seen)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(until_deleted)
+            nursery.start_soon(until_new_lease)
+
+    async def _watch_claim(self, revision: int) -> None:
+        async with self.etcd.watch_prefix(self.key, start_revision=revision + 1) as watch:
+            async for batch in watch:
+                for event in batch.events:
+                    if event.key == self.key and self._apply(event):
+                        return
+
+    def _apply(self, event: WatchEvent) -> bool:
+        """Note a change of the claim; True when it is gone (time to campaign)."""
+        if event.kind is EventKind.DELETE:
+            self._set(leading=False, holder=None, since=None)
+            return True
+        claim = self._decode(event.value)
+        if claim is not None and claim.node != self.node:
+            self._set(leading=False, holder=claim.node, since=claim.since)
+        return False

@@ -1,0 +1,281 @@
+"""The cluster view against a real etcd: one aggregator per cluster (its claim under its
+lease, taken over when the holder dies), the summary it publishes, and the followers
+that read that one key (and nothing of the health prefix)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
+
+import trio
+
+from meshhealth import codec, keys, summary_codec
+from meshhealth.agent.cluster_view.aggregator import Aggregator
+from meshhealth.agent.cluster_view.election import AggregatorElection
+from meshhealth.agent.cluster_view.follower import SummaryFollower
+from meshhealth.kvstore import Etcd, PrefixWatch, open_etcd
+from meshhealth.model import HealthReport
+from tests import matrix_stories as S
+from tests.etcd_helpers import FAST_ETCD, poll_until
+from tests.plugins.etcd_server import EtcdServer
+
+TTL_S = 2
+# A dead holder's lease expires within its TTL; etcd checks expiry about every 500 ms,
+# and the next holder needs a transaction: generous on a loaded machine.
+TAKEOVER_BOUND_S = TTL_S + 8.0
+
+
+@dataclass
+class Lease:
+    """This node's lease, kept alive like the registrar's (what the election needs of it).
+
+    `crash()` stops the keepalives without revoking: the lease expires as a SIGKILLed
+    agent's does; `leave()` revokes it, as a clean shutdown does."""
+
+    etcd: Etcd
+    ttl_s: int = TTL_S
+    lease_id: int | None = None
+    changes: int = 0
+    _changed: trio.Event = field(default_factory=trio.Event)
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+
+    async def wait_changed(self, seen: int) -> int:
+        while self.changes == seen:
+            await self._changed.wait()
+        return self.changes
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with self.scope:
+            self.lease_id = await self.etcd.lease_grant(self.ttl_s)
+            self.changes += 1
+            self._changed.set()
+            task_status.started()
+            while True:
+                await trio.sleep(self.ttl_s / 4)
+                await self.etcd.lease_keepalive_once(self.lease_id)
+
+    def crash(self) -> None:
+        self.scope.cancel()
+
+    async def leave(self) -> None:
+        self.scope.cancel()
+        assert self.lease_id is not None
+        await self.etcd.lease_revoke(self.lease_id)
+
+
+@dataclass
+class Agent:
+    """The cluster view of one agent: its own etcd client, lease, election, aggregator
+    and follower, in a cancel scope of their own (cancelled: the process is gone)."""
+
+    name: str
+    etcd: Etcd
+    lease: Lease
+    election: AggregatorElection
+    aggregator: Aggregator
+    follower: SummaryFollower
+    watched: list[str]
+    scope: trio.CancelScope
+
+
+def _record_watches(etcd: Etcd, watched: list[str]) -> None:
+    """Note every prefix this client watches (the real watch still runs)."""
+    real = etcd.watch_prefix
+
+    def watch_prefix(prefix: str, *, start_revision: int) -> PrefixWatch:
+        watched.append(prefix)
+        return real(prefix, start_revision=start_revision)
+
+    etcd.watch_prefix = watch_prefix  # type: ignore[method-assign]
+
+
+@asynccontextmanager
+async def agent(
+    nursery: trio.Nursery, endpoint: str, name: str, cluster: str = "lab1"
+) -> AsyncIterator[Agent]:
+    async with open_etcd(endpoint, **FAST_ETCD) as etcd:
+        watched: list[str] = []
+        _record_watches(etcd, watched)
+        lease = Lease(etcd)
+        election = AggregatorElection(etcd, lease, cluster=cluster, node=name)
+        aggregator = Aggregator(etcd, election, cluster=cluster, node=name, debounce_s=0.1)
+        follower = SummaryFollower(lambda: [(cluster, etcd)])
+        scope = trio.CancelScope()
+        me = Agent(name, etcd, lease, election, aggregator, follower, watched, scope)
+
+        async def run() -> None:
+            with scope:
+                async with trio.open_nursery() as inner:
+                    await inner.start(lease.run)
+                    await inner.start(election.run)
+                    await inner.start(aggregator.run)
+                    await inner.start(follower.run)
+
+        nursery.start_soon(run)
+        try:
+            yield me
+        finally:
+            scope.cancel()
+
+
+def leaders(agents: list[Agent]) -> list[str]:
+    return [a.name for a in agents if a.election.leading]
+
+
+async def test_one_holder_and_a_takeover_when_it_crashes(etcd_server: EtcdServer) -> None:
+    async with (
+        trio.open_nursery() as nursery,
+        agent(nursery, etcd_server.endpoint, "node1") as a1,
+        agent(nursery, etcd_server.endpoint, "node2") as a2,
+        agent(nursery, etcd_server.endpoint, "node3") as a3,
+    ):
+        agents = [a1, a2, a3]
+        await poll_until(
+            lambda: (
+                len(leaders(agents)) == 1
+                and all(a.election.holder == leaders(agents)[0] for a in agents)
+            ),
+            20,
+            what="one holder that everyone knows",
+        )
+        holder = next(a for a in agents if a.election.leading)
+        others = [a for a in agents if a is not holder]
+        kv, _ = await a1.etcd.get(keys.aggregator_key("lab1"))
+        assert kv is not None and kv.lease_id == holder.lease.lease_id
+        assert summary_codec.decode_claim(kv.value).node == holder.name
+
+        # The holder crashes: no more keepalives, no revoke; its process is gone.
+        holder.lease.crash()
+        holder.scope.cancel()
+        start = trio.current_time()
+        await poll_until(
+            lambda: len(leaders(others)) == 1,
+            TAKEOVER_BOUND_S,
+            what="another agent takes over within the lease TTL",
+        )
+        took_s = trio.current_time() - start
+        assert took_s < TAKEOVER_BOUND_S
+        new = next(a for a in others if a.election.leading)
+        await poll_until(
+            lambda: all(a.election.holder == new.name for a in others),
+            10,
+            what="the other agent learns the new holder",
+        )
+        assert new.election.terms == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_clean_leave_hands_over_at_once(etcd_server: EtcdServer) -> None:
+    async with (
+        trio.open_nursery() as nursery,
+        agent(nursery, etcd_server.endpoint, "node1") as a1,
+        agent(nursery, etcd_server.endpoint, "node2") as a2,
+    ):
+        await poll_until(lambda: len(leaders([a1, a2])) == 1, 20, what="a holder")
+        holder, other = (a1, a2) if a1.election.leading else (a2, a1)
+        holder.scope.cancel()
+        await holder.lease.leave()  # the registrar revokes its lease on shutdown
+        # Well before the TTL would have expired it.
+        await poll_until(lambda: other.election.leading, TTL_S * 2, what="hand-over")
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_aggregator_publishes_what_followers_read(etcd_server: EtcdServer) -> None:
+    reports = S.node_unreachable_by_all()
+    async with (
+        trio.open_nursery() as nursery,
+        agent(nursery, etcd_server.endpoint, "node1") as a1,
+        agent(nursery, etcd_server.endpoint, "node2") as a2,
+        agent(nursery, etcd_server.endpoint, "node3") as a3,
+    ):
+        agents = [a1, a2, a3]
+        await poll_until(lambda: len(leaders(agents)) == 1, 20, what="a holder")
+        await _put_fresh_reports(a1.etcd, reports)
+
+        def all_see_the_finding() -> bool:
+            for a in agents:
+                summary = a.follower.summary("lab1")
+                if summary is None or not summary.findings:
+                    return False
+                if a.follower.failing_observers("lab1", "node3") != 2:
+                    return False  # a summary of some of the reports only
+                if a.follower.failing_observers("lab1", "node1") != 1:
+                    return False  # node3's own report not in yet
+            return True
+
+        await poll_until(all_see_the_finding, 20, what="every follower reads the summary")
+        holder = next(a for a in agents if a.election.leading)
+        for a in agents:
+            summary = a.follower.summary("lab1")
+            assert summary is not None
+            assert summary.aggregator == holder.name
+            assert summary.nodes.unreachable == 1
+            assert summary.findings[0].nodes == ("lab1/node3",)
+            assert a.follower.failing_observers("lab1", "node3") == 2
+            assert a.follower.failing_observers("lab1", "nobody") == 0
+        # The summary lives under the holder's lease; only it wrote it.
+        kv, _ = await a1.etcd.get(keys.summary_key("lab1"))
+        assert kv is not None and kv.lease_id == holder.lease.lease_id
+        assert holder.aggregator.writes >= 1
+        assert all(a.aggregator.writes == 0 for a in agents if a is not holder)
+
+        # Who reads what: only the holder watched the health prefix; every agent
+        # watched the claim and the summary, one key each.
+        health = keys.health_prefix("lab1")
+        for a in agents:
+            assert (health in a.watched) == (a is holder), (a.name, a.watched)
+            assert keys.summary_key("lab1") in a.watched
+        # Nothing changes: the summary is not written again.
+        writes = holder.aggregator.writes
+        evaluations = holder.aggregator.evaluations
+        await _put_fresh_reports(a1.etcd, reports)  # same statuses, newer times
+        await poll_until(
+            lambda: holder.aggregator.evaluations > evaluations, 10, what="re-evaluated"
+        )
+        assert holder.aggregator.writes == writes
+
+        # The node recovers: the finding ends for every follower.
+        await _put_fresh_reports(a1.etcd, S.healthy())
+        await poll_until(
+            lambda: all(
+                (s := a.follower.summary("lab1")) is not None
+                and not s.findings
+                and s.nodes.reachable == 3
+                for a in agents
+            ),
+            20,
+            what="the finding ends everywhere",
+        )
+        assert all(a.follower.failing_observers("lab1", "node3") == 0 for a in agents)
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_summary_goes_with_its_aggregator(etcd_server: EtcdServer) -> None:
+    async with (
+        trio.open_nursery() as nursery,
+        agent(nursery, etcd_server.endpoint, "node1") as a1,
+        open_etcd(etcd_server.endpoint, **FAST_ETCD) as reader,
+        trio.open_nursery() as reading,
+    ):
+        await poll_until(lambda: a1.election.leading, 20, what="a holder")
+        await _put_fresh_reports(a1.etcd, S.healthy())
+        follower = SummaryFollower(lambda: [("lab1", reader)])
+        await reading.start(follower.run)
+        await poll_until(lambda: follower.summary("lab1") is not None, 20, what="a summary")
+        a1.scope.cancel()
+        await a1.lease.leave()
+        await poll_until(lambda: follower.summary("lab1") is None, 10, what="summary gone")
+        reading.cancel_scope.cancel()
+        nursery.cancel_scope.cancel()
+
+
+async def _put_fresh_reports(etcd: Etcd, reports: list[HealthReport]) -> None:
+    """Write the story's reports as if just probed (the aggregator reads them at now)."""
+    shift = time.time() - S.NOW
+    for report in reports:
+        fresh = replace(report, probe_time=report.probe_time + shift)
+        await etcd.put(
+            keys.health_key(report.cluster, report.node), codec.encode_health_report(fresh)
+        )

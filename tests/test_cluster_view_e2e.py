@@ -1,0 +1,137 @@
+"""End to end: real agents (loopback mode) on a real etcd elect one aggregator, and every
+agent's `status` shows the cluster verdict and the findings from its summary; a node
+that stops shows up as a finding everywhere (status text and JSON, metrics), and the
+finding (and its metric series) ends when the node comes back."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agent_cluster import AgentCluster, AgentProcess, wait_for
+from tests.plugins.etcd_server import EtcdServer
+
+NAMES = ("n1", "n2", "n3")
+# Long enough that a stopped agent's node stays registered (its lease alive) while the
+# others see it fail: the finding is about a node that is there but does not answer.
+LEASE_TTL_S = 90
+CONVERGE_S = 60  # generous: load on the test machine reaches 40
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, etcd_server: EtcdServer) -> Iterator[AgentCluster]:
+    with AgentCluster(
+        tmp_path, etcd_server.endpoint, interval_s=1.0, lease_ttl_s=LEASE_TTL_S
+    ) as agents:
+        yield agents
+
+
+def verdict(doc: dict[str, Any]) -> dict[str, Any]:
+    first: dict[str, Any] = doc["cluster_health"][0]
+    return first
+
+
+def metric_value(text: str, name: str, **labels: str) -> float | None:
+    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    pattern = rf"^{name}{{{re.escape(wanted)}}} (\S+)$" if labels else rf"^{name} (\S+)$"
+    found = re.search(pattern, text, re.MULTILINE)
+    return float(found.group(1)) if found else None
+
+
+def _stop(agent: AgentProcess, signum: int) -> None:
+    """SIGSTOP / SIGCONT the agent and its health endpoint: the node answers ICMP (the
+    kernel) and nothing else, as a hung node's agent does."""
+    for pid in agent.responder_children():
+        os.kill(pid, signum)
+    agent.signal(signum)
+
+
+def test_every_agent_shows_the_verdict_and_findings_from_one_summary(
+    cluster: AgentCluster,
+) -> None:
+    agents = [cluster.start(name, wait=False) for name in NAMES]
+    for agent in agents:
+        cluster.wait_admin(agent, timeout_s=CONVERGE_S)
+    for agent in agents:
+        wait_for(
+            agent.status_json,
+            lambda doc: verdict(doc)["source"] == "summary" and verdict(doc)["reachable"] == 3,
+            CONVERGE_S,
+            what=f"{agent.name} shows 3/3 reachable from the cluster summary",
+        )
+    docs = {agent.name: agent.status_json() for agent in agents}
+    aggregator = verdict(docs["n1"])["aggregator"]
+    assert {verdict(doc)["aggregator"] for doc in docs.values()} == {aggregator}
+    assert all(doc["findings"] == [] for doc in docs.values())
+
+    # Who reads what: one agent aggregates (and writes the summary), the others only read.
+    metrics = {agent.name: agent.metrics_text() for agent in agents}
+    holders = [
+        n for n, text in metrics.items() if metric_value(text, "meshhealth_cluster_aggregator") == 1
+    ]
+    assert [f"c1/{name}" for name in holders] == [aggregator]
+    for name, text in metrics.items():
+        writes = metric_value(text, "meshhealth_kvstore_writes_total", key_kind="summary")
+        assert (writes or 0) > 0 if name in holders else not writes, (name, writes)
+        assert metric_value(text, "meshhealth_cluster_nodes", cluster="c1", state="reachable") == 3
+
+    victim = next(a for a in agents if f"c1/{a.name}" != aggregator)
+    watchers = [a for a in agents if a is not victim]
+    text = watchers[0].status_cli()
+    assert re.search(
+        r"Cluster health:\s+3/3 reachable \(\d+ observers? each\)\s+\(aggregator c1/n\d, updated ",
+        text.stdout,
+    ), text.stdout
+
+    _stop(victim, signal.SIGSTOP)
+    try:
+        culprit = f"c1/{victim.name}"
+        for agent in watchers:
+            doc, _ = wait_for(
+                agent.status_json,
+                lambda doc: (
+                    any(culprit in f["nodes"] for f in doc["findings"])
+                    and (verdict(doc)["reachable"], verdict(doc)["unreachable"]) == (2, 1)
+                ),
+                CONVERGE_S,
+                what=f"{agent.name} shows a finding against {culprit}",
+            )
+            assert verdict(doc)["source"] == "summary"
+            assert verdict(doc)["total"] == 3
+            finding = next(f for f in doc["findings"] if culprit in f["nodes"])
+            kind = finding["kind"]
+            assert finding["kind"] in ("agent-down", "node-down", "node-isolated")
+            out = agent.status_cli().stdout
+            assert re.search(r"Cluster health:\s+2/3 reachable .*1 unreachable", out), out
+            assert re.search(rf"Finding:\s+{finding['kind']} {culprit} \(confidence", out), out
+            wait_for(
+                agent.metrics_text,
+                lambda text, kind=kind: (
+                    metric_value(text, "meshhealth_finding", kind=kind, node=culprit) == 1
+                ),
+                CONVERGE_S,
+                what=f"{agent.name} exports meshhealth_finding for {culprit}",
+            )
+    finally:
+        _stop(victim, signal.SIGCONT)
+
+    # The node is back: the finding ends, and so does its metric series.
+    for agent in agents:
+        wait_for(
+            agent.status_json,
+            lambda doc: doc["findings"] == [] and verdict(doc)["reachable"] == 3,
+            CONVERGE_S,
+            what=f"{agent.name} shows the finding ended",
+        )
+        wait_for(
+            agent.metrics_text,
+            lambda text: "meshhealth_finding{" not in text,
+            CONVERGE_S,
+            what=f"{agent.name} removed the finding's series",
+        )
