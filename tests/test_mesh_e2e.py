@@ -5,19 +5,22 @@ n2 with `--mesh-dir` holding a Cilium-style `lab1` file. The story, in one test 
 take a while to start): every agent sees and probes all four nodes; `meshhealth matrix
 --etcd` from either etcd and `meshhealth status --matrix` show the right cells; the
 health-entry writes stay flat in a steady cluster; lab2's etcd stopped -> lab1 keeps
-probing and shows lab2 as etcd_down (status and metrics); lab2's etcd back -> up again.
+probing and shows lab2 as etcd_down (status and metrics); lab2's etcd back -> up again;
+lab2/n2's agent killed -> lab1 keeps it in view as agent-down.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from meshhealth import defaults
 from tests.agent_cluster import AgentCluster, AgentProcess, all_paths_ok, wait_for
 from tests.plugins.etcd_server import EtcdServer
 from tests.plugins.local_etcd import LocalEtcd
@@ -189,5 +192,24 @@ def test_two_meshed_clusters(
             lambda doc: _cluster_state(doc, "lab2") == "ok",
             20,
             what="lab1/n1 shows lab2 ok again",
+        )
+
+        # A crashed agent of lab2: once its lease expires, lab2's keeper (n1) stamps its
+        # retained entry and lab1's agents, which only read it, keep lab2/n2 in view as
+        # agent-down instead of seeing it vanish.
+        b2.signal(signal.SIGKILL)
+        b2.proc.wait(5)  # type: ignore[union-attr]
+
+        def remote_agent_down(doc: dict[str, Any]) -> bool:
+            return any(
+                n["cluster"] == "lab2" and n["name"] == "n2" and "agent_down_since" in n
+                for n in doc["nodes"]
+            )
+
+        wait_for(
+            a1.status_json,
+            remote_agent_down,
+            defaults.LEASE_TTL_S + 25,
+            what="lab1/n1 shows lab2/n2 as agent-down",
         )
     print(f"mesh e2e took {time.monotonic() - started:.1f}s")

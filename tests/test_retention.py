@@ -106,3 +106,10 @@ def test_properties(entries: dict[str, float | None], live: set[str], own: str) 
         )
     else:
         assert d.next_change_at is None
+
+
+def test_a_meshed_clusters_entries_are_read_never_written() -> None:
+    entries = {"n3": held("n3"), "n4": held("n4", NOW - 5), "n5": held("n5", NOW - RETENTION_S)}
+    d = decide(entries, {"n1"}, own=None, now=NOW, retention_s=RETENTION_S)
+    assert [t.node for t in d.agent_down] == ["n4"]
+    assert d.to_stamp == () and d.to_delete == ()

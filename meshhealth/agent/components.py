@@ -223,6 +223,7 @@ def build_components(
         mesh_dir=config.mesh_dir,
         config_write_metrics=metrics.writes_of("cluster-config"),
         invalid_ip_metric=invalid_ip,
+        agent_down_retention_s=config.agent_down_retention_s,
     )
     own = Target(
         config.cluster,

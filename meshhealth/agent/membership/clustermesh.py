@@ -32,6 +32,7 @@ import trio
 from meshhealth import codec, defaults, keys
 from meshhealth.agent.agent_metrics import WriteCounters
 from meshhealth.agent.membership.discovery import Discovery
+from meshhealth.agent.membership.retained_nodes import RetainedNodes
 from meshhealth.kvstore import Backoff, Etcd, EtcdError, open_etcd
 from meshhealth.kvstore.endpoints import describe, parse_endpoints
 from meshhealth.kvstore.etcd_config import EtcdAccess, TlsFiles
@@ -133,6 +134,7 @@ class RemoteCluster:
     error: str | None = None
     etcd: Etcd | None = None
     discovery: Discovery | None = None
+    retained: RetainedNodes | None = None  # its agent-down nodes (read only)
     checks: int = 0
 
     @property
@@ -152,7 +154,13 @@ class RemoteCluster:
         return "ok"
 
     def targets(self) -> list[Target]:
-        return [] if self.discovery is None else self.discovery.targets()
+        """Its registered nodes, then its agent-down nodes that are not registered."""
+        if self.discovery is None:
+            return []
+        found = {t.node: t for t in self.discovery.targets()}
+        for t in self.retained.targets() if self.retained is not None else ():
+            found.setdefault(t.node, t)
+        return sorted(found.values())
 
 
 class ClusterMesh:
@@ -169,6 +177,7 @@ class ClusterMesh:
         mesh_dir: str | None = None,
         config_write_metrics: WriteCounters | None = None,
         invalid_ip_metric: CounterSeries | None = None,
+        agent_down_retention_s: float = defaults.AGENT_DOWN_RETENTION_S,
     ) -> None:
         self.etcd = etcd
         self.configured = local
@@ -186,6 +195,7 @@ class ClusterMesh:
         self.config_write_bytes = 0
         self._config_write_metrics = config_write_metrics or WriteCounters()
         self._invalid_ip_metric = invalid_ip_metric
+        self.agent_down_retention_s = agent_down_retention_s
 
     def targets(self) -> list[Target]:
         """Nodes of every admitted remote cluster."""
@@ -273,7 +283,16 @@ class ClusterMesh:
                 remote.discovery = Discovery(
                     {remote.name: etcd}, invalid_metric=self._invalid_ip_metric
                 )
-                await remote.discovery.run()
+                remote.retained = RetainedNodes(
+                    etcd,
+                    remote.name,
+                    None,
+                    remote.discovery,
+                    retention_s=self.agent_down_retention_s,
+                )
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(remote.discovery.run)
+                    await nursery.start(remote.retained.run)
             finally:
                 remote.etcd = None
 

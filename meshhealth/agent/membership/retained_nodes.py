@@ -42,15 +42,16 @@ log = logging.getLogger(__name__)
 
 
 class RetainedNodes:
-    """The agent-down nodes of one cluster. Counters: `stamped`, `deleted` (writes this
-    agent made as keeper), `dropped` (nodes that left this agent's view after their
-    retention), `invalid_values`."""
+    """The agent-down nodes of one cluster. `own` is this agent's node name in it; None
+    for a meshed (remote) cluster, whose entries this agent reads and never writes.
+    Counters: `stamped`, `deleted` (writes this agent made as keeper), `dropped` (nodes
+    that left this agent's view after their retention), `invalid_values`."""
 
     def __init__(
         self,
         etcd: Etcd,
         cluster: str,
-        own: str,
+        own: str | None,
         discovery: Discovery,
         *,
         retention_s: float = defaults.AGENT_DOWN_RETENTION_S,

@@ -50,13 +50,14 @@ def decide(
     held: Mapping[str, HeldEntry],
     live: Set[str],
     *,
-    own: str,
+    own: str | None,
     now: float,
     retention_s: float,
 ) -> RetentionDecision:
     """What to show and what to write, from the retained entries of one cluster (by
-    node name), the names of its registered nodes and the time."""
-    keeper = is_keeper(own, live)
+    node name), the names of its registered nodes and the time. `own` is this agent's
+    name in that cluster; None for a meshed cluster's, which it only reads."""
+    keeper = own is not None and is_keeper(own, live)
     agent_down: list[Target] = []
     to_stamp: list[str] = []
     to_delete: list[str] = []
