@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 
 from hypothesis import strategies as st
@@ -39,7 +40,7 @@ def cidrs(draw: st.DrawFn) -> str:
 times = st.floats(min_value=0, max_value=4e9, allow_nan=False, allow_infinity=False)
 texts = st.text(min_size=1, max_size=40)
 
-nodes = st.builds(
+single_stack_nodes = st.builds(
     Node,
     name=node_names,
     cluster=cluster_names,
@@ -50,6 +51,22 @@ nodes = st.builds(
     version=st.text(max_size=20),
     started_at=times,
 )
+
+
+@st.composite
+def dual_stack_nodes(draw: st.DrawFn) -> Node:
+    """A node with secondary addresses: of the other family, health paired by family."""
+    node = draw(single_stack_nodes)
+    same, other = (ipv4s, ipv6s) if ":" not in node.node_ip else (ipv6s, ipv4s)
+    return dataclasses.replace(
+        node,
+        health_ip=draw(st.none() | same),
+        node_ip_secondary=draw(other),
+        health_ip_secondary=draw(st.none() | other),
+    )
+
+
+nodes = st.one_of(single_stack_nodes, dual_stack_nodes())
 
 ip_entries = st.builds(
     IPEntry,
@@ -79,6 +96,7 @@ target_healths = st.builds(
     cluster=cluster_names,
     node=node_names,
     paths=st.dictionaries(st.sampled_from(PATH_NAMES), path_healths, max_size=4),
+    secondary_paths=st.dictionaries(st.sampled_from(PATH_NAMES), path_healths, max_size=4),
 )
 
 plan_infos = st.builds(
