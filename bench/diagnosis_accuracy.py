@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from meshhealth import defaults
 from meshhealth.lab import plan as P
 
 CLI = [sys.executable, "-m", "meshhealth"]
@@ -142,36 +144,50 @@ def wait_healthy(sampler: Sampler, timeout_s: float) -> bool:
 @dataclass
 class KindResult:
     first_right: int = 0
+    settled_right: int = 0
     right: int = 0
     runs: int = 0
     times_s: list[float] = field(default_factory=list)
     firsts: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Outcome:
+    first_right: bool  # the first top finding after the fault
+    settled_right: bool  # the top finding `settle_s` after the fault
+    found_s: float | None  # fault -> the first sample whose top finding is right
+    first: str
+
+
 def run_case(
-    prefix: str, sampler: Sampler, case: Case, deadline_s: float
-) -> tuple[bool, bool, float | None, str]:
+    prefix: str, sampler: Sampler, case: Case, deadline_s: float, settle_s: float
+) -> Outcome:
     kind, args, want, culprits = case
     t0 = time.time()
     lab(prefix, "fault", kind, *args)
     first: str | None = None
     first_ok = False
+    settled_ok: bool | None = None
     found_s: float | None = None
     try:
         for doc in sampler.samples(time.monotonic() + deadline_s):
-            if doc["t"] < t0 or not doc["findings"]:
+            if doc["t"] < t0:
                 continue
-            top = doc["findings"][0]
-            ok = top["kind"] in want and sorted(top["nodes"]) == sorted(culprits)
-            if first is None:
+            top = doc["findings"][0] if doc["findings"] else None
+            ok = top is not None and top["kind"] in want
+            ok = ok and top is not None and sorted(top["nodes"]) == sorted(culprits)
+            if top is not None and first is None:
                 first = f"{top['kind']} {','.join(top['nodes'])}"
                 first_ok = ok
-            if ok:
+            if ok and found_s is None:
                 found_s = doc["t"] - t0
+            if doc["t"] >= t0 + settle_s and settled_ok is None:
+                settled_ok = ok
+            if found_s is not None and settled_ok is not None:
                 break
     finally:
         lab(prefix, "fault", "clear")
-    return first_ok, found_s is not None, found_s, first or "none"
+    return Outcome(first_ok, bool(settled_ok), found_s, first or "none")
 
 
 @dataclass
@@ -218,14 +234,18 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=8)
     ap.add_argument("--interval", type=float, default=2.0)
     ap.add_argument("--deadline", type=float, default=60.0, help="s to wait for the finding")
+    ap.add_argument("--settle", type=float, help="s after the fault to judge the top finding")
     ap.add_argument("--prefix", default="mhacc")
     ap.add_argument("--skip-noise", action="store_true")
     a = ap.parse_args()
     from meshhealth.diagnosis.from_matrix import PATH_KINDS
 
     has_df = "node/icmp-df" in PATH_KINDS
+    # every observer has probed and published at least twice by then
+    settle_s = a.settle if a.settle is not None else 3 * a.interval + defaults.PROBE_TIMEOUT_S + 2
     plan = P.make_plan(a.prefix, a.nodes, 1)
-    print(f"lab {a.prefix}: {a.nodes} nodes, interval {a.interval:g}s", flush=True)
+    load = os.getloadavg()[0]
+    print(f"lab {a.prefix}: {a.nodes} nodes, interval {a.interval:g}s, load {load:.1f}", flush=True)
     lab(a.prefix, "up", "--nodes", str(a.nodes), "--interval", f"{a.interval:g}")
     node1 = plan.nodes[0]
     sampler_proc = subprocess.Popen(
@@ -245,24 +265,28 @@ def main() -> int:
                 recover_s = 30.0 if case[0] != "kill-agent" else 90.0
                 if not wait_healthy(sampler, recover_s):
                     print(f"  {label}: lab not healthy before run {run + 1}", flush=True)
-                first_ok, ok, took, first = run_case(a.prefix, sampler, case, a.deadline)
+                out = run_case(a.prefix, sampler, case, a.deadline, settle_s)
+                took = out.found_s
                 res.runs += 1
-                res.first_right += first_ok
-                res.right += ok
-                res.firsts.append(first)
+                res.first_right += out.first_right
+                res.settled_right += out.settled_right
+                res.right += took is not None
+                res.firsts.append(out.first)
                 if took is not None:
                     res.times_s.append(took)
                 print(
-                    f"  run {run + 1} {label} {' '.join(case[1])}: first {first}; "
-                    f"right {'yes' if ok else 'NO'}"
-                    f"{f' after {took:.1f}s' if took is not None else ''}",
+                    f"  run {run + 1} {label} {' '.join(case[1])}: first {out.first}; "
+                    f"at +{settle_s:g}s {'right' if out.settled_right else 'WRONG'}; "
+                    f"{f'right after {took:.1f}s' if took is not None else 'never right'}; "
+                    f"load {os.getloadavg()[0]:.0f}",
                     flush=True,
                 )
         print(
-            "\n| fault | expected finding | first top finding right | right within "
-            f"{a.deadline:g} s | fault to finding, median (max) |"
+            f"\n| fault | expected finding | top finding right at +{settle_s:g} s | "
+            f"right within {a.deadline:g} s | first finding right | "
+            "fault to right finding, median (max) |"
         )
-        print("|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|")
         for case in cases(0, a.nodes, has_df):
             label = case[0] if case[0] != "partition" or "," in case[1][0] else "partition 1 node"
             r = results.get(label)
@@ -274,8 +298,8 @@ def main() -> int:
                 else "-"
             )
             print(
-                f"| `{label}` | {' or '.join(case[2])} | {r.first_right}/{r.runs} | "
-                f"{r.right}/{r.runs} | {times} |"
+                f"| `{label}` | {' or '.join(case[2])} | {r.settled_right}/{r.runs} | "
+                f"{r.right}/{r.runs} | {r.first_right}/{r.runs} | {times} |"
             )
         if not has_df:
             print("(mtu: no node/icmp-df probe in this build; not measured)")
@@ -288,7 +312,10 @@ def main() -> int:
                 busy = watch_noise(sampler, a.minutes, starved)
             finally:
                 lab(a.prefix, "fault", "clear")
-            print(f"\nfalse findings over {a.minutes:g} min (samples once a second):")
+            load = os.getloadavg()[0]
+            print(
+                f"\nfalse findings over {a.minutes:g} min (one sample a second), load {load:.0f}:"
+            )
             print(
                 "| condition | samples | diagnose: false findings (samples with one) | "
                 "newest-probe rule: unreachable paths (samples with one) |"
