@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from meshhealth.model import HealthReport, PathHealth, ProbeStatus, TargetHealth
+from meshhealth.model import HealthReport, PathHealth, PlanInfo, ProbeStatus, TargetHealth
 
 NOW = 1_795_000_000.0  # 2026-11-18T11:06:40Z; every story is seen at this time
 INTERVAL_S = 10.0
@@ -29,6 +29,7 @@ def report(
     *,
     age_s: float = 2.0,
     interval_s: float = INTERVAL_S,
+    plan: PlanInfo | None = None,
 ) -> HealthReport:
     cluster, node = source.split("/")
     return HealthReport(
@@ -40,6 +41,7 @@ def report(
             TargetHealth(cluster=t.split("/")[0], node=t.split("/")[1], paths=dict(p))
             for t, p in sorted(targets.items())
         ),
+        plan=plan,
     )
 
 
@@ -93,6 +95,25 @@ def meshed() -> list[HealthReport]:
     return healthy(("lab1/node1", "lab1/node2", "lab2/node1", "lab2/node2"))
 
 
+NODES6 = tuple(f"lab1/node{i}" for i in range(1, 7))
+EPOCH = int(NOW // 60)
+
+
+def subset() -> list[HealthReport]:
+    """Subset probing, k = 2 over 6 nodes (full mesh only up to 2 nodes here): each node
+    probes itself and the next two, node3's path to node4's endpoint fails, node6's
+    report is stale, so node1 and node2 are left with one fresh observer each."""
+    plan = PlanInfo(EPOCH, 2, 6, full_mesh=False, full_mesh_max_nodes=2, nodes=6)
+    reports = []
+    for i, source in enumerate(NODES6):
+        targets = {t: paths() for t in (source, NODES6[(i + 1) % 6], NODES6[(i + 2) % 6])}
+        if source == "lab1/node3":
+            targets["lab1/node4"] = paths((OK, OK, TIMEOUT, TIMEOUT))
+        age_s = 45.0 if source == "lab1/node6" else 2.0
+        reports.append(report(source, targets, age_s=age_s, plan=plan))
+    return reports
+
+
 # name -> reports; tests/golden/matrix_NAME.txt is the text of each
 STORIES: dict[str, Callable[[], list[HealthReport]]] = {
     "healthy": healthy,
@@ -100,4 +121,5 @@ STORIES: dict[str, Callable[[], list[HealthReport]]] = {
     "endpoint_forward_drop": endpoint_forward_drop,
     "stale": stale_and_missing,
     "meshed": meshed,
+    "subset": subset,
 }

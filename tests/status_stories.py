@@ -11,6 +11,7 @@ documents and goldens built from them are what the agent would really show.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -24,6 +25,7 @@ from meshhealth.documents.status import (
 from meshhealth.model import (
     PathKey,
     PathReport,
+    PlanInfo,
     ProbeResult,
     ProbeStatus,
     Protocol,
@@ -277,6 +279,23 @@ def never_probed() -> StatusInputs:
     )
 
 
+def subset_plan() -> StatusInputs:
+    """Subset probing in a 99-node cluster: the same 3 targets (itself and 2 others,
+    k = 2), one of them with its endpoint failing; the plan of the round is known."""
+    plan = PlanInfo(
+        epoch=int(PROBE_TIME // 60), k=2, rotation_rounds=6, full_mesh=False,
+        full_mesh_max_nodes=16, nodes=99,
+    )  # fmt: skip
+    inputs = endpoint_forward_drop()
+    return dataclasses.replace(inputs, plan=plan)
+
+
+def small_full_mesh() -> StatusInputs:
+    """3 nodes, k = 5: a full mesh, the line keeps its cilium-health name."""
+    plan = PlanInfo(int(PROBE_TIME // 60), 5, 6, full_mesh=False, full_mesh_max_nodes=16, nodes=3)
+    return dataclasses.replace(healthy(), plan=plan)
+
+
 STORIES: dict[str, Callable[[], StatusInputs]] = {
     "healthy": healthy,
     "endpoint_forward_drop": endpoint_forward_drop,
@@ -288,4 +307,6 @@ STORIES: dict[str, Callable[[], StatusInputs]] = {
     "dual_stack_ipv6_drop": dual_stack_ipv6_drop,
     "never_probed": never_probed,
     "agent_down_summary": agent_down_summary,
+    "subset_plan": subset_plan,
+    "small_full_mesh": small_full_mesh,
 }

@@ -31,6 +31,8 @@ CASES = [
     ("dual_stack_healthy", True),
     ("dual_stack_ipv6_drop", False),
     ("agent_down_summary", False),
+    ("subset_plan", False),
+    ("small_full_mesh", False),
 ]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from meshhealth.documents.matrix import build_matrix, cell_state, is_stale, matrix_document
-from meshhealth.model import ProbeStatus
+from meshhealth.model import PlanInfo, ProbeStatus
 from tests import matrix_stories as S
 
 
@@ -54,6 +54,7 @@ def test_healthy_cluster() -> None:
         "unreachable": 0,
         "suspect": 0,
         "stale": 0,
+        "unassigned": 0,
         "unknown": 0,
     }
     assert matrix.lines == ()
@@ -162,7 +163,8 @@ def test_json_document() -> None:
     doc = matrix_document(build_matrix(S.stale_and_missing(), now=S.NOW))
     assert doc["v"] == 1
     assert doc["generated_at"] == "2026-11-18T11:06:40Z"
-    assert doc["nodes"][0] == {"cluster": "lab1", "name": "node1"}
+    assert doc["nodes"][0] == {"cluster": "lab1", "name": "node1", "observers": 0}
+    assert doc["nodes"][2] == {"cluster": "lab1", "name": "node3", "observers": 1}
     row = doc["rows"][1]
     assert (row["name"], row["stale"], row["age_s"], row["interval_s"]) == (
         "node2",
@@ -184,3 +186,60 @@ def test_json_document() -> None:
     assert doc["summary"]["sources"] == 2 and doc["summary"]["stale_sources"] == 1
     assert doc["summary"]["cells"] == 12
     assert doc["rows"][2]["probe_time"] is None
+
+
+# --- subset probing: unassigned cells and coverage -----------------------------------
+
+
+def test_cells_nobody_was_assigned_are_unassigned_not_failed_nor_unknown() -> None:
+    matrix = build_matrix(S.subset(), now=S.NOW)
+    states = {
+        (row.source[1], cell.target[1]): cell.state for row in matrix.rows for cell in row.cells
+    }
+    assert states[("node1", "node2")] == "reachable"  # assigned
+    assert states[("node1", "node4")] == "unassigned"  # not node1's target this epoch
+    assert states[("node3", "node4")] == "unreachable"  # assigned, endpoint failing
+    assert states[("node6", "node2")] == "stale"  # a stale report stays stale
+    assert matrix.counts() == {
+        "reachable": 14,
+        "unreachable": 1,
+        "stale": 6,
+        "unassigned": 15,
+        "unknown": 0,
+    }
+    assert matrix.observers == (1, 1, 2, 2, 2, 2)
+    # Unassigned cells are not evidence: nobody "reaches no one" for having 2 targets.
+    assert not any("reaches no one" in line for line in matrix.lines)
+    assert "lab1/node1: 1 observer this epoch (plan: 2)" in matrix.lines
+    assert matrix.lines[1].startswith("Coverage:  subset probing (k=2, epoch ")
+
+
+def test_json_says_which_cells_are_unassigned_and_which_plan_each_row_followed() -> None:
+    doc = matrix_document(build_matrix(S.subset(), now=S.NOW))
+    row = doc["rows"][0]
+    assert row["plan"] == {
+        "epoch": S.EPOCH,
+        "k": 2,
+        "rotation_rounds": 6,
+        "full_mesh": False,
+        "full_mesh_max_nodes": 2,
+        "nodes": 6,
+        "subset": True,
+    }
+    assert [cell["state"] for cell in row["cells"]] == ["reachable"] * 3 + ["unassigned"] * 3
+    assert row["cells"][3]["paths"] == {}
+    assert doc["summary"]["unassigned"] == 15
+    assert [node["observers"] for node in doc["nodes"]] == [1, 1, 2, 2, 2, 2]
+
+
+def test_without_a_subset_plan_a_missing_target_is_unknown() -> None:
+    """Reports of a full mesh (or of agents older than the plan) leave nothing unassigned."""
+    full = S.subset()
+    full[0] = S.report("lab1/node1", {"lab1/node1": S.paths()})  # no plan: older agent
+    matrix = build_matrix(full, now=S.NOW)
+    assert {cell.state for cell in matrix.rows[0].cells[1:]} == {"unknown"}
+    meshed = [S.report(r, {r: S.paths()}, plan=PlanInfo(1, 5, 6, True, 16, 6)) for r in S.NODES6]
+    assert "unassigned" not in {
+        c.state for row in build_matrix(meshed, now=S.NOW).rows for c in row.cells
+    }
+    assert not any(line.startswith("Coverage") for line in build_matrix(meshed, now=S.NOW).lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -387,3 +388,24 @@ def test_a_suspect_path_is_neither_reachable_nor_unreachable_in_the_metrics() ->
     assert any(
         'target_type="node",protocol="icmp",family="ipv4",status="suspect"' in key for key in on
     )
+
+
+def test_agent_metrics_follow_the_probe_plan() -> None:
+    from meshhealth.model import PlanInfo
+
+    registry = Registry()
+    metrics = agent_metrics(registry, source_cluster="c", source_node="a")
+    metrics.observe_round(_report({}))  # a round without a plan (meshhealth probe) sets none
+    assert parse_exposition(registry.expose()).get("meshhealth_probe_plan_nodes", 0) == 0
+    plan = PlanInfo(epoch=29_458_123, k=5, rotation_rounds=6, full_mesh=False,
+                    full_mesh_max_nodes=16, nodes=99)  # fmt: skip
+    metrics.observe_round(dataclasses.replace(_report({}), plan=plan))
+    samples = parse_exposition(registry.expose())
+    assert samples["meshhealth_probe_plan_targets"] == 5
+    assert samples["meshhealth_probe_plan_nodes"] == 99
+    assert samples["meshhealth_probe_plan_epoch"] == 29_458_123
+    small = dataclasses.replace(plan, nodes=12, epoch=29_458_124)
+    metrics.observe_round(dataclasses.replace(_report({}), plan=small))
+    samples = parse_exposition(registry.expose())
+    assert samples["meshhealth_probe_plan_targets"] == 11  # a full mesh below 17 nodes
+    assert samples["meshhealth_probe_plan_epoch"] == 29_458_124

@@ -8,6 +8,7 @@ list, the published epoch and settings).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,12 +67,12 @@ def test_twenty_agents_probe_three_each_and_every_node_has_three_probers(
     names = [f"n{i:02d}" for i in range(N_AGENTS)]
     agents = [planned.start(name, wait=False) for name in names]
     for agent in agents:
-        planned.wait_admin(agent, timeout_s=60.0)
+        planned.wait_admin(agent, timeout_s=240.0)
 
     reports, _ = wait_for(
         lambda: _reports(etcd_server),
         _one_epoch_of_everyone,
-        240.0,
+        300.0,
         what="20 health reports of one epoch, each planned over 20 nodes",
         interval_s=0.5,
     )
@@ -100,12 +101,43 @@ def test_twenty_agents_probe_three_each_and_every_node_has_three_probers(
     assert set(probers) == set(names)
     assert min(probers.values()) >= K, probers
 
-    # The agent's own status lists its direct targets: K and itself.
+    # The agent's own status lists its direct targets (K and itself) and its plan.
     for agent in agents[:3]:
         nodes, _ = wait_for(
             lambda agent=agent: _status_nodes(agent),
             lambda found: len(found) == K + 1,
-            60.0,
+            120.0,
             what=f"{agent.name}'s status lists {K} targets and itself",
         )
         assert agent.name in nodes
+        status = agent.status_json()
+        plan_doc = status["probe_plan"]
+        assert (plan_doc["k"], plan_doc["targets"], plan_doc["nodes"]) == (K, K, N_AGENTS)
+        assert plan_doc["subset"] is True
+        text = agent.status_cli().stdout
+        assert re.search(rf"^Direct targets:\s+\d+/{K + 1} reachable", text, re.M), text
+        assert f"Probing {K} of {N_AGENTS} nodes (k={K}, epoch " in text
+        samples = agent.metrics_text()
+        assert re.search(rf"^meshhealth_probe_plan_targets {K}(\.0)?$", samples, re.M)
+        assert re.search(rf"^meshhealth_probe_plan_nodes {N_AGENTS}(\.0)?$", samples, re.M)
+
+    # The matrix (as the agent reads it from etcd): K + 1 assigned cells per row, the
+    # rest unassigned, never failed; every node has at least K observers.
+    def matrix() -> dict[str, Any]:
+        code, doc = agents[0].admin("GET", "/v1/matrix", timeout_s=20.0)
+        assert code == 200
+        return doc
+
+    def covered(doc: dict[str, Any]) -> bool:
+        return len(doc["rows"]) == N_AGENTS and all(node["observers"] >= K for node in doc["nodes"])
+
+    doc, _ = wait_for(matrix, covered, 180.0, what=f"every node with {K} observers")
+    for row in doc["rows"]:
+        states = Counter(cell["state"] for cell in row["cells"])
+        assert states["unassigned"] == N_AGENTS - K - 1, (row["name"], states)
+        assert states["unreachable"] == 0 and states["stale"] == 0, (row["name"], states)
+        assert row["plan"]["subset"] is True
+    assert doc["summary"]["unassigned"] == N_AGENTS * (N_AGENTS - K - 1)
+    assert any(
+        line.startswith(f"Coverage:  subset probing (k={K}") for line in doc["summary"]["lines"]
+    )

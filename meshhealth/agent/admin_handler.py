@@ -97,13 +97,15 @@ class AgentAdminHandler:
 
     def _status_inputs(self) -> StatusInputs:
         report = self.loop.last_report
+        now = time.time()
+        if report is not None:
+            targets, plan = report.targets, report.plan
+        else:  # before the first round: what it will probe
+            chosen = self.members.for_round(now)
+            targets, plan = chosen.targets, chosen.plan
         return StatusInputs(
             local=self.identity.local,
-            targets=(
-                report.targets
-                if report is not None
-                else self.members.for_round(time.time()).targets
-            ),
+            targets=targets,
             summaries=self.results.summaries,
             probe_time=report.started_at if report is not None else None,
             probe_interval_s=self.identity.interval_s,
@@ -114,11 +116,12 @@ class AgentAdminHandler:
                 last_duration_s=report.duration_s if report is not None else None,
                 completed=self.loop.rounds_finished,
             ),
-            now=time.time(),
+            now=now,
             clusters=cluster_states(self.mesh),
             verdicts=self.results.verdict_states(),
             cluster_summaries=self.summaries.summaries() if self.summaries else {},
             verdict_clusters=self.summaries.clusters() if self.summaries else (),
+            plan=plan,
         )
 
     def status_document(self) -> StatusDocument:

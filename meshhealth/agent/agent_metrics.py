@@ -129,6 +129,9 @@ class AgentMetrics:
     finding: Gauge  # {kind, node}: 1 per current finding of a followed cluster summary
     cluster_nodes: Gauge  # {cluster, state}: the cluster verdict of its summary
     aggregating: Gauge  # 1 while this agent is its cluster's aggregator
+    plan_targets: Gauge  # the probe plan (docs/scale.md): own targets this epoch
+    plan_nodes: Gauge  # nodes in the plan
+    plan_epoch: Gauge  # the epoch of the last round
 
     def writes_of(self, key_kind: str) -> WriteCounters:
         """The write counters of one key kind (`health`, `cluster-config`)."""
@@ -153,9 +156,13 @@ class AgentMetrics:
         }
 
     def observe_round(self, report: RoundReport) -> None:
-        """One finished round: its duration and every RTT it measured."""
+        """One finished round: its duration, its plan and every RTT it measured."""
         self.rounds.inc()
         self.round_duration.observe(report.duration_s)
+        if report.plan is not None:
+            self.plan_targets.set(report.plan.targets_per_node)
+            self.plan_nodes.set(report.plan.nodes)
+            self.plan_epoch.set(report.plan.epoch)
         for path_report in report.paths:
             rtt_s = path_report.result.rtt_s
             if rtt_s is not None:
@@ -390,5 +397,17 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
             "meshhealth_cluster_aggregator",
             "1 while this agent is its cluster's aggregator (reads every health report and "
             "publishes the summary), else 0.",
+        ),
+        plan_targets=registry.gauge(
+            "meshhealth_probe_plan_targets",
+            "Nodes this agent probes in the probe plan's current epoch, itself not counted.",
+        ),
+        plan_nodes=registry.gauge(
+            "meshhealth_probe_plan_nodes",
+            "Nodes in this agent's probe plan (its cluster, admitted remotes, itself).",
+        ),
+        plan_epoch=registry.gauge(
+            "meshhealth_probe_plan_epoch",
+            "Epoch of the probe plan the last round followed (rotation x interval long).",
         ),
     )

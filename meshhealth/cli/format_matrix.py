@@ -31,11 +31,16 @@ from meshhealth.documents.matrix import (
 )
 from meshhealth.timefmt import format_age, format_duration
 
-OK, FAILED, UNKNOWN, NO_PATH, STALE = "✓", "✗", "?", "-", "~"
+OK, FAILED, UNKNOWN, NO_PATH, STALE, UNASSIGNED = "✓", "✗", "?", "-", "~", "·"
 LEGEND = (
     f"Cell: host ICMP, host HTTP, endpoint ICMP, endpoint HTTP ({OK} OK, {FAILED} failed, "
     f"{UNKNOWN} not probed,\n      {NO_PATH} no such path, {STALE} stale report), "
     "then the host ICMP RTT"
+)
+# Added when some source probes a subset (the probe plan): its other cells are unassigned.
+LEGEND_UNASSIGNED = (
+    f"      {UNASSIGNED * len(PATH_ORDER)} not assigned to this source this epoch "
+    "(subset probing): neither failed nor stale"
 )
 MIN_CELL_WIDTH = 12  # 4 path marks, a space, an RTT like 412.5µs
 GAP = "  "
@@ -45,6 +50,8 @@ def path_marks(cell: MatrixCellDocument) -> str:
     """Four characters, one per path in PATH_ORDER."""
     if cell["state"] == "stale":
         return STALE * len(PATH_ORDER)
+    if cell["state"] == "unassigned":
+        return UNASSIGNED * len(PATH_ORDER)
     paths = cell["paths"]
     if not paths:
         return UNKNOWN * len(PATH_ORDER)
@@ -73,7 +80,7 @@ def cell_rtt_s(cell: MatrixCellDocument) -> float | None:
 def cell_text(cell: MatrixCellDocument) -> str:
     marks = path_marks(cell)
     rtt = cell_rtt_s(cell)
-    if cell["state"] == "stale" or rtt is None:
+    if cell["state"] in ("stale", "unassigned") or rtt is None:
         return marks
     return f"{marks} {format_duration(rtt)}"
 
@@ -92,9 +99,12 @@ def _pad(text: str, width: int) -> str:
 def format_matrix_text(doc: MatrixDocument, findings: Sequence[FindingJSON] = ()) -> str:
     """The whole text, ending with a newline; `findings` after the summary lines."""
     nodes = [(n["cluster"], n["name"]) for n in doc["nodes"]]
+    summary = doc["summary"]
+    unassigned = summary.get("unassigned", 0)
     lines = [
         f"Health matrix at {doc['generated_at']}: each row is what its source node sees",
         LEGEND,
+        *([LEGEND_UNASSIGNED] if unassigned else []),
         "",
     ]
     rows = doc["rows"]
@@ -126,12 +136,18 @@ def format_matrix_text(doc: MatrixDocument, findings: Sequence[FindingJSON] = ()
             lines.append(
                 (_pad(source, source_w) + GAP + _pad(report, report_w) + GAP + cells).rstrip()
             )
-    summary = doc["summary"]
-    lines.append(
-        f"Reachable:   {summary['reachable']}/{summary['cells']} cells   "
-        f"({summary['unreachable']} unreachable, {summary['stale']} stale, "
-        f"{summary['unknown']} unknown)"
-    )
+    if unassigned:
+        lines.append(
+            f"Reachable:   {summary['reachable']}/{summary['cells'] - unassigned} assigned cells   "
+            f"({summary['unreachable']} unreachable, {summary['stale']} stale, "
+            f"{summary['unknown']} unknown; {unassigned} not assigned this epoch)"
+        )
+    else:
+        lines.append(
+            f"Reachable:   {summary['reachable']}/{summary['cells']} cells   "
+            f"({summary['unreachable']} unreachable, {summary['stale']} stale, "
+            f"{summary['unknown']} unknown)"
+        )
     lines += summary["lines"]
     lines += [finding_line(f) for f in findings]
     for item in doc["unavailable_clusters"]:

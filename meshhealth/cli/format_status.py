@@ -16,6 +16,10 @@ A path that fails but whose suspicion time is not over reads `Connection timed o
 unreachable). A dual-stack node's secondary address (the other family) follows its
 primary's lines as cilium-health prints it, one level deeper (`Secondary connectivity
 to fd77::1:`), with `verbose` or when one of its paths failed.
+`Cluster health` counts this node's direct targets. With subset probing (the probe plan,
+docs/scale.md) those are a few of the cluster's nodes, so the line reads `Direct
+targets:` instead, followed by `Probing 5 of 99 nodes (k=5, epoch ..., full mesh at
+≤16 nodes)`: this node's share of the plan, not a verdict on the cluster.
 With clustermesh, a `Clusters:` section lists each cluster (local first) and the state
 of its etcd (connected, unreachable, refused: see docs/clustermesh.md).
 `Cluster health:` is the cluster's verdict from its aggregator's summary (every
@@ -42,6 +46,7 @@ from meshhealth.documents.status_schema import (
     NodeDocument,
     PathDocument,
     PrimaryAddressDocument,
+    ProbePlanDocument,
     StatusDocument,
 )
 from meshhealth.timefmt import format_age, format_duration, parse_iso_time
@@ -222,6 +227,31 @@ def verdict_line(
     return f"{head}   {counts}{more}   (this node's own probes: no cluster summary yet; {when})"
 
 
+def direct_targets_line(doc: StatusDocument, head: str) -> str:
+    """`Direct targets:   6/6 reachable   (probe time)`: this node's own targets."""
+    summary = doc["summary"]
+    when = doc["probe_time"] or "never probed"
+    suspect = summary.get("suspect", 0)
+    suspects = f", {suspect} suspect" if suspect else ""
+    return f"{head}:   {summary['reachable']}/{summary['total']} reachable{suspects}   ({when})"
+
+
+def plan_line(plan: ProbePlanDocument) -> str:
+    """`Probing 5 of 99 nodes (k=5, epoch 29458123, full mesh at ≤16 nodes)`."""
+    if plan["full_mesh"]:
+        return f"Probing all {plan['nodes']} nodes (full mesh at any size: --full-mesh)"
+    mesh_at = max(plan["k"] + 1, plan["full_mesh_max_nodes"])
+    if not plan["subset"]:
+        return (
+            f"Probing all {plan['nodes']} nodes (full mesh at ≤{mesh_at} nodes, "
+            f"k={plan['k']} past that)"
+        )
+    return (
+        f"Probing {plan['targets']} of {plan['nodes']} nodes (k={plan['k']}, epoch "
+        f"{plan['epoch']}, full mesh at ≤{mesh_at} nodes)"
+    )
+
+
 def format_status_text(doc: StatusDocument, *, verbose: bool) -> str:
     """The whole text of `meshhealth status`, ending with a newline."""
     generated_at = doc.get("generated_at")
@@ -236,19 +266,18 @@ def format_status_text(doc: StatusDocument, *, verbose: bool) -> str:
                 "Endpoint connectivity", node["health_endpoint"], verbose=verbose, now=now
             )
     verdicts = doc.get("cluster_health")
+    plan = doc.get("probe_plan")
+    subset = plan is not None and plan["subset"]
     if verdicts:
         local = doc["local"]["cluster"]
         lines += [verdict_line(v, doc, local=v["cluster"] == local, now=now) for v in verdicts]
         lines += [finding_line(finding) for finding in doc.get("findings") or []]
+        if subset:  # this node's own targets, labelled apart from the cluster's verdict
+            lines.append(direct_targets_line(doc, "Direct targets"))
     else:  # an agent from before cluster summaries
-        summary = doc["summary"]
-        when = doc["probe_time"] or "never probed"
-        suspect = summary.get("suspect", 0)
-        suspects = f", {suspect} suspect" if suspect else ""
-        lines.append(
-            f"Cluster health:   {summary['reachable']}/{summary['total']} reachable{suspects}"
-            f"   ({when})"
-        )
+        lines.append(direct_targets_line(doc, "Direct targets" if subset else "Cluster health"))
+    if plan is not None:
+        lines.append(plan_line(plan))
     if verbose and doc["nodes"]:
         lines += _table_lines(doc["nodes"])
     clusters = doc.get("clusters") or []

@@ -46,12 +46,20 @@ COLUMN_TITLES = {
     "endpoint/icmp": "endpoint ICMP",
     "endpoint/http": "endpoint HTTP",
 }
-MATRIX_SYMBOL = {"reachable": "●", "suspect": "◐", "unreachable": "✗", "stale": "?", "unknown": "·"}
+MATRIX_SYMBOL = {
+    "reachable": "●",
+    "suspect": "◐",
+    "unreachable": "✗",
+    "stale": "?",
+    "unassigned": "-",
+    "unknown": "·",
+}
 MATRIX_COLOUR = {
     "reachable": "green",
     "suspect": "yellow",
     "unreachable": "red",
     "stale": "yellow",
+    "unassigned": "grey50",
     "unknown": "grey50",
 }
 STATE_COLOUR = {
@@ -215,7 +223,9 @@ def matrix_view(state: WatchState) -> list[RenderableType]:
         table.add_row(label, *cells)
     lines = [Text(line) for line in matrix["summary"]["lines"]]
     legend = Text(
-        "● reachable  ◐ suspect  ✗ unreachable  ? stale report  · unknown", style="grey50"
+        "● reachable  ◐ suspect  ✗ unreachable  ? stale report  · unknown  "
+        "- not assigned this epoch",
+        style="grey50",
     )
     return [title, table, legend, *lines]
 

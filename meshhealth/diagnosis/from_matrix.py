@@ -11,8 +11,9 @@
   reachability rule does;
 - a stale row's paths are all `stale`: its agent is not publishing, so its old results
   are not evidence either way;
-- a row without a report (a node known but silent) and a target a row does not report
-  on give no cell: the node is still known to diagnosis (`nodes`).
+- a row without a report (a node known but silent), a target a row does not report on
+  and an `unassigned` cell (subset probing: not the row's target this epoch) give no
+  cell: the node is still known to diagnosis (`nodes`).
 
 Reports carry no transition times: `since` is the time of the report (`probe_time`)
 the observation comes from, i.e. "seen so as of then".

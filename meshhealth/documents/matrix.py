@@ -12,7 +12,14 @@ source's four paths to the target. A cell is:
 - `stale`: the source's report is older than `stale_after_s` (its liveness refresh plus
   three of its intervals and a few seconds): its agent is not publishing (down, hung, or
   cut off from etcd), so it is not shown healthy;
+- `unassigned`: the source probes a subset of the nodes (the probe plan, docs/scale.md)
+  and was not assigned this target in its report's epoch: nobody asked it to look, so
+  the cell says nothing about the path (neither failure nor stale);
 - `unknown`: the source has not probed the target (yet), or has no report at all.
+
+Coverage: with subset probing a target is seen by its `k` probers only, so the summary
+counts, per target, the fresh reports that include it (its observers) and names the
+targets with fewer than the plan's `k`.
 
 Summary lines are the first step of telling whose fault it is. A whole column failing
 points at the target: a node that fresh reports show unreachable from every other
@@ -30,14 +37,32 @@ from dataclasses import dataclass, field
 from typing import Literal, NotRequired, TypedDict
 
 from meshhealth import defaults
+from meshhealth.documents.coverage import coverage_lines, observer_counts
 from meshhealth.documents.reachability import statuses_reachability
-from meshhealth.model import HealthReport, PathHealth, ProbeStatus, Protocol, TargetType, path_name
+from meshhealth.model import (
+    HealthReport,
+    PathHealth,
+    PlanInfo,
+    ProbeStatus,
+    Protocol,
+    TargetType,
+    path_name,
+)
 from meshhealth.timefmt import format_interval, iso_time
 
 SCHEMA_VERSION = 1
 
-CellState = Literal["reachable", "suspect", "unreachable", "stale", "unknown"]
-CELL_STATES: tuple[CellState, ...] = ("reachable", "suspect", "unreachable", "stale", "unknown")
+CellState = Literal["reachable", "suspect", "unreachable", "stale", "unassigned", "unknown"]
+CELL_STATES: tuple[CellState, ...] = (
+    "reachable",
+    "suspect",
+    "unreachable",
+    "stale",
+    "unassigned",
+    "unknown",
+)
+# States that say nothing about the path: nobody probed it (yet), or nobody was asked to.
+NOT_OBSERVED: frozenset[CellState] = frozenset({"unassigned", "unknown"})
 # The order of the paths inside a cell: host ICMP, host HTTP, endpoint ICMP, endpoint HTTP.
 PATH_ORDER: tuple[str, ...] = tuple(
     path_name(t, p) for t in (TargetType.NODE, TargetType.ENDPOINT) for p in Protocol
@@ -76,6 +101,7 @@ class Row:
     age_s: float | None
     stale: bool
     cells: tuple[Cell, ...]  # one per column, in column order
+    plan: PlanInfo | None = None  # the probe plan of the report's round (None: none said)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +111,7 @@ class Matrix:
     rows: tuple[Row, ...]
     unavailable: Mapping[str, str]  # cluster -> why its reports could not be read
     lines: tuple[str, ...]  # the summary lines
+    observers: tuple[int, ...] = ()  # per column: fresh reports that include that node
 
     def counts(self) -> dict[str, int]:
         counts: dict[str, int] = dict.fromkeys(CELL_STATES, 0)
@@ -146,13 +173,17 @@ def build_matrix(
     columns = tuple(sorted(nodes))
     read = set(source_clusters) | {cluster for cluster, _ in by_source}
     rows = tuple(_row(ref, by_source.get(ref), columns, now) for ref in columns if ref[0] in read)
+    fresh = [by_source[row.source] for row in rows if row.source in by_source and not row.stale]
+    observers = observer_counts(fresh, columns)
     lines = summary_lines(rows, columns)
+    lines += coverage_lines([r.plan for r in fresh if r.plan is not None], columns, observers)
     return Matrix(
         generated_at=now,
         columns=columns,
         rows=rows,
         unavailable=dict(unavailable or {}),
         lines=tuple(lines),
+        observers=tuple(observers),
     )
 
 
@@ -167,13 +198,20 @@ def _row(
         return Row(source, None, None, None, False, unknown)
     stale = is_stale(report, now)
     seen = {(t.cluster, t.node): (t.paths, t.secondary_paths) for t in report.targets}
+    subset = report.plan is not None and report.plan.subset
     cells = []
     for target in columns:
         paths, secondary = seen.get(target, ({}, {}))
-        state: CellState = "stale" if stale else cell_state(paths, secondary)
+        state: CellState
+        if stale:
+            state = "stale"
+        elif subset and target not in seen:
+            state = "unassigned"  # not one of the source's targets in its epoch
+        else:
+            state = cell_state(paths, secondary)
         cells.append(Cell(target, state, dict(paths), dict(secondary)))
     age = max(0.0, now - report.probe_time)
-    return Row(source, report.probe_time, report.interval_s, age, stale, tuple(cells))
+    return Row(source, report.probe_time, report.interval_s, age, stale, tuple(cells), report.plan)
 
 
 def summary_lines(rows: Sequence[Row], columns: Sequence[NodeRef]) -> list[str]:
@@ -181,7 +219,7 @@ def summary_lines(rows: Sequence[Row], columns: Sequence[NodeRef]) -> list[str]:
     fresh = [row for row in rows if row.probe_time is not None and not row.stale]
     reaches_none: list[NodeRef] = []
     for row in fresh:
-        others = [c for c in row.cells if c.target != row.source and c.state != "unknown"]
+        others = [c for c in row.cells if c.target != row.source and c.state not in NOT_OBSERVED]
         if len(others) >= 2 and all(c.state == "unreachable" for c in others):
             reaches_none.append(row.source)
     if len(reaches_none) * 2 > len(fresh):
@@ -231,7 +269,7 @@ def _unreachable_by_all(
             for row in fresh
             if row.source != target and row.source not in reaches_none
         ]
-        seen = [c for c in seen if c.state != "unknown"]
+        seen = [c for c in seen if c.state not in NOT_OBSERVED]
         if len(seen) >= 2 and all(c.state == "unreachable" for c in seen):
             found.append(target)
     return found
@@ -254,6 +292,18 @@ class MatrixCellDocument(TypedDict):
     secondary_paths: NotRequired[dict[str, MatrixPathDocument]]  # dual-stack targets only
 
 
+class MatrixPlanDocument(TypedDict):
+    """The probe plan a source's report followed (docs/scale.md)."""
+
+    epoch: int
+    k: int
+    rotation_rounds: int
+    full_mesh: bool
+    full_mesh_max_nodes: int
+    nodes: int
+    subset: bool  # each node probes only k of the others: unlisted targets are unassigned
+
+
 class MatrixRowDocument(TypedDict):
     cluster: str  # the source
     name: str
@@ -262,12 +312,14 @@ class MatrixRowDocument(TypedDict):
     age_s: float | None
     stale_after_s: float | None  # stale_after_s(interval_s); None without a report
     stale: bool
+    plan: MatrixPlanDocument | None  # None: no report, or a report without a plan
     cells: list[MatrixCellDocument]  # one per entry of `nodes`, in that order
 
 
 class MatrixNodeDocument(TypedDict):
     cluster: str
     name: str
+    observers: int  # fresh reports, other than the node's own, that include it
 
 
 class UnavailableClusterDocument(TypedDict):
@@ -282,6 +334,7 @@ class MatrixSummaryDocument(TypedDict):
     reachable: int
     unreachable: int
     stale: int
+    unassigned: int
     unknown: int
     lines: list[str]
 
@@ -317,13 +370,32 @@ def _cell_json(cell: Cell) -> MatrixCellDocument:
     return doc
 
 
+def _plan_json(plan: PlanInfo | None) -> MatrixPlanDocument | None:
+    if plan is None:
+        return None
+    return {
+        "epoch": plan.epoch,
+        "k": plan.k,
+        "rotation_rounds": plan.rotation_rounds,
+        "full_mesh": plan.full_mesh,
+        "full_mesh_max_nodes": plan.full_mesh_max_nodes,
+        "nodes": plan.nodes,
+        "subset": plan.subset,
+    }
+
+
 def matrix_document(matrix: Matrix) -> MatrixDocument:
     """The JSON document (docs/clustermesh.md, "Matrix JSON"); plain types only."""
     counts = matrix.counts()
     return {
         "v": SCHEMA_VERSION,
         "generated_at": iso_time(matrix.generated_at),
-        "nodes": [{"cluster": c, "name": n} for c, n in matrix.columns],
+        "nodes": [
+            {"cluster": c, "name": n, "observers": observers}
+            for (c, n), observers in zip(
+                matrix.columns, matrix.observers or [0] * len(matrix.columns), strict=True
+            )
+        ],
         "unavailable_clusters": [
             {"cluster": name, "error": error} for name, error in sorted(matrix.unavailable.items())
         ],
@@ -336,6 +408,7 @@ def matrix_document(matrix: Matrix) -> MatrixDocument:
                 "age_s": None if row.age_s is None else round(row.age_s, 3),
                 "stale_after_s": None if row.interval_s is None else stale_after_s(row.interval_s),
                 "stale": row.stale,
+                "plan": _plan_json(row.plan),
                 "cells": [_cell_json(cell) for cell in row.cells],
             }
             for row in matrix.rows
@@ -347,6 +420,7 @@ def matrix_document(matrix: Matrix) -> MatrixDocument:
             "reachable": counts["reachable"],
             "unreachable": counts["unreachable"],
             "stale": counts["stale"],
+            "unassigned": counts["unassigned"],
             "unknown": counts["unknown"],
             "lines": list(matrix.lines),
         },

@@ -57,6 +57,7 @@ from meshhealth.documents.status_schema import (
     NodeDocument,
     PathDocument,
     PrimaryAddressDocument,
+    ProbePlanDocument,
     StatusDocument,
     StatusHeadDocument,
     StatusTailDocument,
@@ -66,6 +67,7 @@ from meshhealth.model import (
     STATUS_TEXT,
     PathKey,
     PathSummary,
+    PlanInfo,
     ProbeStatus,
     Protocol,
     Target,
@@ -156,6 +158,7 @@ class StatusInputs:
     # verdict for (empty: the local one).
     cluster_summaries: Mapping[str, ClusterSummary] = field(default_factory=dict)
     verdict_clusters: Sequence[str] = ()
+    plan: PlanInfo | None = None  # the probe plan of the round `targets` come from
 
 
 def path_state(summary: PathSummary | None, verdict: PathVerdictLike | None = None) -> PathState:
@@ -454,6 +457,22 @@ def _head_document(inputs: StatusInputs) -> StatusHeadDocument:
             "last_duration_s": inputs.round.last_duration_s,
             "completed": inputs.round.completed,
         },
+        "probe_plan": probe_plan_document(inputs.plan),
+    }
+
+
+def probe_plan_document(plan: PlanInfo | None) -> ProbePlanDocument | None:
+    if plan is None:
+        return None
+    return {
+        "epoch": plan.epoch,
+        "k": plan.k,
+        "rotation_rounds": plan.rotation_rounds,
+        "full_mesh": plan.full_mesh,
+        "full_mesh_max_nodes": plan.full_mesh_max_nodes,
+        "nodes": plan.nodes,
+        "targets": plan.targets_per_node,
+        "subset": plan.subset,
     }
 
 
@@ -479,6 +498,7 @@ def build_status_document(inputs: StatusInputs, nodes: NodesPart | None = None) 
         "local": head["local"],
         "etcd": head["etcd"],
         "round": head["round"],
+        "probe_plan": head["probe_plan"],
         "nodes": part.nodes,
         "clusters": clusters_document(inputs, part.node_counts),
         "summary": SummaryDocument(**part.summary),

@@ -100,6 +100,19 @@ class RoundDocument(TypedDict):
     completed: int
 
 
+class ProbePlanDocument(TypedDict):
+    """The probe plan this node's last round followed (docs/scale.md)."""
+
+    epoch: int
+    k: int  # --probe-targets
+    rotation_rounds: int
+    full_mesh: bool  # --full-mesh
+    full_mesh_max_nodes: int
+    nodes: int  # nodes in the plan, this one included
+    targets: int  # nodes this node probes this epoch, itself not counted
+    subset: bool  # probing `targets` of the others only (not a full mesh)
+
+
 class ClusterDocument(TypedDict):
     name: str
     id: int | None
@@ -156,6 +169,7 @@ class StatusHeadDocument(TypedDict):
     local: LocalDocument
     etcd: EtcdDocument
     round: RoundDocument
+    probe_plan: ProbePlanDocument | None  # None: no plan known yet
 
 
 class StatusDocument(StatusHeadDocument):

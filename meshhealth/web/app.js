@@ -14,6 +14,7 @@ const STATES = {
   U: { name: "unreachable", color: "#d55e00", glyph: "✕" },
   P: { name: "suspect", color: "#e69f00", glyph: "!" },
   S: { name: "stale", color: "#8c8c8c", glyph: "/" },
+  N: { name: "unassigned", color: "#f7f7f7", glyph: "·" },
   "?": { name: "unknown", color: "#e4e4e4", glyph: "?" },
   X: { name: "other", color: "#cc79a7", glyph: "#" },
 };
@@ -186,9 +187,15 @@ function renderSummary() {
   $("local").textContent = `${S.local} · interval ${st.probe_interval_s}s`;
   const sm = st.summary || {};
   const extra = sm.suspect ? `, ${sm.suspect} suspect` : "";
+  // Under subset probing the count is this node's direct targets, not the cluster's.
+  const plan = st.probe_plan;
+  const head = plan && plan.subset ? "Direct targets" : "Cluster health";
+  const probing = !plan ? "" : plan.subset
+    ? `   probing ${plan.targets} of ${plan.nodes} nodes (k=${plan.k}, epoch ${plan.epoch})`
+    : `   probing all ${plan.nodes} nodes`;
   $("health").textContent =
-    `Cluster health: ${sm.reachable ?? 0}/${sm.total ?? 0} reachable${extra}` +
-    (st.probe_time ? `   (${st.probe_time})` : "");
+    `${head}: ${sm.reachable ?? 0}/${sm.total ?? 0} reachable${extra}` +
+    (st.probe_time ? `   (${st.probe_time})` : "") + probing;
   const lines = [];
   for (const f of st.findings || S.matrix?.findings || []) {
     lines.push(typeof f === "string" ? f

@@ -26,6 +26,7 @@ STATE_CODES: Mapping[str, str] = {
     "unreachable": "U",
     "suspect": "P",
     "stale": "S",
+    "unassigned": "N",
     "unknown": "?",
 }
 OTHER_CODE = "X"
