@@ -336,3 +336,13 @@ def test_plan_addresses_are_unique_in_every_mode() -> None:
 def test_plan_rejects_an_unknown_ip_mode() -> None:
     with pytest.raises(P.PlanError, match="IP mode must be one of"):
         P.make_plan("mh", ip_mode="ipx")
+
+
+def test_health_line_under_subset_probing_names_direct_targets() -> None:
+    doc = {
+        "summary": {"reachable": 6, "total": 6, "unknown": 0},
+        "nodes": [_node("node1", ("ok", "ok"), ("ok", "ok"))],
+        "etcd": {"up": True},
+        "probe_plan": {"subset": True, "targets": 5, "nodes": 100},
+    }
+    assert health_line(doc) == "6/6 direct targets reachable (probing 5 of 100 nodes)"

@@ -118,7 +118,7 @@ def synthetic_matrix(nodes: int, clusters: int = 1, *, down: tuple[int, ...] = (
     bad = [Cell(ref, "unreachable") for ref in refs]
     cells = tuple(bad[i] if i in down else ok[i] for i in range(len(refs)))
     rows = tuple(Row(ref, 1_800_000_000.0, 10.0, 1.0, False, cells) for ref in refs)
-    return Matrix(1_800_000_000.0, refs, rows, 3.0, {}, ())
+    return Matrix(generated_at=1_800_000_000.0, columns=refs, rows=rows, unavailable={}, lines=())
 
 
 def synthetic_status(matrix: Matrix) -> dict[str, Any]:

@@ -230,6 +230,12 @@ def health_line(doc: dict[str, Any]) -> str:
     """One line per node for `lab status`: `4/4 reachable` plus what fails. Pure."""
     s = doc["summary"]
     text = f"{s['reachable']}/{s['total']} reachable"
+    plan = doc.get("probe_plan")
+    if plan and plan.get("subset"):  # the node's direct targets, not the cluster
+        text = (
+            f"{s['reachable']}/{s['total']} direct targets reachable "
+            f"(probing {plan['targets']} of {plan['nodes']} nodes)"
+        )
     if s.get("unknown"):
         text += f", {s['unknown']} not probed yet"
     bad: list[str] = []
