@@ -109,7 +109,7 @@ def subset() -> list[HealthReport]:
         targets = {t: paths() for t in (source, NODES6[(i + 1) % 6], NODES6[(i + 2) % 6])}
         if source == "lab1/node3":
             targets["lab1/node4"] = paths((OK, OK, TIMEOUT, TIMEOUT))
-        age_s = 100.0 if source == "lab1/node6" else 2.0
+        age_s = 150.0 if source == "lab1/node6" else 2.0
         reports.append(report(source, targets, age_s=age_s, plan=plan))
     return reports
 
