@@ -202,6 +202,7 @@ def test_cells_nobody_was_assigned_are_unassigned_not_failed_nor_unknown() -> No
     assert states[("node6", "node2")] == "stale"  # a stale report stays stale
     assert matrix.counts() == {
         "reachable": 14,
+        "suspect": 0,
         "unreachable": 1,
         "stale": 6,
         "unassigned": 15,
