@@ -268,14 +268,16 @@ def format_status_text(doc: StatusDocument, *, verbose: bool) -> str:
     verdicts = doc.get("cluster_health")
     plan = doc.get("probe_plan")
     subset = plan is not None and plan["subset"]
+    if verdicts and subset:  # this node's own probes are no verdict on the cluster
+        verdicts = [v for v in verdicts if v["source"] == "summary"]
     if verdicts:
         local = doc["local"]["cluster"]
         lines += [verdict_line(v, doc, local=v["cluster"] == local, now=now) for v in verdicts]
         lines += [finding_line(finding) for finding in doc.get("findings") or []]
-        if subset:  # this node's own targets, labelled apart from the cluster's verdict
-            lines.append(direct_targets_line(doc, "Direct targets"))
-    else:  # an agent from before cluster summaries
-        lines.append(direct_targets_line(doc, "Direct targets" if subset else "Cluster health"))
+    if subset:  # this node's own targets, labelled apart from the cluster's verdict
+        lines.append(direct_targets_line(doc, "Direct targets"))
+    elif not verdicts:  # an agent from before cluster summaries
+        lines.append(direct_targets_line(doc, "Cluster health"))
     if plan is not None:
         lines.append(plan_line(plan))
     if verbose and doc["nodes"]:
