@@ -133,3 +133,19 @@ def test_starve_burst_must_leave_the_agent_some_time(stop_s: float, period_s: fl
     with pytest.raises(ValueError, match="need 0 < stop"):
         check_burst(stop_s, period_s)
     check_burst(3.0, 4.0)
+
+
+@pytest.mark.parametrize("ip_mode", ["dual", "ipv6"])
+def test_fabric_rules_cover_every_family_of_the_lab(ip_mode: str) -> None:
+    plan = P.make_plan("mh", 3, ip_mode=ip_mode)
+    node2 = plan.node("node2")
+    goal = T.parse_target(plan, "egress-drop", ["node2"])
+    text = F.fabric_script("egress-drop", goal.target, plan, goal.groups)
+    v6 = [a for a in (node2.node_ip, node2.node_ip_secondary) if a and ":" in a]
+    assert v6 and f"ip6 saddr {{ {v6[0]}" in text
+    assert "icmpv6 type echo-request drop" in text
+    assert ("icmp type echo-request drop" in text) == (ip_mode == "dual")
+    goal = T.parse_target(plan, "mtu", ["node2", "1400"])
+    mtu = F.fabric_script("mtu", goal.target, plan, goal.groups, goal.size)
+    assert "ip6 length > 1360 drop" in mtu  # IPv6's length leaves out its 40-byte header
+    assert ("ip length > 1400 drop" in mtu) == (ip_mode == "dual")

@@ -10,7 +10,8 @@ The rules match the lab nodes' addresses only (NodeIPs and HealthIPs), so etcd (
 fabric, 10.77.255.k) stays reachable from every node: each side's reports keep coming
 and diagnosis sees both. Probe traffic is told apart from replies without conntrack:
 
-- a probe is an ICMP echo request, or TCP to the health port (4240) of the target;
+- a probe is an ICMP (ICMPv6) echo request, or TCP to the health port (4240) of the
+  target (rules for each address family the lab has);
 - a reply is an echo reply, or TCP from the health port.
 
 So "drop SRC's probes to DST" leaves DST's probes to SRC (whose replies travel from SRC
@@ -20,6 +21,7 @@ to DST) untouched.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 from collections.abc import Iterable, Sequence
 from typing import Final
 
@@ -44,20 +46,47 @@ def table_name(kind: str, target: str) -> str:
 
 
 def addresses(nodes: Iterable[P.NodePlan]) -> list[str]:
-    """The nodes' NodeIPs and HealthIPs: what probes go to and come from."""
-    return [a for n in nodes for a in (n.node_ip, n.health_ip)]
+    """The nodes' NodeIPs and HealthIPs (both families in a dual-stack lab): what probes
+    go to and come from."""
+    out: list[str] = []
+    for n in nodes:
+        out += [n.node_ip, n.health_ip]
+        out += [a for a in (n.node_ip_secondary, n.health_ip_secondary) if a is not None]
+    return out
+
+
+# Per address family: the nft match keyword, the echo request, and the IP header's bytes
+# that `length` does not count (IPv4's counts the whole packet, IPv6's the payload only).
+_FAMILIES: Final = (("ip", "icmp", 0, 4), ("ip6", "icmpv6", 40, 6))
 
 
 def _set(addrs: Sequence[str]) -> str:
     return "{ " + ", ".join(addrs) + " }"
 
 
-def _probe_rules(match: str) -> list[str]:
-    """Drop the probes (echo requests, TCP to the health port) that `match` selects."""
-    return [
-        f"{match} icmp type echo-request drop",
-        f"{match} tcp dport {defaults.HTTP_PORT} drop",
-    ]
+def _rules(
+    src: Sequence[str], dst: Sequence[str], *, probes: bool = True, longer_than: int | None = None
+) -> list[str]:
+    """Drop rules from `src` to `dst` addresses, one set per family both have: the probes
+    (echo requests, TCP to the health port), or every packet (`probes=False`), or every
+    packet longer than `longer_than` bytes of IP."""
+    rules = []
+    for key, icmp, header, version in _FAMILIES:
+        s = [a for a in src if ipaddress.ip_address(a).version == version]
+        d = [a for a in dst if ipaddress.ip_address(a).version == version]
+        if not s or not d:
+            continue
+        match = f"{key} saddr {_set(s)} {key} daddr {_set(d)}"
+        if longer_than is not None:
+            rules.append(f"{match} {key} length > {longer_than - header} drop")
+        elif probes:
+            rules += [
+                f"{match} {icmp} type echo-request drop",
+                f"{match} tcp dport {defaults.HTTP_PORT} drop",
+            ]
+        else:
+            rules.append(f"{match} drop")
+    return rules
 
 
 def _table(kind: str, target: str, rules: list[str]) -> str:
@@ -111,34 +140,29 @@ def fabric_script(
     rules: list[str] = []
     if kind in (EGRESS_DROP, INGRESS_DROP, MTU):
         (node,) = nodes[0]
-        mine = _set(addresses([node]))
-        peers = _set(addresses(_others(plan, [node])))
+        mine = addresses([node])
+        peers = addresses(_others(plan, [node]))
         if kind == EGRESS_DROP:
-            rules = _probe_rules(f"ip saddr {mine} ip daddr {peers}")
+            rules = _rules(mine, peers)
         elif kind == INGRESS_DROP:
-            rules = _probe_rules(f"ip saddr {peers} ip daddr {mine}")
+            rules = _rules(peers, mine)
         else:
             if size is None or not MIN_MTU <= size <= MAX_MTU:
                 raise ValueError(f"mtu SIZE must be {MIN_MTU}..{MAX_MTU} bytes, got {size}")
             # Every IP packet longer than SIZE, either way; a bridge sends no ICMP
             # "fragmentation needed" back: a black hole.
-            rules = [
-                f"ip saddr {mine} ip daddr {peers} ip length > {size} drop",
-                f"ip saddr {peers} ip daddr {mine} ip length > {size} drop",
-            ]
+            rules = _rules(mine, peers, longer_than=size) + _rules(peers, mine, longer_than=size)
     elif kind == PATH_DROP:
         (src,), (dst,) = nodes
         if src.qualified == dst.qualified:
             raise ValueError("path-drop needs two different nodes")
-        rules = _probe_rules(f"ip saddr {_set(addresses([src]))} ip daddr {_set(addresses([dst]))}")
+        rules = _rules(addresses([src]), addresses([dst]))
     elif kind == PARTITION:
         groups = partition_groups(plan, nodes)
         # Everything (not only probes) from each group to every other group.
         for i, group in enumerate(groups):
             others = [n for j, g in enumerate(groups) if j != i for n in g]
-            rules.append(
-                f"ip saddr {_set(addresses(group))} ip daddr {_set(addresses(others))} drop"
-            )
+            rules += _rules(addresses(group), addresses(others), probes=False)
     else:
         raise ValueError(f"{kind!r} is not a fabric fault (have {', '.join(FABRIC_KINDS)})")
     return _table(kind, target, rules)
