@@ -18,6 +18,7 @@ import msgpack
 from meshhealth import defaults, keys
 from meshhealth import wire_fields as wf
 from meshhealth.model import (
+    REACHABILITY_PROTOCOLS,
     ClusterConfig,
     HealthReport,
     IPEntry,
@@ -53,8 +54,14 @@ MAX_PLAN_K = MAX_TARGETS
 MAX_PLAN_ROTATION_ROUNDS = 1_000_000
 MAX_PLAN_NODES = 1_000_000
 
-# "node/icmp", "node/http", "endpoint/icmp", "endpoint/http"
-PATH_NAMES: tuple[str, ...] = tuple(path_name(t, p) for t in TargetType for p in Protocol)
+# "node/icmp", "node/http", "endpoint/icmp", "endpoint/http": every reader knows them.
+CORE_PATH_NAMES: tuple[str, ...] = tuple(
+    path_name(t, p) for t in TargetType for p in REACHABILITY_PROTOCOLS
+)
+# Paths added since ("node/icmp-df"): written in the optional `extra_paths` map, because
+# readers older than them refuse a report whose `paths` holds a name they do not know.
+EXTRA_PATH_NAMES: tuple[str, ...] = (path_name(TargetType.NODE, Protocol.ICMP_DF),)
+PATH_NAMES: tuple[str, ...] = CORE_PATH_NAMES + EXTRA_PATH_NAMES
 
 Entry = Node | IPEntry | ClusterConfig | HealthReport | RetainedNode
 E = TypeVar("E", Node, IPEntry, ClusterConfig, HealthReport, RetainedNode)
@@ -191,11 +198,15 @@ def _paths_to_wire(paths: Mapping[str, PathHealth]) -> dict[str, object]:
 
 
 def _target_to_wire(t: TargetHealth) -> dict[str, object]:
+    core = {name: p for name, p in t.paths.items() if name not in EXTRA_PATH_NAMES}
     wire: dict[str, object] = {
         "cluster": t.cluster,
         "node": t.node,
-        "paths": _paths_to_wire(t.paths),
+        "paths": _paths_to_wire(core),
     }
+    if len(core) != len(t.paths):  # optional: older readers ignore the field
+        extra = {name: p for name, p in t.paths.items() if name in EXTRA_PATH_NAMES}
+        wire["extra_paths"] = _paths_to_wire(extra)
     # Optional (dual stack), only when the target has secondary addresses: older
     # readers ignore the field and keep reading `paths`.
     if t.secondary_paths:
@@ -459,16 +470,21 @@ def _target_health(m: Mapping[str, object], where: str) -> TargetHealth:
     cluster = wf.cluster_name(m, "cluster", where)
     node = wf.node_name(m, "node", where)
     paths = _paths(wf.field(m, "paths", where), f"{where}.paths")
+    raw_extra = m.get("extra_paths")  # optional; names this reader does not know: skipped
+    if raw_extra is not None:
+        paths.update(_paths(raw_extra, f"{where}.extra_paths", skip_unknown=True))
     raw_secondary = m.get("secondary_paths")
     secondary = {} if raw_secondary is None else _paths(raw_secondary, f"{where}.secondary_paths")
     return TargetHealth(cluster=cluster, node=node, paths=paths, secondary_paths=secondary)
 
 
-def _paths(raw_paths: object, where: str) -> dict[str, PathHealth]:
+def _paths(raw_paths: object, where: str, *, skip_unknown: bool = False) -> dict[str, PathHealth]:
     if not isinstance(raw_paths, dict):
         raise DecodeError(f"field '{where}': must be a map, got {wf.type_name(raw_paths)}")
     paths: dict[str, PathHealth] = {}
     for name, raw in raw_paths.items():
+        if skip_unknown and name not in PATH_NAMES:
+            continue
         if name not in PATH_NAMES:
             raise DecodeError(
                 f"field '{where}': unknown path {wf.short(name)}, expected one of "

@@ -26,6 +26,15 @@ ROUND_SPREAD_FRACTION: Final = 0.2
 # ICMP echo requests per probe and their spacing: the same as Cilium 1.17+.
 ICMP_COUNT: Final = 3
 ICMP_INTERVAL_S: Final = 0.1
+# The don't-fragment MTU probe (one big echo per round to each NodeIP): its IP packet
+# size. MTU_PROBE_AUTO (the default) takes the MTU of the route to each target, so a
+# path that cannot carry full-size packets shows however the link is configured;
+# MTU_PROBE_OFF skips the probe. The route's MTU is looked up again after this long, so
+# a changed link MTU is followed without a lookup per probe.
+MTU_PROBE_AUTO: Final = -1
+MTU_PROBE_OFF: Final = 0
+MTU_PROBE_SIZE: Final = MTU_PROBE_AUTO
+MTU_ROUTE_CACHE_S: Final = 60.0
 # `meshhealth probe --loop`: a round every second, as `fping -l` sends; a summary every
 # 10 s, often enough to follow a long run without drowning the per-round lines.
 PROBE_LOOP_PERIOD_S: Final = 1.0

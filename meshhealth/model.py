@@ -79,6 +79,13 @@ class TargetType(enum.StrEnum):
 class Protocol(enum.StrEnum):
     ICMP = "icmp"  # "ICMP to stack"
     HTTP = "http"  # "HTTP to agent"
+    ICMP_DF = "icmp-df"  # one big don't-fragment echo (the link MTU), NodeIP only
+
+
+# The paths of every address, whose results decide reachability. ICMP_DF is extra: probed
+# on the NodeIP only (when enabled), and a lost big probe while the small ones pass is an
+# MTU black hole (diagnosis: mtu-blackhole), not "unreachable".
+REACHABILITY_PROTOCOLS: tuple[Protocol, ...] = (Protocol.ICMP, Protocol.HTTP)
 
 
 class ProbeStatus(enum.StrEnum):
@@ -117,6 +124,7 @@ class ProbeResult:
     sent: int = 1
     received: int = 0
     detail: str = ""  # e.g. "HTTP 503", errno text; empty when status says it all
+    size_bytes: int = 0  # a don't-fragment ICMP probe: its IP packets' size; else 0
 
     @property
     def ok(self) -> bool:

@@ -23,6 +23,7 @@ from meshhealth.documents.status import (
     StatusInputs,
 )
 from meshhealth.model import (
+    REACHABILITY_PROTOCOLS,
     PathKey,
     PathReport,
     PlanInfo,
@@ -69,23 +70,41 @@ Fault = dict[tuple[str, TargetType, Protocol], ProbeStatus]
 FAILING_ROUNDS = 3
 
 
+MTU_PROBE_BYTES = 1500
+
+
 def _ok(path: PathKey, round_index: int, started_at: float) -> ProbeResult:
-    base = BASE_RTT_S[(path.node, path.target_type, path.protocol)]
+    if path.protocol is Protocol.ICMP_DF:  # a big packet takes a little longer
+        base = BASE_RTT_S[(path.node, path.target_type, Protocol.ICMP)] * 1.25
+    else:
+        base = BASE_RTT_S[(path.node, path.target_type, path.protocol)]
     # The newest round (index ROUNDS-1) measures exactly the base RTT.
     jitter = [1.0, 1.1, 0.9, 1.28, 0.95, 1.0][round_index % ROUNDS]
-    if path.protocol is Protocol.ICMP:
+    if path.protocol is not Protocol.HTTP:
         rtts = (base * jitter, base * jitter, base * jitter)
-        return ProbeResult(ProbeStatus.OK, started_at, rtts, sent=3, received=3)
+        size = MTU_PROBE_BYTES if path.protocol is Protocol.ICMP_DF else 0
+        return ProbeResult(ProbeStatus.OK, started_at, rtts, 3, 3, size_bytes=size)
     return ProbeResult(ProbeStatus.OK, started_at, (base * jitter,), sent=1, received=1)
 
 
 def _failed(path: PathKey, status: ProbeStatus, started_at: float) -> ProbeResult:
-    sent = 3 if path.protocol is Protocol.ICMP else 1
-    return ProbeResult(status, started_at, (), sent=sent, received=0)
+    sent = 1 if path.protocol is Protocol.HTTP else 3
+    size = MTU_PROBE_BYTES if path.protocol is Protocol.ICMP_DF else 0
+    return ProbeResult(status, started_at, (), sent=sent, received=0, size_bytes=size)
+
+
+def _protocols(target_type: TargetType, secondary: bool, mtu_probe: bool) -> tuple[Protocol, ...]:
+    if mtu_probe and target_type is TargetType.NODE and not secondary:
+        return (*REACHABILITY_PROTOCOLS, Protocol.ICMP_DF)
+    return REACHABILITY_PROTOCOLS
 
 
 def _book(
-    fault: Fault, targets: tuple[Target, ...] = TARGETS, secondary_fault: Fault | None = None
+    fault: Fault,
+    targets: tuple[Target, ...] = TARGETS,
+    secondary_fault: Fault | None = None,
+    *,
+    mtu_probe: bool = False,
 ) -> StatsBook:
     book = StatsBook()
     for round_index in range(ROUNDS):
@@ -99,7 +118,7 @@ def _book(
                         assert secondary
                         continue
                     faults = (secondary_fault or {}) if secondary else fault
-                    for protocol in Protocol:
+                    for protocol in _protocols(target_type, secondary, mtu_probe):
                         path = PathKey(
                             target.cluster, target.node, target_type, protocol, secondary
                         )
@@ -120,11 +139,12 @@ def _inputs(
     local: LocalNode = LOCAL,
     targets: tuple[Target, ...] = TARGETS,
     secondary_fault: Fault | None = None,
+    mtu_probe: bool = False,
 ) -> StatusInputs:
     return StatusInputs(
         local=local,
         targets=targets,
-        summaries=_book(fault, targets, secondary_fault).summaries(),
+        summaries=_book(fault, targets, secondary_fault, mtu_probe=mtu_probe).summaries(),
         probe_time=PROBE_TIME,
         probe_interval_s=INTERVAL_S,
         etcd=etcd or EtcdState(up=True, since=NOW - 3600),
@@ -193,6 +213,12 @@ def dual_stack_healthy() -> StatusInputs:
     return _inputs({}, local=LOCAL_DUAL, targets=TARGETS_DUAL)
 
 
+def mtu_blackhole() -> StatusInputs:
+    """The MTU probe runs (1500 B, don't fragment); big packets to node3 are dropped:
+    its small probes pass, its `ICMP 1500 B DF` path times out, it stays reachable."""
+    return _inputs({("node3", TargetType.NODE, Protocol.ICMP_DF): TIMEOUT}, mtu_probe=True)
+
+
 def etcd_down() -> StatusInputs:
     return _inputs({}, etcd=EtcdState(up=False, since=NOW - 42, last_error="connection refused"))
 
@@ -207,7 +233,7 @@ def lost_probe() -> StatusInputs:
         started_at = PROBE_TIME - (ROUNDS - 1 - round_index) * INTERVAL_S
         for target in TARGETS:
             for target_type in TargetType:
-                for protocol in Protocol:
+                for protocol in REACHABILITY_PROTOCOLS:
                     failing = (
                         round_index == ROUNDS - 1 and (target.node, target_type, protocol) in fault
                     )
@@ -222,7 +248,7 @@ def lost_probe() -> StatusInputs:
             for target_type in TargetType:
                 ip = target.address(target_type)
                 assert ip is not None
-                for protocol in Protocol:
+                for protocol in REACHABILITY_PROTOCOLS:
                     path = PathKey(target.cluster, target.node, target_type, protocol)
                     if round_index == ROUNDS - 1 and (target.node, target_type, protocol) in fault:
                         result = _failed(path, TIMEOUT, started_at)
@@ -309,4 +335,5 @@ STORIES: dict[str, Callable[[], StatusInputs]] = {
     "agent_down_summary": agent_down_summary,
     "subset_plan": subset_plan,
     "small_full_mesh": small_full_mesh,
+    "mtu_blackhole": mtu_blackhole,
 }

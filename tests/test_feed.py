@@ -32,11 +32,11 @@ from meshhealth.documents.status import (
 )
 from meshhealth.documents.status_schema import StatusDocument
 from meshhealth.model import (
+    REACHABILITY_PROTOCOLS,
     PathKey,
     PathReport,
     ProbeResult,
     ProbeStatus,
-    Protocol,
     RoundReport,
     Target,
     TargetType,
@@ -79,7 +79,7 @@ class FakeProber:
         result = ProbeResult(ProbeStatus.OK, now, rtts_s=(rtt_s,), received=1)
         paths = []
         for target in self.targets:
-            for protocol in Protocol:
+            for protocol in REACHABILITY_PROTOCOLS:
                 key = PathKey("c1", target.node, TargetType.NODE, protocol)
                 path = PathReport(key, target.node_ip, result)
                 hub.publish_path(path, self.results.add(path))

@@ -33,6 +33,8 @@ CASES = [
     ("agent_down_summary", False),
     ("subset_plan", False),
     ("small_full_mesh", False),
+    ("mtu_blackhole", False),
+    ("mtu_blackhole", True),
 ]
 
 

@@ -7,10 +7,10 @@ import pytest
 
 from meshhealth import codec, defaults
 from meshhealth.model import (
+    REACHABILITY_PROTOCOLS,
     HealthReport,
     PathHealth,
     ProbeStatus,
-    Protocol,
     TargetHealth,
     TargetType,
     path_name,
@@ -37,7 +37,7 @@ def _report(
     paths = {
         path_name(t, p): PathHealth(ProbeStatus.HTTP_ERROR, 0.000412345678, 0.333)
         for t in TargetType
-        for p in Protocol
+        for p in REACHABILITY_PROTOCOLS
     }
     return HealthReport(
         node=_name(0)[:node_len],

@@ -18,6 +18,7 @@ from meshhealth.documents.indirect import HelperPath, IndirectQuery
 from meshhealth.documents.status import LocalNode
 from meshhealth.documents.status_schema import NodeDocument
 from meshhealth.model import (
+    REACHABILITY_PROTOCOLS,
     PathKey,
     PathReport,
     ProbeResult,
@@ -46,7 +47,7 @@ def _round(failed: set[str], targets: tuple[Target, ...] = TARGETS) -> RoundRepo
             ProbeResult(ProbeStatus.TIMEOUT if t.node in failed else ProbeStatus.OK, 0.0),
         )
         for t in targets
-        for protocol in Protocol
+        for protocol in REACHABILITY_PROTOCOLS
     )
     return RoundReport(started_at=0.0, duration_s=1.0, targets=targets, paths=paths)
 

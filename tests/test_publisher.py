@@ -24,13 +24,13 @@ from meshhealth.cli.inspect_cmd import decode_rows
 from meshhealth.documents.matrix import stale_after_s
 from meshhealth.kvstore import open_etcd
 from meshhealth.model import (
+    REACHABILITY_PROTOCOLS,
     HealthReport,
     PathHealth,
     PathKey,
     PathReport,
     ProbeResult,
     ProbeStatus,
-    Protocol,
     RoundReport,
     Target,
     TargetHealth,
@@ -194,7 +194,7 @@ def _round(started_at: float, status_b: ProbeStatus = OK) -> RoundReport:
     paths = [
         PathReport(PathKey("c1", "a", t, p), "127.0.0.1", _result(OK, 0.001))
         for t in TargetType
-        for p in Protocol
+        for p in REACHABILITY_PROTOCOLS
     ]
     paths += [
         PathReport(
@@ -202,7 +202,7 @@ def _round(started_at: float, status_b: ProbeStatus = OK) -> RoundReport:
             "127.0.1.1",
             _result(status_b, 0.002 if status_b is OK else None),
         )
-        for p in Protocol
+        for p in REACHABILITY_PROTOCOLS
     ]
     return RoundReport(started_at, 0.5, (a, b), tuple(paths))
 
@@ -218,7 +218,7 @@ def test_health_report_has_every_probed_path() -> None:
         "c1", "a", 110.0, 10.0,
     )  # fmt: skip
     by_node = {t.node: t for t in report.targets}
-    assert sorted(by_node["a"].paths) == sorted(codec.PATH_NAMES)
+    assert sorted(by_node["a"].paths) == sorted(codec.CORE_PATH_NAMES)
     assert sorted(by_node["b"].paths) == ["node/http", "node/icmp"]  # no endpoint
     icmp = by_node["b"].paths["node/icmp"]
     assert (icmp.status, icmp.rtt_s, icmp.loss) == (TIMEOUT, None, 0.5)

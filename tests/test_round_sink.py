@@ -21,6 +21,7 @@ from meshhealth.documents.status import (
 from meshhealth.documents.status_schema import StatusDocument
 from meshhealth.metrics import Registry
 from meshhealth.model import (
+    REACHABILITY_PROTOCOLS,
     PathKey,
     PathReport,
     PathSummary,
@@ -75,7 +76,7 @@ class Rig:
         return [
             PathReport(PathKey(t.cluster, t.node, TargetType.NODE, protocol), t.node_ip, result)
             for t in targets
-            for protocol in Protocol
+            for protocol in REACHABILITY_PROTOCOLS
         ]
 
     def round(

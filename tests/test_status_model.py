@@ -17,6 +17,7 @@ from meshhealth.documents.status import (
     path_state,
 )
 from meshhealth.model import (
+    REACHABILITY_PROTOCOLS,
     PathKey,
     PathSummary,
     ProbeResult,
@@ -120,7 +121,7 @@ def _inputs(
 
 
 def _keys(node: str) -> list[PathKey]:
-    return [PathKey("c1", node, t, p) for t in TargetType for p in Protocol]
+    return [PathKey("c1", node, t, p) for t in TargetType for p in REACHABILITY_PROTOCOLS]
 
 
 @pytest.mark.parametrize(

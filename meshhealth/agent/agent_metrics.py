@@ -31,6 +31,7 @@ from meshhealth.documents.status import (
 )
 from meshhealth.metrics import Counter, CounterSeries, Gauge, Histogram, Registry
 from meshhealth.model import (
+    REACHABILITY_PROTOCOLS,
     PathKey,
     PathSummary,
     Protocol,
@@ -194,8 +195,12 @@ class AgentMetrics:
                         path = PathKey(
                             target.cluster, target.node, target_type, protocol, secondary
                         )
-                        state = path_state(summaries.get(path), verdicts.get(path))
-                        states.append(state)
+                        summary = summaries.get(path)
+                        if protocol not in REACHABILITY_PROTOCOLS and summary is None:
+                            continue  # the MTU probe's series: only where it is probed
+                        state = path_state(summary, verdicts.get(path))
+                        if protocol in REACHABILITY_PROTOCOLS:  # a lost big probe: no outage
+                            states.append(state)
                         paths_by_state[state] += 1
                         labels = self._path_labels(path, ip)
                         for status in PATH_STATES:

@@ -278,6 +278,7 @@ def build_components(
             max_in_flight=config.max_in_flight,
             icmp_count=config.icmp_count,
             on_result=sink.on_result,
+            mtu_probe_size=config.mtu_probe_size,
         ),
         interval_s=config.interval_s,
         on_round=sink.on_round,

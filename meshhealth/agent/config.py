@@ -54,6 +54,8 @@ class AgentConfig:
     cluster_id: int | None = None  # None: derived from the cluster name (clustermesh)
     spread_fraction: float = defaults.ROUND_SPREAD_FRACTION
     icmp_count: int = defaults.ICMP_COUNT
+    # the don't-fragment MTU probe to each NodeIP: bytes, MTU_PROBE_AUTO or MTU_PROBE_OFF
+    mtu_probe_size: int = defaults.MTU_PROBE_SIZE
     stats_window: int = defaults.STATS_WINDOW
     feed_listen: tuple[str, int] | None = None
     health_netns: str | None = None  # None: mh-health-<cluster>-<node>
@@ -327,6 +329,16 @@ OPTIONS: tuple[Option, ...] = (
         defaults.ICMP_COUNT,
         "ICMP echo requests per probe",
         metavar="N",
+    ),
+    Option(
+        "mtu_probe_size",
+        values.mtu_probe_size,
+        defaults.MTU_PROBE_SIZE,
+        "IP packet size of the don't-fragment ICMP probe sent to each NodeIP next to the "
+        "small ones (path node/icmp-df): auto (the MTU of the route to the target), "
+        "off (or 0), or bytes",
+        metavar="SIZE",
+        default_text="auto",
     ),
     Option(
         "stats_window",

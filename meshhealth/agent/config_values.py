@@ -14,6 +14,7 @@ import ipaddress
 import re
 from collections.abc import Mapping
 
+from meshhealth.defaults import MTU_PROBE_AUTO, MTU_PROBE_OFF
 from meshhealth.keys import canonical_ip, validate_cluster_name, validate_node_name
 from meshhealth.kvstore.endpoints import parse_endpoints
 
@@ -60,6 +61,25 @@ def positive_int(value: object) -> int:
     if result <= 0:
         raise ValueError(f"must be a positive integer, got {value!r}")
     return result
+
+
+# Smallest don't-fragment probe: IPv6 and ICMPv6 headers + the 16-byte cookie.
+MIN_MTU_PROBE_BYTES = 40 + 8 + 16
+MAX_MTU_PROBE_BYTES = 65_535
+
+
+def mtu_probe_size(value: object) -> int:
+    """`auto` (defaults.MTU_PROBE_AUTO: the route's MTU), `off` or 0 (MTU_PROBE_OFF), or
+    the IP packet size in bytes."""
+    if isinstance(value, str) and value.strip().lower() in ("auto", "off"):
+        return MTU_PROBE_AUTO if value.strip().lower() == "auto" else MTU_PROBE_OFF
+    size = non_negative_int(value)
+    if size and not MIN_MTU_PROBE_BYTES <= size <= MAX_MTU_PROBE_BYTES:
+        raise ValueError(
+            f"must be auto, off (0) or {MIN_MTU_PROBE_BYTES}..{MAX_MTU_PROBE_BYTES} bytes, "
+            f"got {value!r}"
+        )
+    return size
 
 
 def non_negative_int(value: object) -> int:

@@ -49,7 +49,7 @@ from meshhealth.documents.indirect import (
     parse_answer,
 )
 from meshhealth.documents.matrix import Matrix, NodeRef
-from meshhealth.model import PathKey, RoundReport, Target, TargetType
+from meshhealth.model import PathKey, Protocol, RoundReport, Target, TargetType
 from meshhealth.probe.http_fetch import FetchError, http_get
 
 log = logging.getLogger("meshhealth.agent")
@@ -169,9 +169,15 @@ class IndirectProbes:
             key = path_report.path
             if path_report.result.ok:
                 ok.add(key)
-            elif (key.cluster, key.node) != own and not key.secondary:
-                # Helpers probe the primary addresses: a secondary (dual-stack) path
-                # is not checked through them.
+            elif (
+                (key.cluster, key.node) != own
+                and not key.secondary
+                and key.protocol is not Protocol.ICMP_DF
+            ):
+                # Helpers probe the primary addresses' small paths: a secondary
+                # (dual-stack) path is not checked through them, nor the MTU probe (an
+                # MTU black hole is diagnosed from the matrix, node/icmp-df against
+                # node/icmp).
                 failed.setdefault((key.cluster, key.node), []).append(key)
         kept = {
             key: check

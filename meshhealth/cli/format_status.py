@@ -6,6 +6,7 @@
         Host connectivity to 10.77.0.1:
           ICMP to stack:   OK, RTT=412.5µs
           HTTP to agent:   OK, RTT=1.02ms
+          ICMP 1500 B DF:  OK, RTT=431µs
         Endpoint connectivity to 10.78.1.2:
           ICMP to stack:   OK, RTT=455µs
           HTTP to agent:   OK, RTT=1.31ms
@@ -16,6 +17,8 @@ A path that fails but whose suspicion time is not over reads `Connection timed o
 unreachable). A dual-stack node's secondary address (the other family) follows its
 primary's lines as cilium-health prints it, one level deeper (`Secondary connectivity
 to fd77::1:`), with `verbose` or when one of its paths failed.
+The host's `ICMP 1500 B DF:` line is the don't-fragment MTU probe (the agent's
+`--mtu-probe-size`), shown when it runs; it does not count in `Cluster health`.
 `Cluster health` counts this node's direct targets. With subset probing (the probe plan,
 docs/scale.md) those are a few of the cluster's nodes, so the line reads `Direct
 targets:` instead, followed by `Probing 5 of 99 nodes (k=5, epoch ..., full mesh at
@@ -110,7 +113,17 @@ def _one_address_lines(
     lines = [f"{indent}{heading} to {address['ip']}:"]
     for label, path in ((ICMP_LABEL, address["icmp"]), (HTTP_LABEL, address["http"])):
         lines.append(f"{indent}  {label}{path_line(path, verbose=verbose, now=now)}")
+    df = address.get("icmp_df")
+    if df is not None:
+        label = df_label(df["size_bytes"])
+        lines.append(f"{indent}  {label}{path_line(df, verbose=verbose, now=now)}")
     return lines
+
+
+def df_label(size_bytes: int) -> str:
+    """`ICMP 1500 B DF:  ` (the MTU probe's line), as wide as the other labels."""
+    size = f"{size_bytes} B " if size_bytes else ""
+    return f"ICMP {size}DF:".ljust(len(ICMP_LABEL) - 1) + " "
 
 
 def _failed(address: AddressDocument) -> bool:

@@ -65,7 +65,7 @@ def chosen_protocols(icmp: bool, http: bool) -> frozenset[model.Protocol]:
         chosen.add(model.Protocol.ICMP)
     if http:
         chosen.add(model.Protocol.HTTP)
-    return frozenset(chosen) if chosen else frozenset(model.Protocol)
+    return frozenset(chosen) if chosen else frozenset(model.REACHABILITY_PROTOCOLS)
 
 
 def _find(exc: BaseException, kind: type[OSError]) -> OSError | None:

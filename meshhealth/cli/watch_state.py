@@ -29,11 +29,11 @@ from meshhealth.documents.reachability import (
 )
 from meshhealth.documents.status_schema import PathDocument, StatusDocument
 from meshhealth.model import (
+    REACHABILITY_PROTOCOLS,
     SECONDARY_SUFFIX,
     STATUS_TEXT,
     HealthReport,
     ProbeStatus,
-    Protocol,
     TargetType,
     path_name,
 )
@@ -41,7 +41,7 @@ from meshhealth.timefmt import parse_iso_time
 
 NodeRef = tuple[str, str]  # (cluster, node)
 PATH_NAMES: tuple[str, ...] = tuple(
-    path_name(t, p) for t in (TargetType.NODE, TargetType.ENDPOINT) for p in Protocol
+    path_name(t, p) for t in (TargetType.NODE, TargetType.ENDPOINT) for p in REACHABILITY_PROTOCOLS
 )
 Connection = Literal["connecting", "connected", "disconnected"]
 

@@ -41,6 +41,7 @@ PATH_KINDS: Mapping[str, PathKind] = {
     "node/http": PathKind.NODE_HTTP,
     "endpoint/icmp": PathKind.ENDPOINT_ICMP,
     "endpoint/http": PathKind.ENDPOINT_HTTP,
+    "node/icmp-df": PathKind.NODE_ICMP_DF,
 }
 
 

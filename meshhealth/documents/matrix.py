@@ -40,11 +40,11 @@ from meshhealth import defaults
 from meshhealth.documents.coverage import coverage_lines, observer_counts
 from meshhealth.documents.reachability import statuses_reachability
 from meshhealth.model import (
+    REACHABILITY_PROTOCOLS,
     HealthReport,
     PathHealth,
     PlanInfo,
     ProbeStatus,
-    Protocol,
     TargetType,
     path_name,
 )
@@ -64,9 +64,12 @@ CELL_STATES: tuple[CellState, ...] = (
 # States that say nothing about the path: nobody probed it (yet), or nobody was asked to.
 NOT_OBSERVED: frozenset[CellState] = frozenset({"unassigned", "unknown"})
 # The order of the paths inside a cell: host ICMP, host HTTP, endpoint ICMP, endpoint HTTP.
+# (node/icmp-df, the MTU probe, is kept in a cell's paths, for diagnosis, but is neither
+# drawn nor part of the cell's state: a lost big probe is not "unreachable".)
 PATH_ORDER: tuple[str, ...] = tuple(
-    path_name(t, p) for t in (TargetType.NODE, TargetType.ENDPOINT) for p in Protocol
+    path_name(t, p) for t in (TargetType.NODE, TargetType.ENDPOINT) for p in REACHABILITY_PROTOCOLS
 )
+_REACHABILITY_PATHS = frozenset(PATH_ORDER)
 
 NodeRef = tuple[str, str]  # (cluster, node)
 
@@ -126,8 +129,8 @@ def cell_state(
 ) -> CellState:
     """reachable / unreachable / unknown from a target's reported paths, both address
     families of a dual-stack target together (meshhealth.documents.reachability)."""
-    every = [*paths.values(), *(secondary_paths or {}).values()]
-    return statuses_reachability(path.status for path in every)
+    every = [*paths.items(), *(secondary_paths or {}).items()]
+    return statuses_reachability(path.status for name, path in every if name in _REACHABILITY_PATHS)
 
 
 def stale_after_s(interval_s: float) -> float:

@@ -47,10 +47,19 @@ class PathDocument(TypedDict):
     indirect: NotRequired[IndirectDocument]
 
 
+class DontFragmentPathDocument(PathDocument):
+    """The MTU probe's path (node/icmp-df): a PATH object and the size it probes."""
+
+    size_bytes: int  # the IP packet size of its newest probe (0: not probed yet)
+
+
 class AddressDocument(TypedDict):
     ip: str
     icmp: PathDocument
     http: PathDocument
+    # the host's don't-fragment MTU probe (the agent's --mtu-probe-size), when it runs;
+    # not part of `reachable` / `state`
+    icmp_df: NotRequired[DontFragmentPathDocument]
 
 
 class PrimaryAddressDocument(TypedDict):

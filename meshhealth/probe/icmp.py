@@ -18,6 +18,11 @@ deadline passes. So a batch costs one task and two parks, whatever its size, and
 probe still keeps its own per-request deadlines (a late reply counts for nothing even
 while the batch waits for others). `ping` is a batch of one.
 
+**Don't-fragment probes** (`df_sizes`): a probe of N bytes sends IP packets of N bytes
+(its cookie padded with zeros) through a send-only raw socket with DF set
+(icmp_socket.open_dont_fragment_socket); the replies come in through the ordinary
+socket, so one matcher sees every request in flight.
+
 Lean per-packet path: stdlib sockets in non-blocking mode with
 trio.lowlevel.wait_readable / wait_writable; the receiver drains up to RECV_BATCH
 datagrams per wake-up; a batch parks with trio.lowlevel.wait_task_rescheduled and is
@@ -48,7 +53,9 @@ from meshhealth.probe.icmp_packet import build_echo_request, echo_request_v4
 from meshhealth.probe.icmp_socket import (
     PERMISSION_MESSAGE,
     PingerPermissionError,
+    open_dont_fragment_socket,
     open_raw_socket,
+    route_mtu,
 )
 
 __all__ = ["PERMISSION_MESSAGE", "Pinger", "PingerPermissionError", "open_pinger"]
@@ -58,13 +65,20 @@ log = logging.getLogger(__name__)
 COOKIE_BYTES = 16  # random payload per probe: a reply must echo it back
 COOKIE_POOL_BYTES = COOKIE_BYTES * 1024  # one os.urandom() read makes 1,024 cookies
 RECV_BATCH = 256  # datagrams handled per wake-up before letting other tasks run
-MAX_DATAGRAM = 2048
+MAX_DATAGRAM = 65_536  # an IPv4 datagram or an ICMPv6 message: up to 65,535 bytes
+# The IP and ICMP headers in front of the payload of a don't-fragment probe: its IP
+# packet is the payload + these (IPv4 without options; IPv6 without extension headers).
+DF_HEADER_BYTES_V4 = 20 + 8
+DF_HEADER_BYTES_V6 = 40 + 8
+MAX_PACKET_BYTES = 65_535
 # Let the kernel drop ICMP types we never use. The matcher checks types anyway (tests
 # turn this off to prove it).
 KERNEL_ICMP_FILTER = True
 TOO_MANY_IN_FLIGHT = "too many ICMP requests in flight"
+ROUTE_MTU_CACHE_SIZE = 16_384  # targets whose route MTU is remembered
 
-_UNREACHABLE_ERRNOS = frozenset({errno.ENETUNREACH, errno.EHOSTUNREACH})
+# EMSGSIZE: a don't-fragment request above the MTU the kernel knows for the route.
+_UNREACHABLE_ERRNOS = frozenset({errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EMSGSIZE})
 
 
 class _Batch:
@@ -81,10 +95,13 @@ class _Batch:
 class _FamilySocket:
     """A raw socket of one family and its matcher."""
 
-    __slots__ = ("ipv6", "matcher", "sock")
+    __slots__ = ("df_sock", "ipv6", "matcher", "sock")
 
     def __init__(self, sock: socket.socket, *, ipv6: bool, identifier: int) -> None:
         self.sock = sock
+        # Sends the don't-fragment probes (opened on first use); their replies come in
+        # through `sock`, matched by the one matcher.
+        self.df_sock: socket.socket | None = None
         self.ipv6 = ipv6
         first = int.from_bytes(os.urandom(2), "big")
         self.matcher = ReplyMatcher(ipv6=ipv6, identifier=identifier, first_sequence=first)
@@ -109,6 +126,7 @@ class Pinger:
         self._now = trio.lowlevel.current_clock().current_time  # trio.current_time, direct
         self._cookie_pool = b""
         self._cookie_offset = 0
+        self._route_mtus: dict[str, tuple[int, float]] = {}  # ip -> (MTU, valid until)
 
     @property
     def in_flight(self) -> int:
@@ -151,8 +169,16 @@ class Pinger:
         interval_s: float = defaults.ICMP_INTERVAL_S,
         timeout_s: float | Sequence[float] = defaults.PROBE_TIMEOUT_S,
         on_result: Callable[[int, ProbeResult], None] | None = None,
+        df_sizes: Sequence[int] | None = None,
     ) -> list[ProbeResult]:
         """`ping` every address of `ips` in this one task; results in the same order.
+
+        `df_sizes` (one per address) makes probes don't-fragment probes: 0 for an
+        ordinary probe, N for IP packets of N bytes (the cookie padded with zeros) sent
+        with DF set (IPv6: IPV6_DONTFRAG), MTU_PROBE_AUTO for the MTU of the route to the
+        address. A reply must echo the whole payload; a request the kernel refuses as
+        too big (EMSGSIZE) or a "fragmentation needed" error makes it UNREACHABLE. Its
+        result carries the size (`size_bytes`).
 
         `timeout_s` is one timeout for all or one per address. Every probe keeps the
         contract of `ping`: its own deadlines, its own result, which is final as soon as
@@ -171,6 +197,8 @@ class Pinger:
         )
         if len(timeouts) != len(ips):
             raise ValueError(f"{len(timeouts)} timeouts for {len(ips)} addresses")
+        if df_sizes is not None and len(df_sizes) != len(ips):
+            raise ValueError(f"{len(df_sizes)} don't-fragment sizes for {len(ips)} addresses")
         started_at = time.time()
         batch = _Batch()
         results: list[ProbeResult | None] = [None] * len(ips)
@@ -187,7 +215,18 @@ class Pinger:
                 continue
             fs = sockets.get(family) or sockets.setdefault(family, self._socket_for(family))
             cookie = cookies[i * COOKIE_BYTES : (i + 1) * COOKIE_BYTES]
-            probes.append((i, EchoProbe(target, count, cookie, batch), fs, timeouts[i]))
+            size = 0 if df_sizes is None else df_sizes[i]
+            if size:
+                try:
+                    cookie, size = self._dont_fragment_payload(fs, target, cookie, size)
+                except (OSError, ValueError) as exc:
+                    detail = str(exc) or type(exc).__name__
+                    results[i] = ProbeResult(ProbeStatus.ERROR, started_at, sent=0, detail=detail)
+                    bad = True
+                    continue
+            probe = EchoProbe(target, count, cookie, batch)
+            probe.size_bytes = size
+            probes.append((i, probe, fs, timeouts[i]))
         if on_result is not None and bad:
             for i, result in enumerate(results):
                 if result is not None:
@@ -255,10 +294,12 @@ class Pinger:
                 else:
                     packet = echo_request_v4(identifier, sequence, probe.cookie, probe.cookie_sum)
                 address = (probe.target, 0)
+                sock = fs.df_sock if probe.size_bytes else fs.sock
+                assert sock is not None  # (opened with the probe's payload)
                 try:
-                    fs.sock.sendto(packet, address)
+                    sock.sendto(packet, address)
                 except OSError as exc:
-                    probe.local_error = await self._send_slowly(fs, packet, address, exc)
+                    probe.local_error = await self._send_slowly(sock, packet, address, exc)
                     if probe.local_error is not None:
                         continue
                 probe.send_times[index] = sent_at = now()
@@ -279,14 +320,42 @@ class Pinger:
         return self._cookie_pool[offset : offset + size]
 
     # --- sending -----------------------------------------------------------------------
+    def _dont_fragment_payload(
+        self, fs: _FamilySocket, target: str, cookie: bytes, size: int
+    ) -> tuple[bytes, int]:
+        """The payload of a don't-fragment probe of `size` bytes (MTU_PROBE_AUTO: the
+        route's MTU) to `target`: its cookie padded with zeros; and the size. Opens the
+        family's don't-fragment socket on first use."""
+        if size == defaults.MTU_PROBE_AUTO:
+            size = self._route_mtu(fs, target)
+        headers = DF_HEADER_BYTES_V6 if fs.ipv6 else DF_HEADER_BYTES_V4
+        size = min(size, MAX_PACKET_BYTES)
+        if size < headers + COOKIE_BYTES:
+            raise ValueError(f"don't-fragment probe of {size} B: below {headers + COOKIE_BYTES} B")
+        if fs.df_sock is None:
+            fs.df_sock = open_dont_fragment_socket(ipv6=fs.ipv6, netns=self._netns)
+        return cookie + bytes(size - headers - COOKIE_BYTES), size
+
+    def _route_mtu(self, fs: _FamilySocket, target: str) -> int:
+        """The MTU of the route to `target`, looked up at most every MTU_ROUTE_CACHE_S."""
+        now = self._now()
+        known = self._route_mtus.get(target)
+        if known is not None and known[1] > now:
+            return known[0]
+        mtu = route_mtu(target, ipv6=fs.ipv6, netns=self._netns)
+        if len(self._route_mtus) >= ROUTE_MTU_CACHE_SIZE:
+            self._route_mtus.clear()
+        self._route_mtus[target] = (mtu, now + defaults.MTU_ROUTE_CACHE_S)
+        return mtu
+
     async def _send_slowly(
-        self, fs: _FamilySocket, packet: bytes, address: tuple[str, int], exc: OSError
+        self, sock: socket.socket, packet: bytes, address: tuple[str, int], exc: OSError
     ) -> LocalError | None:
         """After sendto failed: wait while the buffer is full; report real errors."""
         while isinstance(exc, BlockingIOError | InterruptedError):
-            await trio.lowlevel.wait_writable(fs.sock)
+            await trio.lowlevel.wait_writable(sock)
             try:
-                fs.sock.sendto(packet, address)
+                sock.sendto(packet, address)
             except OSError as again:
                 exc = again
             else:
@@ -360,10 +429,10 @@ class Pinger:
     async def _receive_loop(self, fs: _FamilySocket) -> None:
         """Read every datagram (until EAGAIN, at most RECV_BATCH per wake-up) and match
         it. IPv4: `recv_into` one preallocated buffer, the source from the IP header;
-        IPv6 (no header on a raw socket): `recvfrom`."""
+        IPv6 (no header on a raw socket): `recvfrom_into` the same buffer."""
         sock = fs.sock
         recv_into = sock.recv_into
-        recvfrom = sock.recvfrom
+        recvfrom_into = sock.recvfrom_into
         buffer = bytearray(MAX_DATAGRAM)
         ipv6 = fs.ipv6
         match = fs.matcher.match
@@ -378,7 +447,7 @@ class Pinger:
             for _ in range(RECV_BATCH):
                 try:
                     if ipv6:
-                        data, address = recvfrom(MAX_DATAGRAM)
+                        nbytes, address = recvfrom_into(buffer)
                     else:
                         nbytes = recv_into(buffer)
                 except (BlockingIOError, InterruptedError):
@@ -387,7 +456,7 @@ class Pinger:
                     log.warning("icmp: receive failed: %s", exc)
                     break
                 if ipv6:
-                    probe = match(data, address[0], now())
+                    probe = match(bytes(buffer[:nbytes]), address[0], now())
                 else:
                     probe = match_ipv4(buffer, nbytes, now())
                 if probe is not None and not probe.outstanding:
@@ -398,8 +467,10 @@ class Pinger:
     def _close(self) -> None:
         self._closed = True
         for fs in self._sockets.values():
-            trio.lowlevel.notify_closing(fs.sock)  # a sender waiting for buffer space
-            fs.sock.close()
+            for sock in (fs.sock, fs.df_sock):
+                if sock is not None:
+                    trio.lowlevel.notify_closing(sock)  # a sender waiting for buffer space
+                    sock.close()
         self._sockets.clear()
         for batch in list(self._parked.values()):  # batches of other tasks: let them go
             self._wake(batch)

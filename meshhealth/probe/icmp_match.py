@@ -70,6 +70,7 @@ class EchoProbe:
         "rtts",
         "send_times",
         "sequences",
+        "size_bytes",
         "target",
     )
 
@@ -87,6 +88,7 @@ class EchoProbe:
         self.errors: list[str] = []
         self.outstanding = 0  # sent, neither answered nor errored yet
         self.local_error: LocalError | None = None  # a send failed: no more requests
+        self.size_bytes = 0  # a don't-fragment probe: its IP packets' size
 
     def mark_sent(self, index: int, now: float, timeout_s: float) -> None:
         """Request `index` left at `now`; an answer counts until `now + timeout_s`."""
@@ -105,7 +107,9 @@ class EchoProbe:
             status, detail = ProbeStatus.UNREACHABLE, self.errors[0]
         else:
             status, detail = ProbeStatus.TIMEOUT, ""
-        return ProbeResult(status, started_at, rtts, len(self.sequences), len(rtts), detail)
+        return ProbeResult(
+            status, started_at, rtts, len(self.sequences), len(rtts), detail, self.size_bytes
+        )
 
 
 class ReplyMatcher:

@@ -68,3 +68,53 @@ def _install_filter(sock: socket.socket, *, ipv6: bool) -> None:
     else:
         allowed = (1 << ICMP_ECHO_REPLY) | (1 << ICMP_DEST_UNREACH)
         sock.setsockopt(SOL_RAW, ICMP_FILTER, struct.pack("=I", ~allowed & 0xFFFFFFFF))
+
+
+# linux/in.h and linux/in6.h (not all of them in Python's socket module)
+IP_MTU_DISCOVER = 10
+IP_PMTUDISC_DO = 2  # never fragment; a packet above the path MTU fails with EMSGSIZE
+IP_MTU = 14
+IPV6_MTU = 24
+IPV6_DONTFRAG = getattr(socket, "IPV6_DONTFRAG", 62)
+
+
+def open_dont_fragment_socket(*, ipv6: bool, netns: str | None) -> socket.socket:
+    """A non-blocking raw ICMP (ICMPv6) socket that sends without fragmenting (IPv4:
+    IP_MTU_DISCOVER = IP_PMTUDISC_DO, which also sets DF; IPv6: IPV6_DONTFRAG).
+
+    It only sends: its filter blocks every ICMP type, so the replies are read (once) by
+    the family's ordinary socket, whose matcher knows every request in flight.
+    Raises PingerPermissionError without root / CAP_NET_RAW.
+    """
+    family = socket.AF_INET6 if ipv6 else socket.AF_INET
+    proto = socket.IPPROTO_ICMPV6 if ipv6 else socket.IPPROTO_ICMP
+    try:
+        sock = socket_in_netns(netns, family, socket.SOCK_RAW, proto)
+    except PermissionError as exc:
+        raise PingerPermissionError(PERMISSION_MESSAGE) from exc
+    try:
+        sock.setblocking(False)
+        _set_buffer(sock, socket.SO_SNDBUF, SO_SNDBUFFORCE)
+        if ipv6:
+            sock.setsockopt(socket.IPPROTO_IPV6, IPV6_DONTFRAG, 1)
+            blocked_all = struct.pack("=8I", *([0xFFFFFFFF] * 8))
+            sock.setsockopt(socket.IPPROTO_ICMPV6, ICMP6_FILTER, blocked_all)
+        else:
+            sock.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
+            sock.setsockopt(SOL_RAW, ICMP_FILTER, struct.pack("=I", 0xFFFFFFFF))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def route_mtu(ip: str, *, ipv6: bool, netns: str | None) -> int:
+    """The MTU the kernel uses toward `ip` (in `netns`): the route's MTU, else its
+    interface's (or a path MTU learned from "fragmentation needed"). A UDP socket's
+    connect() sends nothing; it only looks the route up. Raises OSError without one."""
+    family = socket.AF_INET6 if ipv6 else socket.AF_INET
+    with socket_in_netns(netns, family, socket.SOCK_DGRAM) as sock:
+        sock.connect((ip, 9))
+        if ipv6:
+            return int(sock.getsockopt(socket.IPPROTO_IPV6, IPV6_MTU))
+        return int(sock.getsockopt(socket.IPPROTO_IP, IP_MTU))

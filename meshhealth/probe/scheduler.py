@@ -14,6 +14,8 @@ secondary NodeIP and HealthIP are addresses of their own):
 - **ICMP in batches**: the ICMP probes of a batch run in ONE task, one
   ``Pinger.ping_batch`` call (one park per send step, not one task per probe); each
   still has its own deadlines and reports, and frees its slot, as soon as it ends.
+  The don't-fragment MTU probes (Protocol.ICMP_DF, `mtu_probe_size`) ride in the same
+  batches with their size (`df_sizes`).
 - **Deadlines**: each probe function enforces its own timeout (ICMP: ``(count - 1) *
   interval_s + timeout_s``; HTTP: ``timeout_s``). As a safety net each batch runs under
   ``move_on_after(largest budget in the batch + DEADLINE_MARGIN_S)`` (one cancel scope
@@ -54,10 +56,14 @@ DEADLINE_MARGIN_S: Final = defaults.PROBE_DEADLINE_MARGIN_S
 DISPATCH_BATCH: Final = defaults.PROBE_DISPATCH_BATCH
 MIN_TIMEOUT_FRACTION: Final = defaults.PROBE_MIN_TIMEOUT_FRACTION
 
-ALL_PROTOCOLS: Final = frozenset(model.Protocol)
-# Order of paths within a target in reports: node then endpoint, ICMP then HTTP.
+# The paths of every address. The don't-fragment probe (Protocol.ICMP_DF, the primary
+# NodeIP only) is added by run_round's `mtu_probe_size`.
+ALL_PROTOCOLS: Final = frozenset(model.REACHABILITY_PROTOCOLS)
+# Order of paths within a target in reports: node then endpoint, ICMP, HTTP, ICMP DF.
 _TARGET_TYPES: Final = (model.TargetType.NODE, model.TargetType.ENDPOINT)
-_PROTOCOLS: Final = (model.Protocol.ICMP, model.Protocol.HTTP)
+_PROTOCOLS: Final = (model.Protocol.ICMP, model.Protocol.HTTP, model.Protocol.ICMP_DF)
+# Probed by the pinger, in the ICMP batches.
+_PINGED: Final = frozenset({model.Protocol.ICMP, model.Protocol.ICMP_DF})
 # Each address's primary, then (dual stack) its secondary of the other family.
 _ADDRESSES: Final = (False, True)
 
@@ -76,6 +82,7 @@ class SupportsPing(Protocol):
         interval_s: float,
         timeout_s: float | Sequence[float],
         on_result: Callable[[int, model.ProbeResult], None] | None = None,
+        df_sizes: Sequence[int] | None = None,
     ) -> list[model.ProbeResult]: ...
 
 
@@ -105,7 +112,8 @@ BatchProbeFn = Callable[
 def enumerate_paths(
     targets: Sequence[model.Target], protocols: frozenset[model.Protocol] = ALL_PROTOCOLS
 ) -> list[tuple[model.PathKey, str]]:
-    """Every (path, ip) to probe, in report order; a missing HealthIP has no paths.
+    """Every (path, ip) to probe, in report order; a missing HealthIP has no paths, and
+    only the primary NodeIP has an ICMP_DF path (the MTU probe).
 
     A dual-stack target's secondary addresses get paths of their own (`secondary`),
     each right after its primary's: node, node secondary, endpoint, endpoint secondary.
@@ -116,10 +124,14 @@ def enumerate_paths(
     seen: set[tuple[str, str, model.TargetType, model.Protocol, bool]] = set()
     paths: list[tuple[model.PathKey, str]] = []
     path_key = model.PathKey
-    kinds = [
-        (t, s, p) for t in _TARGET_TYPES for s in _ADDRESSES for p in _PROTOCOLS if p in protocols
-    ]
     node_type = model.TargetType.NODE
+    kinds = [
+        (t, s, p)
+        for t in _TARGET_TYPES
+        for s in _ADDRESSES
+        for p in _PROTOCOLS
+        if p in protocols and (p is not model.Protocol.ICMP_DF or (t is node_type and not s))
+    ]
     for target in targets:
         cluster, node = target.cluster, target.node
         for target_type, secondary, protocol in kinds:
@@ -164,10 +176,9 @@ def plan_round(
     order = list(enumerate(paths))
     rng.shuffle(order)
     offsets = spread_offsets(len(order), spread_s, rng)
-    icmp = model.Protocol.ICMP
     return [
         PlannedProbe(
-            key, ip, offset, icmp_budget_s if key.protocol is icmp else http_budget_s, position
+            key, ip, offset, icmp_budget_s if key.protocol in _PINGED else http_budget_s, position
         )
         for (position, (key, ip)), offset in zip(order, offsets, strict=True)
     ]
@@ -193,7 +204,7 @@ def late_timeout_s(timeout_s: float, late_s: float) -> float:
 
 
 def overran_result(planned: PlannedProbe, started_at: float, icmp_count: int) -> model.ProbeResult:
-    sent = icmp_count if planned.path.protocol is model.Protocol.ICMP else 1
+    sent = icmp_count if planned.path.protocol in _PINGED else 1
     return model.ProbeResult(
         status=model.ProbeStatus.TIMEOUT, started_at=started_at, sent=sent, detail=OVERRAN
     )
@@ -269,7 +280,7 @@ async def run_planned(
         budget_s = max(plan[index].budget_s for index in batch)
         together: list[int] = []
         if icmp_batch is not None:
-            together = [i for i in batch if plan[i].path.protocol is model.Protocol.ICMP]
+            together = [i for i in batch if plan[i].path.protocol in _PINGED]
         with trio.move_on_after(budget_s + DEADLINE_MARGIN_S):
             if len(together) == len(batch):
                 await run_together(together, not_before)
@@ -278,7 +289,7 @@ async def run_planned(
                     if together:
                         batch_nursery.start_soon(run_together, together, not_before)
                     for index in batch:
-                        if not together or plan[index].path.protocol is not model.Protocol.ICMP:
+                        if not together or plan[index].path.protocol not in _PINGED:
                             batch_nursery.start_soon(run_one, index, not_before)
         for index in batch:
             if reports[index] is None:
@@ -333,8 +344,13 @@ async def run_round(
     protocols: frozenset[model.Protocol] = ALL_PROTOCOLS,
     rng: random.Random | None = None,
     on_result: Callable[[model.PathReport], None] | None = None,
+    mtu_probe_size: int = defaults.MTU_PROBE_OFF,
 ) -> model.RoundReport:
     """Probe every path of `targets` once (see the module docstring).
+
+    `mtu_probe_size` adds the don't-fragment path (Protocol.ICMP_DF) to every NodeIP:
+    `icmp_count` echo requests whose IP packets are that many bytes, or the route's MTU
+    (defaults.MTU_PROBE_AUTO); MTU_PROBE_OFF (0) leaves it out.
 
     With `pinger=None`, ICMP paths are reported as ERROR "ICMP disabled" (leave ICMP out
     of `protocols` to skip them instead). `on_result` is called as each path finishes.
@@ -342,6 +358,10 @@ async def run_round(
     """
     started_at = time.time()
     t0 = trio.current_time()
+    if mtu_probe_size != defaults.MTU_PROBE_OFF:
+        protocols = protocols | {model.Protocol.ICMP_DF}
+    else:
+        protocols = protocols - {model.Protocol.ICMP_DF}
     paths = enumerate_paths(targets, protocols)
     plan = plan_round(
         paths,
@@ -354,7 +374,7 @@ async def run_round(
     async def probe(planned: PlannedProbe, late_s: float) -> model.ProbeResult:
         # A probe that starts late (a busy loop) has that much less time: the deadline
         # counts from its planned start, so the round still ends on time.
-        if planned.path.protocol is model.Protocol.ICMP:  # (only without a pinger)
+        if planned.path.protocol in _PINGED:  # (only without a pinger)
             return _error_result(ICMP_DISABLED)
         try:
             return await http_probe(
@@ -377,6 +397,7 @@ async def run_round(
             reported[position] = True
             done(position, result)
 
+        df = model.Protocol.ICMP_DF
         try:
             await pinger.ping_batch(
                 [p.ip for p in planned],
@@ -384,6 +405,11 @@ async def run_round(
                 interval_s=icmp_interval_s,
                 timeout_s=[late_timeout_s(timeout_s, late) for late in lates_s],
                 on_result=on_ping_result,
+                df_sizes=(
+                    [mtu_probe_size if p.path.protocol is df else 0 for p in planned]
+                    if df in protocols
+                    else None
+                ),
             )
         except (OSError, ValueError) as exc:
             # A local failure (no raw socket) fails these paths only, never the round.

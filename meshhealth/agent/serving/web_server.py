@@ -60,7 +60,7 @@ from meshhealth.http_server import (
     read_request,
     send_response,
 )
-from meshhealth.model import PathKey, Protocol, TargetType, path_name
+from meshhealth.model import REACHABILITY_PROTOCOLS, PathKey, TargetType, path_name
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ class WebApp:
         if source == self.data.local:
             now = time.time()
             for target_type in TargetType:
-                for protocol in Protocol:
+                for protocol in REACHABILITY_PROTOCOLS:  # the cell's drawn paths
                     key = PathKey(target[0], target[1], target_type, protocol)
                     history[path_name(target_type, protocol)] = self.data.history.minutes(
                         key, now=now
