@@ -7,6 +7,7 @@ from meshhealth.cli.watch_state import WatchState, aggregate_paths, apply_feed_m
 from meshhealth.documents.feed import path_message
 from meshhealth.documents.matrix import build_matrix, matrix_document
 from meshhealth.model import (
+    REACHABILITY_PROTOCOLS,
     HealthReport,
     PathHealth,
     PathKey,
@@ -35,7 +36,7 @@ def summaries(secondary_result: ProbeResult) -> StatsBook:
             secondary_result if secondary else OK,
         )
         for t in TargetType
-        for p in Protocol
+        for p in REACHABILITY_PROTOCOLS
         for secondary in (False, True)
     )
     book.record(RoundReport(100.0, 0.5, (DUAL,), paths))

@@ -20,6 +20,7 @@ from meshhealth.metrics import (
     format_value,
 )
 from meshhealth.model import (
+    REACHABILITY_PROTOCOLS,
     PathKey,
     PathReport,
     ProbeResult,
@@ -302,7 +303,7 @@ def test_agent_metrics_of_a_dual_stack_target_have_a_family_each() -> None:
             failed if secondary else ok,
         )
         for t in TargetType
-        for p in Protocol
+        for p in REACHABILITY_PROTOCOLS
         for secondary in (False, True)
     )
     book.record(RoundReport(100.0, 0.7, (dual,), paths))
