@@ -219,6 +219,24 @@ def test_frame_text_shows_header_rows_and_disconnection() -> None:
     assert "only what its node sees; press m" in frame_text(state, now=T0, width=120)
 
 
+def test_the_banner_shows_the_cluster_verdict_and_the_findings() -> None:
+    """The agent's status carries its cluster's summary: `watch` shows the verdict of
+    every observer and one banner line per finding; a round without findings clears it."""
+    from meshhealth.documents.feed import round_message
+    from tests import status_stories
+
+    status = build_status_document(status_stories.agent_down_summary())
+    state = WatchState(source="unix:///tmp/n1.feed.sock")
+    apply_feed_message(state, {"v": 1, "type": "snapshot", "seq": 0, "status": status}, now=T0)
+    text = frame_text(state, now=T0, width=200)
+    assert "Cluster verdict lab1: 2/3 reachable   (every observer, aggregator lab1/node2)" in text
+    assert "Finding:   agent-down lab1/node3 (confidence 0.75): its NodeIP answers" in text
+    assert "Cluster verdict lab2" not in text  # no summary: nothing to claim for it
+    healthy = build_status_document(status_stories.healthy())
+    apply_feed_message(state, dict(round_message(healthy, 1.0, seq=1)), now=T0 + 10)
+    assert "Finding:" not in frame_text(state, now=T0 + 10, width=200)
+
+
 # --- the command, against real agents -------------------------------------------------
 
 

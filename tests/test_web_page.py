@@ -99,6 +99,11 @@ def test_page_shows_every_node_live_and_reconnects_after_a_restart(
             "() => document.getElementById('health').textContent.startsWith("
             "'Cluster health: 3/3 reachable')"
         )
+        # The verdict comes from the cluster's aggregator once it published a summary.
+        page.wait_for_function(
+            "() => document.getElementById('health').textContent.includes('(aggregator c1/n')",
+            timeout=60_000,
+        )
         rows = page.locator("#node-table tbody tr")
         assert rows.count() == 3
         assert rows.all_inner_texts()[0].startswith("c1/n1")

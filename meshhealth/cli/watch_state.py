@@ -27,7 +27,12 @@ from meshhealth.documents.reachability import (
     combined_reachability,
     status_reachability,
 )
-from meshhealth.documents.status_schema import PathDocument, StatusDocument
+from meshhealth.documents.status_schema import (
+    ClusterHealthDocument,
+    FindingDocument,
+    PathDocument,
+    StatusDocument,
+)
 from meshhealth.model import (
     REACHABILITY_PROTOCOLS,
     SECONDARY_SUFFIX,
@@ -98,6 +103,10 @@ class WatchState:
     matrix_note: str = ""  # why there is no matrix (yet)
     invalid_values: int = 0  # values in etcd skipped because they do not decode (--etcd)
     note: str = ""
+    # From the agent's status: each cluster's verdict and the findings of its summary
+    # (an agent from before cluster summaries sends none).
+    cluster_health: list[ClusterHealthDocument] = field(default_factory=list)
+    findings: list[FindingDocument] = field(default_factory=list)
 
     @property
     def health(self) -> tuple[int, int]:
@@ -187,6 +196,8 @@ def _apply_header(state: WatchState, doc: StatusDocument | RoundMessage) -> None
     etcd = doc.get("etcd")
     state.etcd_up = None if etcd is None else etcd.get("up")
     state.etcd_error = None if etcd is None else etcd.get("last_error")
+    state.cluster_health = list(doc.get("cluster_health") or [])
+    state.findings = list(doc.get("findings") or [])
 
 
 def _apply_snapshot(state: WatchState, status: StatusDocument) -> list[Change]:

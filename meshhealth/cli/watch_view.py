@@ -22,6 +22,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from meshhealth.cli.format_findings import finding_line
 from meshhealth.cli.watch_state import PATH_NAMES, Change, NodeView, PathView, WatchState
 from meshhealth.documents.matrix import stale_after_s
 from meshhealth.model import ProbeStatus
@@ -165,6 +166,18 @@ def header(state: WatchState, *, now: float) -> Text:
         text.append(
             f"   {count} invalid entr{'y' if count == 1 else 'ies'} skipped", style="yellow"
         )
+    for verdict in state.cluster_health:
+        if verdict["source"] != "summary":
+            continue
+        good = verdict["reachable"] == verdict["total"]
+        text.append(f"\nCluster verdict {verdict['cluster']}: ")
+        text.append(
+            f"{verdict['reachable']}/{verdict['total']} reachable",
+            style="green" if good else "red",
+        )
+        text.append(f"   (every observer, aggregator {verdict['aggregator']})", style="grey50")
+    for finding in state.findings:  # the banner: whose fault it is
+        text.append(f"\n{finding_line(finding)}", style="bold red")
     if state.note:
         text.append(f"\n{state.note}", style="yellow")
     return text

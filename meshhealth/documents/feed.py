@@ -34,7 +34,9 @@ from typing import Literal, NotRequired, TypedDict
 from meshhealth.documents.reachability import Reachability
 from meshhealth.documents.status import PathVerdictLike, path_document
 from meshhealth.documents.status_schema import (
+    ClusterHealthDocument,
     EtcdDocument,
+    FindingDocument,
     LocalDocument,
     PathDocument,
     RoundDocument,
@@ -145,6 +147,8 @@ class RoundMessage(TypedDict):
     round: RoundDocument
     summary: SummaryDocument
     nodes: list[RoundNodeDocument]
+    cluster_health: list[ClusterHealthDocument]  # as in the status document
+    findings: list[FindingDocument]
 
 
 class LaggingMessage(TypedDict):
@@ -224,6 +228,8 @@ def round_message(status: StatusDocument, duration_s: float, seq: int) -> RoundM
         "round": status["round"],
         "summary": status["summary"],
         "nodes": nodes,
+        "cluster_health": status["cluster_health"],
+        "findings": status["findings"],
     }
 
 

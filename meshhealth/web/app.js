@@ -167,7 +167,8 @@ function onPath(msg) {
 
 function onRound(msg) {
   if (S.status) {
-    for (const f of ["generated_at", "probe_time", "probe_interval_s", "etcd", "round", "summary"]) {
+    for (const f of ["generated_at", "probe_time", "probe_interval_s", "etcd", "round", "summary",
+                     "cluster_health", "findings"]) {
       S.status[f] = msg[f];
     }
     for (const n of msg.nodes) S.nodeIPs.set(key(n), n.node_ip);
@@ -185,17 +186,30 @@ function renderSummary() {
   const st = S.status;
   if (!st) return;
   $("local").textContent = `${S.local} · interval ${st.probe_interval_s}s`;
-  const sm = st.summary || {};
-  const extra = sm.suspect ? `, ${sm.suspect} suspect` : "";
-  // Under subset probing the count is this node's direct targets, not the cluster's.
+  // The cluster's verdict from its aggregator's summary (every observer); before there
+  // is one, this node's own probes, said as such (under subset probing: its direct
+  // targets, not the cluster).
+  const verdict = (st.cluster_health || []).find((v) => v.source === "summary" && v.cluster === st.local?.cluster);
   const plan = st.probe_plan;
-  const head = plan && plan.subset ? "Direct targets" : "Cluster health";
   const probing = !plan ? "" : plan.subset
     ? `   probing ${plan.targets} of ${plan.nodes} nodes (k=${plan.k}, epoch ${plan.epoch})`
     : `   probing all ${plan.nodes} nodes`;
-  $("health").textContent =
-    `${head}: ${sm.reachable ?? 0}/${sm.total ?? 0} reachable${extra}` +
-    (st.probe_time ? `   (${st.probe_time})` : "") + probing;
+  if (verdict) {
+    const extra = (verdict.unreachable ? `, ${verdict.unreachable} unreachable` : "") +
+      (verdict.suspect ? `, ${verdict.suspect} suspect` : "");
+    const observers = verdict.observers_min !== null ? ` (${verdict.observers_min}+ observers each)` : "";
+    $("health").textContent =
+      `Cluster health: ${verdict.reachable}/${verdict.total} reachable${observers}${extra}` +
+      `   (aggregator ${verdict.aggregator}, updated ${fmtAgo(verdict.updated_at)})` + probing;
+  } else {
+    const sm = st.summary || {};
+    const extra = sm.suspect ? `, ${sm.suspect} suspect` : "";
+    const head = plan && plan.subset ? "Direct targets" : "Cluster health";
+    const own = st.cluster_health && !(plan && plan.subset) ? "this node's own probes: no cluster summary yet; " : "";
+    $("health").textContent =
+      `${head}: ${sm.reachable ?? 0}/${sm.total ?? 0} reachable${extra}` +
+      (st.probe_time ? `   (${own}${st.probe_time})` : "") + probing;
+  }
   const lines = [];
   for (const f of st.findings || S.matrix?.findings || []) {
     lines.push(typeof f === "string" ? f
