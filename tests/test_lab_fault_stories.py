@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -96,12 +97,13 @@ def story_of(
 
 def test_egress_drop_is_egress_blocked(story: StoryLab) -> None:
     top = story_of(story, ["egress-drop", "node2"], ("egress-blocked",), ["lab1/node2"])
-    assert "its own probes fail to 4 of 4 targets" in top["evidence"]
+    # The finding may come while one path is still suspect: 3 or 4 of the 4.
+    assert re.search(r"its own probes fail to [34] of 4 targets", top["evidence"])
 
 
 def test_ingress_drop_is_ingress_blocked(story: StoryLab) -> None:
     top = story_of(story, ["ingress-drop", "node3"], ("ingress-blocked",), ["lab1/node3"])
-    assert "from 4 of 4 observers" in top["evidence"]
+    assert re.search(r"from [34] of 4 observers", top["evidence"])
 
 
 def test_path_drop_is_one_path(story: StoryLab) -> None:
