@@ -82,6 +82,10 @@ def _cluster_state(doc: dict[str, Any], name: str) -> str | None:
     return None
 
 
+def other(cluster: str) -> str:
+    return "lab2" if cluster == "lab1" else "lab1"
+
+
 def test_two_meshed_clusters(
     tmp_path: Path, etcd_server: EtcdServer, second_etcd_server: LocalEtcd
 ) -> None:
@@ -125,6 +129,26 @@ def test_two_meshed_clusters(
         assert [f"{n['cluster']}/{n['name']}" for n in doc["nodes"]] == ALL
         text = a1.status_cli().stdout
         assert "Clusters:\n  lab1 (local, id 195):   etcd connected, 2 nodes\n" in text
+
+        # Each cluster's verdict from its own aggregator: every agent follows the summary
+        # of its cluster and, through the remote's etcd, of the meshed one.
+        for agent in agents:
+            expected = [(agent.cluster, "summary", 2), (other(agent.cluster), "summary", 2)]
+            doc, _ = wait_for(
+                agent.status_json,
+                lambda doc, expected=expected: (
+                    [(v["cluster"], v["source"], v["reachable"]) for v in doc["cluster_health"]]
+                    == expected
+                ),
+                60,
+                what=f"{agent.cluster}/{agent.name} shows both clusters' summaries",
+            )
+            aggregators = {v["cluster"]: v["aggregator"] for v in doc["cluster_health"]}
+            assert aggregators["lab1"].startswith("lab1/")
+            assert aggregators["lab2"].startswith("lab2/")
+        text = b1.status_cli().stdout
+        assert re.search(r"Cluster health:\s+2/2 reachable .*\(aggregator lab2/n\d", text), text
+        assert re.search(r"Cluster health lab1:\s+2/2 reachable .*\(aggregator lab1/n\d", text)
 
         # The matrix, from either etcd, and through the agent (both clusters' rows).
         wait_for(lambda: _matrix(url_a), lambda d: _all_reachable(d, ALL[:2]), 15,
