@@ -414,3 +414,20 @@ def test_live_view_under_tmux(tmp_path: Path, etcd_server: EtcdServer) -> None:
             print(f"\nn2 shown failing {failed_s:.2f}s after SIGSTOP\n{fault}")
         finally:
             tmux.close()
+
+
+def test_under_subset_probing_the_header_counts_direct_targets() -> None:
+    from meshhealth.model import PlanInfo
+
+    state = WatchState(source="test")
+    message = snapshot(["node1", "node2"])
+    apply_feed_message(state, message, now=T0)
+    assert "Cluster health: " in frame_text(state, now=T0, width=120)
+    plan = PlanInfo(1, 5, 6, full_mesh=False, full_mesh_max_nodes=16, nodes=99)
+    message["status"]["probe_plan"] = {
+        "epoch": plan.epoch, "k": plan.k, "rotation_rounds": 6, "full_mesh": False,
+        "full_mesh_max_nodes": 16, "nodes": 99, "targets": 5, "subset": plan.subset,
+    }  # fmt: skip
+    apply_feed_message(state, message, now=T0)
+    text = frame_text(state, now=T0, width=120)
+    assert "Direct targets: " in text and "Cluster health: " not in text

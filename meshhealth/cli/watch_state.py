@@ -107,6 +107,9 @@ class WatchState:
     # (an agent from before cluster summaries sends none).
     cluster_health: list[ClusterHealthDocument] = field(default_factory=list)
     findings: list[FindingDocument] = field(default_factory=list)
+    # The agent probes a subset of the nodes (the probe plan, from its status snapshot):
+    # `nodes` are its direct targets, not the cluster.
+    subset_plan: bool = False
 
     @property
     def health(self) -> tuple[int, int]:
@@ -202,6 +205,8 @@ def _apply_header(state: WatchState, doc: StatusDocument | RoundMessage) -> None
 
 def _apply_snapshot(state: WatchState, status: StatusDocument) -> list[Change]:
     _apply_header(state, status)
+    plan = status.get("probe_plan")
+    state.subset_plan = bool(plan and plan.get("subset"))
     changes: list[Change] = []
     seen: set[NodeRef] = set()
     for doc in status.get("nodes", []):

@@ -149,7 +149,7 @@ def header(state: WatchState, *, now: float) -> Text:
     else:
         detail = f" ({state.connection_detail})" if state.connection_detail else ""
         text.append(f"disconnected, retrying…{detail}", style="bold red")
-    text.append("\nCluster health: ")
+    text.append("\nDirect targets: " if state.subset_plan else "\nCluster health: ")
     text.append(f"{reachable}/{total} reachable", style="green" if reachable == total else "red")
     text.append("   etcd: ")
     if state.etcd_up is None:
