@@ -162,3 +162,10 @@ def test_starve_names_the_starved_node(story: StoryLab) -> None:
     assert "starve/" not in story.cli("status").stdout
     assert agent_state(story, "lab1/node3") != "T"
     healthy(story)
+
+
+def test_mtu_is_mtu_blackhole(story: StoryLab) -> None:
+    """Packets over 1400 bytes to and from node2 are lost: the agents' big don't-fragment
+    probe (the link MTU, 1500) fails while the small ones pass."""
+    top = story_of(story, ["mtu", "node2", "1400"], ("mtu-blackhole",), ["lab1/node2"])
+    assert "small ICMP passes but big don't-fragment ICMP is lost" in top["evidence"]
