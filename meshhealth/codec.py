@@ -18,6 +18,7 @@ import msgpack
 from meshhealth import defaults, keys
 from meshhealth import wire_fields as wf
 from meshhealth.model import (
+    PATH_VERDICTS,
     REACHABILITY_PROTOCOLS,
     ClusterConfig,
     HealthReport,
@@ -48,6 +49,7 @@ MIN_IDENTITY = 1
 MAX_IDENTITY = 2**32 - 1
 MIN_PORT = 1
 MAX_PORT = 65535
+MAX_HEALTH_SCORE = defaults.LOCAL_HEALTH_MAX_MULTIPLIER - 1
 # The probe plan's settings (HealthReport.plan): caps far above any real use.
 MAX_PLAN_EPOCH = 2**53
 MAX_PLAN_K = MAX_TARGETS
@@ -176,6 +178,9 @@ def _health_to_wire(r: HealthReport) -> dict[str, object]:
         "interval_s": r.interval_s,
         "targets": [_target_to_wire(t) for t in r.targets],
         **({} if r.plan is None else {"plan": _plan_to_wire(r.plan)}),
+        # Optional (local health awareness): only from an agent that is not well.
+        **({} if r.health_score == 0 else {"health_score": r.health_score}),
+        **({} if r.degraded_since is None else {"degraded_since": r.degraded_since}),
     }
 
 
@@ -190,11 +195,18 @@ def _plan_to_wire(p: PlanInfo) -> dict[str, object]:
     }
 
 
+def _path_to_wire(p: PathHealth) -> dict[str, object]:
+    wire: dict[str, object] = {"status": str(p.status), "rtt_s": p.rtt_s, "loss": p.loss}
+    # Optional (suspicion): older readers ignore them and read the status.
+    if p.state is not None:
+        wire["state"] = p.state
+    if p.state_since is not None:
+        wire["state_since"] = p.state_since
+    return wire
+
+
 def _paths_to_wire(paths: Mapping[str, PathHealth]) -> dict[str, object]:
-    return {
-        name: {"status": str(p.status), "rtt_s": p.rtt_s, "loss": p.loss}
-        for name, p in sorted(paths.items())
-    }
+    return {name: _path_to_wire(p) for name, p in sorted(paths.items())}
 
 
 def _target_to_wire(t: TargetHealth) -> dict[str, object]:
@@ -443,6 +455,10 @@ def _health_from_wire(m: Mapping[str, object]) -> HealthReport:
         seen.add((target.cluster, target.node))
         targets.append(target)
     raw_plan = m.get("plan")  # optional: agents older than the probe plan wrote none
+    health_score = 0  # optional: written only by an agent that is not well
+    if m.get("health_score") is not None:
+        health_score = wf.integer(m, "health_score", 0, MAX_HEALTH_SCORE)
+    degraded = m.get("degraded_since")
     return HealthReport(
         node=node,
         cluster=cluster,
@@ -450,6 +466,8 @@ def _health_from_wire(m: Mapping[str, object]) -> HealthReport:
         interval_s=interval_s,
         targets=tuple(targets),
         plan=None if raw_plan is None else _plan_from_wire(raw_plan),
+        health_score=health_score,
+        degraded_since=None if degraded is None else wf.seconds(degraded, "degraded_since"),
     )
 
 
@@ -510,4 +528,16 @@ def _path_health(raw: object, where: str) -> PathHealth:
     loss = wf.number(wf.field(raw, "loss", where), f"{where}.loss")
     if not 0.0 <= loss <= 1.0:
         raise DecodeError(f"field '{where}.loss': must be 0..1, got {loss}")
-    return PathHealth(status=status, rtt_s=rtt_s, loss=loss)
+    # Optional (suspicion). A verdict this version does not know is ignored (the status
+    # decides), so a newer agent's report is still read.
+    state = raw.get("state")
+    if state is not None and not isinstance(state, str):
+        raise DecodeError(f"field '{where}.state': must be a string, got {wf.type_name(state)}")
+    since = raw.get("state_since")
+    return PathHealth(
+        status=status,
+        rtt_s=rtt_s,
+        loss=loss,
+        state=state if state in PATH_VERDICTS else None,
+        state_since=None if since is None else wf.seconds(since, f"{where}.state_since"),
+    )

@@ -243,6 +243,10 @@ class PathHealth:
     status: ProbeStatus
     rtt_s: float | None
     loss: float  # over the stats window, 0.0 .. 1.0
+    # The agent's suspicion verdict (PATH_VERDICTS) and since when (unix seconds); None:
+    # not published (an OK path, or an older agent: its status alone decides).
+    state: str | None = None
+    state_since: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +269,14 @@ class HealthReport:
     interval_s: float
     targets: tuple[TargetHealth, ...]
     plan: PlanInfo | None = None  # None: written by an agent older than the probe plan
+    # Local health awareness (diagnosis/local_health.py): the agent's own score (0: well)
+    # and, while it is degraded, since when (unix seconds; readers discount its failures).
+    health_score: int = 0
+    degraded_since: float | None = None
+
+
+# A path's suspicion verdict as published (meshhealth.diagnosis.suspicion.PathVerdict).
+PATH_VERDICTS: tuple[str, ...] = ("ok", "suspect", "unreachable")
 
 
 def path_name(target_type: TargetType, protocol: Protocol) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 
 from meshhealth.model import HealthReport, PathHealth, PlanInfo, ProbeStatus, TargetHealth
 
@@ -114,6 +115,28 @@ def subset() -> list[HealthReport]:
     return reports
 
 
+def suspect_and_degraded() -> list[HealthReport]:
+    """node1 lost one ICMP probe to node3 (its verdict: suspect); node2, degraded since
+    30 s (its event loop lags), fails everyone's HTTP (its own slowness)."""
+    lost = dict(paths())
+    lost["node/icmp"] = PathHealth(TIMEOUT, None, 0.1, state="suspect", state_since=NOW - 3)
+    slow = paths((OK, TIMEOUT, OK, TIMEOUT))
+    slow = {
+        name: PathHealth(p.status, p.rtt_s, p.loss, "unreachable", NOW - 20)
+        if p.status is TIMEOUT
+        else p
+        for name, p in slow.items()
+    }
+    degraded = report("lab1/node2", {"lab1/node1": slow, "lab1/node2": paths(), "lab1/node3": slow})
+    degraded = replace(degraded, health_score=3, degraded_since=NOW - 30)
+    return [
+        report("lab1/node1", {"lab1/node1": paths(), "lab1/node2": paths(), "lab1/node3": lost}),
+        degraded,
+        report("lab1/node3", {"lab1/node1": paths(), "lab1/node2": paths(),
+                              "lab1/node3": paths()}),
+    ]  # fmt: skip
+
+
 # name -> reports; tests/golden/matrix_NAME.txt is the text of each
 STORIES: dict[str, Callable[[], list[HealthReport]]] = {
     "healthy": healthy,
@@ -122,4 +145,5 @@ STORIES: dict[str, Callable[[], list[HealthReport]]] = {
     "stale": stale_and_missing,
     "meshed": meshed,
     "subset": subset,
+    "suspect_and_degraded": suspect_and_degraded,
 }

@@ -39,7 +39,9 @@ def test_matrix_text_matches_golden(story: str) -> None:
     check_golden(f"matrix_{story}.txt", text)
     # A fault story shows its findings after the summary lines; a healthy one none.
     assert text.count("\nFinding:   ") == len(findings)
-    assert bool(findings) == (story in ("endpoint_forward_drop", "node_unreachable", "subset"))
+    assert bool(findings) == (
+        story in ("endpoint_forward_drop", "node_unreachable", "subset", "suspect_and_degraded")
+    )
 
 
 def test_reference_lines() -> None:

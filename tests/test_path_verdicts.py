@@ -244,3 +244,28 @@ def test_the_record_shows_each_paths_verdict_in_the_status_nodes() -> None:
     assert n2["host"]["primary_address"]["icmp"]["state"] == "unreachable"
     assert n2["host"]["primary_address"]["icmp"]["state_since"] == "1970-01-01T00:16:51Z"
     assert after.summary["unreachable"] == 1
+
+
+def test_other_observers_in_the_summary_confirm_a_suspect_path() -> None:
+    """The cluster summary's count of observers failing a target (this one included)
+    confirms: 3 of them (2 others) in 4 nodes bring the time to the floor."""
+    failing = {("c", "n2"): 0}
+    verdicts = tracker()
+    verdicts.failing_observers = lambda cluster, node: failing.get((cluster, node), 0)
+    verdicts.observe(PATH, ok=False, now=0.0)
+    verdicts.observe(PATH, ok=False, now=10.0)
+    assert verdicts.confirm_from_observers(now=10.0) == []
+    failing[("c", "n2")] = 1  # only us: no confirmation
+    assert verdicts.confirm_from_observers(now=11.0) == []
+    state = verdicts.get(PATH)
+    assert state is not None and state.confirmers == frozenset()
+    failing[("c", "n2")] = 3
+    assert verdicts.confirm_from_observers(now=11.0) == [PATH]
+    assert verdicts.counts()[V.UNREACHABLE] == 1
+
+
+def test_a_new_failure_reads_the_observers_at_once() -> None:
+    verdicts = tracker()
+    verdicts.failing_observers = lambda cluster, node: 3
+    verdicts.observe(PATH, ok=False, now=0.0)
+    assert verdicts.observe(PATH, ok=False, now=5.0).verdict is V.UNREACHABLE  # the floor

@@ -8,14 +8,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from meshhealth.agent.agent_metrics import agent_metrics
+from meshhealth.agent.membership.publisher import WELL, LocalHealthMark
 from meshhealth.agent.probe_results import ProbeResults
 from meshhealth.agent.round_sink import RoundSink
 from meshhealth.agent.serving.feed_server import FeedClient, FeedHub
 from meshhealth.documents.status import (
+    NO_VERDICTS,
     EtcdState,
     LocalNode,
     RoundState,
     StatusInputs,
+    Verdicts,
     build_status_document,
 )
 from meshhealth.documents.status_schema import StatusDocument
@@ -50,8 +53,17 @@ class Rig:
         self.published: list[tuple[RoundReport, Mapping[PathKey, PathSummary]]] = []
         self.sink = RoundSink(self.results, metrics, self, self.hub)
 
-    def note_round(self, report: RoundReport, summaries: Mapping[PathKey, PathSummary]) -> None:
+    def note_round(
+        self,
+        report: RoundReport,
+        summaries: Mapping[PathKey, PathSummary],
+        verdicts: Verdicts = NO_VERDICTS,
+        local: LocalHealthMark = WELL,
+    ) -> None:
         self.published.append((report, summaries))
+
+    def note_verdicts(self, verdicts: Verdicts) -> None:
+        pass
 
     def status(self) -> StatusDocument:
         self.status_calls += 1

@@ -259,10 +259,15 @@ def build_components(
     summaries = SummaryFollower(
         members.etcd_sources, invalid_metric=metrics.invalid_values_of("summary")
     )
-    summaries.on_change = lambda: metrics.sync_summaries(summaries.summaries())
+    verdicts.failing_observers = summaries.failing_observers
+
+    def summaries_changed() -> None:
+        metrics.sync_summaries(summaries.summaries())
+        verdicts.confirm_from_observers()
+
+    summaries.on_change = summaries_changed
     metrics.aggregating.labels().read_from(lambda: 1.0 if election.leading else 0.0)
 
-    results = ProbeResults(local, window=config.stats_window)
     feed = FeedHub(results)
     history = PathHistory()
     sink = RoundSink(results, metrics, publisher, feed, history)

@@ -47,7 +47,11 @@ from meshhealth.diagnosis.suspicion import (
 )
 from meshhealth.model import PathKey, Target
 
+V_SUSPECT = PathVerdict.SUSPECT
 OnChange = Callable[[Sequence[PathKey]], None]
+# How many observers (this one included) fail to reach cluster/node now, as the
+# cluster's summary says (meshhealth.agent.cluster_view.follower).
+FailingObservers = Callable[[str, str], int]
 
 
 def source_id(cluster: str, node: str) -> str:
@@ -76,6 +80,7 @@ class PathVerdicts:
         self._wake = trio.Event()
         self._timer_due: float | None = None  # when the timer task wakes up next
         self.changes = 0  # verdict changes since start
+        self.failing_observers: FailingObservers | None = None
 
     # --- reading -------------------------------------------------------------------
 
@@ -134,6 +139,7 @@ class PathVerdicts:
             ok=ok,
             now=now,
             params=self._params,
+            confirmers=() if ok else self._observer_ids(path.cluster, path.node),
             possible_confirmers=self.possible_confirmers,
         )
         self._store({path: after}, {path: before}, notify=False)
@@ -170,6 +176,26 @@ class PathVerdicts:
             for p, state in before.items()
         }
         return self._store(after, before)
+
+    def confirm_from_observers(self, now: float | None = None) -> list[PathKey]:
+        """The cluster's summary changed: each suspect path counts the other observers
+        that fail its target now as confirmations (returns the paths that changed)."""
+        changed: list[PathKey] = []
+        targets = {(p.cluster, p.node) for p, s in self._states.items() if s.verdict is V_SUSPECT}
+        for cluster, node in sorted(targets):
+            for source in self._observer_ids(cluster, node):
+                changed += self.confirm(cluster, node, source, now=now)
+        return changed
+
+    def _observer_ids(self, cluster: str, node: str) -> tuple[str, ...]:
+        """Other observers failing cluster/node, as confirmers. The summary gives a count,
+        not names: they are `observers:1` .. `observers:n`, each counted once per
+        failing run. This agent's own failure may be in the count: one is taken off
+        (fewer confirmations, never a false one)."""
+        if self.failing_observers is None:
+            return ()
+        others = self.failing_observers(cluster, node) - 1
+        return tuple(f"observers:{i}" for i in range(1, others + 1))
 
     def finish_round(self, targets: Sequence[Target]) -> list[PathKey]:
         """After a round: the cluster size is the probe set's; paths of nodes that left

@@ -23,8 +23,10 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from meshhealth.agent.agent_metrics import AgentMetrics
+from meshhealth.agent.membership.publisher import LocalHealthMark
 from meshhealth.agent.path_history import PathHistory
 from meshhealth.agent.probe_results import ProbeResults
+from meshhealth.documents.status import Verdicts
 from meshhealth.model import PathKey, PathReport, PathSummary, ProbeResult, RoundReport
 
 log = logging.getLogger("meshhealth.agent")
@@ -33,8 +35,17 @@ log = logging.getLogger("meshhealth.agent")
 class RoundPublisher(Protocol):
     """What the sink needs of the publisher (meshhealth.agent.membership.publisher)."""
 
-    def note_round(self, report: RoundReport, summaries: Mapping[PathKey, PathSummary]) -> None:
+    def note_round(
+        self,
+        report: RoundReport,
+        summaries: Mapping[PathKey, PathSummary],
+        verdicts: Verdicts = ...,
+        local: LocalHealthMark = ...,
+    ) -> None:
         """Remember the round; the publisher's task writes when its policy says so."""
+
+    def note_verdicts(self, verdicts: Verdicts) -> None:
+        """Paths' verdicts changed between rounds."""
 
 
 class RoundFeed(Protocol):
@@ -89,7 +100,7 @@ class RoundSink:
         summaries = self.results.summaries
         self.metrics.observe_round(report)
         self.metrics.sync_connectivity(report.targets, summaries, self.results.verdict_states())
-        self.publisher.note_round(report, summaries)
+        self.publisher.note_round(report, summaries, self.results.verdict_states())
         if self.indirect is not None:
             self.indirect.note_round(report)
         if self.history is not None:
@@ -113,6 +124,6 @@ class RoundSink:
             return
         log.info("%d paths changed verdict between rounds", len(changed))
         self.results.status_nodes(report.targets)
-        self.metrics.sync_connectivity(
-            report.targets, self.results.summaries, self.results.verdict_states()
-        )
+        verdicts = self.results.verdict_states()
+        self.metrics.sync_connectivity(report.targets, self.results.summaries, verdicts)
+        self.publisher.note_verdicts(verdicts)

@@ -1,14 +1,17 @@
 """Text (and JSON) of the health matrix (pure): `meshhealth matrix`, `status --matrix`.
 
     Health matrix at 2026-11-22T10:00:00Z: each row is what its source node sees
-    Cell: host ICMP, host HTTP, endpoint ICMP, endpoint HTTP (✓ OK, ✗ failed, ? not probed,
-    - no such path, ~ stale report), then the host ICMP RTT
+    Cell: host ICMP, host HTTP, endpoint ICMP, endpoint HTTP (✓ OK, ✗ failed, ◐ suspect,
+          ? not probed, - no such path, ~ stale report), then the host ICMP RTT
 
                                lab1                        lab2
     source       report        node1         node2         node1
     lab1/node1   2s ago        ✓✓✓✓ 412µs    ✓✓✓✓ 520µs    ✓✓✓✓ 1.1ms
     lab1/node2   3s ago        ✓✓✓✓ 380µs    ✓✓✓✓ 41µs     ✓✓✗✗ 1.3ms
     Reachable:   5/6 cells   (0 stale, 0 unknown)
+
+A suspect path (failing, not for long enough: the source agent's verdict) is `◐`; a
+source whose agent says it is degraded reads `DEGRADED` after its report's age.
 
 Input: the document of meshhealth.documents.matrix.matrix_document (docs/clustermesh.md), so the
 text is a function of the document alone ("ago" is relative to `generated_at`), and
@@ -31,11 +34,11 @@ from meshhealth.documents.matrix import (
 )
 from meshhealth.timefmt import format_age, format_duration
 
-OK, FAILED, UNKNOWN, NO_PATH, STALE, UNASSIGNED = "✓", "✗", "?", "-", "~", "·"
+OK, FAILED, SUSPECT, UNKNOWN, NO_PATH, STALE, UNASSIGNED = "✓", "✗", "◐", "?", "-", "~", "·"
 LEGEND = (
     f"Cell: host ICMP, host HTTP, endpoint ICMP, endpoint HTTP ({OK} OK, {FAILED} failed, "
-    f"{UNKNOWN} not probed,\n      {NO_PATH} no such path, {STALE} stale report), "
-    "then the host ICMP RTT"
+    f"{SUSPECT} suspect,\n      {UNKNOWN} not probed, {NO_PATH} no such path, {STALE} stale "
+    "report), then the host ICMP RTT"
 )
 # Added when some source probes a subset (the probe plan): its other cells are unassigned.
 LEGEND_UNASSIGNED = (
@@ -64,6 +67,8 @@ def path_marks(cell: MatrixCellDocument) -> str:
             marks.append(OK)
         elif path["status"] == "unknown":
             marks.append(UNKNOWN)
+        elif path.get("state") == "suspect":
+            marks.append(SUSPECT)  # failing, not for long enough to say unreachable
         else:
             marks.append(FAILED)
     return "".join(marks)
@@ -89,7 +94,9 @@ def report_text(row: MatrixRowDocument) -> str:
     if row["probe_time"] is None or row["age_s"] is None:
         return "no report"
     age = f"{format_age(row['age_s'])} ago"
-    return f"{age} STALE" if row["stale"] else age
+    if row["stale"]:
+        return f"{age} STALE"
+    return f"{age} DEGRADED" if row.get("degraded_since") else age
 
 
 def _pad(text: str, width: int) -> str:
@@ -136,16 +143,18 @@ def format_matrix_text(doc: MatrixDocument, findings: Sequence[FindingJSON] = ()
             lines.append(
                 (_pad(source, source_w) + GAP + _pad(report, report_w) + GAP + cells).rstrip()
             )
+    suspect = summary.get("suspect", 0)
+    suspects = f"{suspect} suspect, " if suspect else ""
     if unassigned:
         lines.append(
             f"Reachable:   {summary['reachable']}/{summary['cells'] - unassigned} assigned cells   "
-            f"({summary['unreachable']} unreachable, {summary['stale']} stale, "
+            f"({summary['unreachable']} unreachable, {suspects}{summary['stale']} stale, "
             f"{summary['unknown']} unknown; {unassigned} not assigned this epoch)"
         )
     else:
         lines.append(
             f"Reachable:   {summary['reachable']}/{summary['cells']} cells   "
-            f"({summary['unreachable']} unreachable, {summary['stale']} stale, "
+            f"({summary['unreachable']} unreachable, {suspects}{summary['stale']} stale, "
             f"{summary['unknown']} unknown)"
         )
     lines += summary["lines"]

@@ -282,7 +282,8 @@ def apply_feed_message(
 
 def aggregate_paths(reports: Iterable[HealthReport]) -> dict[NodeRef, dict[str, PathView]]:
     """Per target node and path, what all sources see: OK when every source sees OK;
-    otherwise the most common failure, with how many sources see it; the median RTT of
+    otherwise the most common failure, with how many sources see it (suspect when every
+    failing source's verdict is suspect); the median RTT of
     the OK sources; the mean loss; the newest probe time."""
     seen: dict[NodeRef, dict[str, list[tuple[float, Any]]]] = {}
     for report in reports:
@@ -301,9 +302,16 @@ def aggregate_paths(reports: Iterable[HealthReport]) -> dict[NodeRef, dict[str, 
             statuses = [h.status for _, h in observations]
             failing = [s for s in statuses if s is not ProbeStatus.OK]
             rtts = [h.rtt_s for _, h in observations if h.status is ProbeStatus.OK and h.rtt_s]
+            path_state: Reachability | None = None
             if failing:
                 worst = Counter(failing).most_common(1)[0][0]
                 status, text = worst.value, f"{STATUS_TEXT[worst]} ({len(failing)}/{len(statuses)})"
+                # suspect only while every failing source says so (their verdicts)
+                path_state = combined_reachability(
+                    status_reachability(h.status, h.state)
+                    for _, h in observations
+                    if h.status is not ProbeStatus.OK
+                )
             else:
                 status, text = ProbeStatus.OK.value, STATUS_TEXT[ProbeStatus.OK]
             views[ref][name] = PathView(
@@ -312,6 +320,7 @@ def aggregate_paths(reports: Iterable[HealthReport]) -> dict[NodeRef, dict[str, 
                 rtt_s=statistics.median(rtts) if rtts else None,
                 loss=sum(h.loss for _, h in observations) / len(observations),
                 last_probed=max(t for t, _ in observations),
+                state=path_state,
             )
     return views
 

@@ -3,20 +3,22 @@
     view = matrix_view(build_matrix(reports, now=now))
     findings = diagnose(view)
 
-- each row with a report is an `Observer` (reports carry no local health yet, so none
-  is degraded);
-- each reported path of a cell becomes a `PathObservation`: `ok` for an OK status,
-  `unreachable` for any failure status (timeout, refused, no route, HTTP error, ...),
-  and a path not probed yet (`unknown`) is left out (unassigned), as the matrix's own
-  reachability rule does;
+- each row with a report is an `Observer`, degraded since the time its report says
+  (`degraded_since`: the agent's own local health, docs/diagnosis.md);
+- each reported path of a cell becomes a `PathObservation`: `ok` for an OK status; for
+  a failure status (timeout, refused, no route, HTTP error, ...) the source agent's
+  published verdict, `suspect` or `unreachable` (a report of an older agent, without
+  verdicts: `unreachable`); a path not probed yet (`unknown`) is left out
+  (unassigned), as the matrix's own reachability rule does;
 - a stale row's paths are all `stale`: its agent is not publishing, so its old results
   are not evidence either way;
 - a row without a report (a node known but silent), a target a row does not report on
   and an `unassigned` cell (subset probing: not the row's target this epoch) give no
   cell: the node is still known to diagnosis (`nodes`).
 
-Reports carry no transition times: `since` is the time of the report (`probe_time`)
-the observation comes from, i.e. "seen so as of then".
+`since` is the time the path entered its state when the report says it (a failing
+path's `state_since`), else the time of the report (`probe_time`) the observation comes
+from, i.e. "seen so as of then".
 """
 
 from __future__ import annotations
@@ -45,14 +47,16 @@ PATH_KINDS: Mapping[str, PathKind] = {
 }
 
 
-def path_state(status: ProbeStatus, *, stale: bool) -> PathState | None:
-    """The diagnosis state of one reported path; None when it is not evidence of
-    anything (not probed yet)."""
+def path_state(status: ProbeStatus, *, stale: bool, verdict: str | None = None) -> PathState | None:
+    """The diagnosis state of one reported path (its status and the source's verdict);
+    None when it is not evidence of anything (not probed yet)."""
     if status is ProbeStatus.UNKNOWN:
         return None
     if stale:
         return PathState.STALE
-    return PathState.OK if status is ProbeStatus.OK else PathState.UNREACHABLE
+    if status is ProbeStatus.OK:
+        return PathState.OK
+    return PathState.SUSPECT if verdict == "suspect" else PathState.UNREACHABLE
 
 
 def _observations(
@@ -61,9 +65,10 @@ def _observations(
     out = {}
     for name, health in paths.items():
         kind = PATH_KINDS.get(name)
-        state = path_state(health.status, stale=stale)
+        state = path_state(health.status, stale=stale, verdict=health.state)
         if kind is not None and state is not None:
-            out[kind] = PathObservation(state, since)
+            entered = health.state_since if health.state_since is not None else since
+            out[kind] = PathObservation(state, since if stale else entered)
     return out
 
 
@@ -84,7 +89,9 @@ def matrix_view(matrix: Matrix) -> MatrixView:
     return MatrixView.of(
         cells=[cell for row in matrix.rows for cell in _cells(row)],
         observers=[
-            Observer(NodeId(*row.source)) for row in matrix.rows if row.probe_time is not None
+            Observer(NodeId(*row.source), degraded_since=row.degraded_since)
+            for row in matrix.rows
+            if row.probe_time is not None
         ],
         nodes=[NodeId(*ref) for ref in matrix.columns],
     )

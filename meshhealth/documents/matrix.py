@@ -105,6 +105,8 @@ class Row:
     stale: bool
     cells: tuple[Cell, ...]  # one per column, in column order
     plan: PlanInfo | None = None  # the probe plan of the report's round (None: none said)
+    health_score: int = 0  # the source agent's local health score (0: well)
+    degraded_since: float | None = None  # the source says it is degraded since then
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,10 +129,15 @@ class Matrix:
 def cell_state(
     paths: Mapping[str, PathHealth], secondary_paths: Mapping[str, PathHealth] | None = None
 ) -> CellState:
-    """reachable / unreachable / unknown from a target's reported paths, both address
-    families of a dual-stack target together (meshhealth.documents.reachability)."""
-    every = [*paths.items(), *(secondary_paths or {}).items()]
-    return statuses_reachability(path.status for name, path in every if name in _REACHABILITY_PATHS)
+    """reachable / suspect / unreachable / unknown from a target's reported paths (their
+    status and the source's verdict), both address families of a dual-stack target
+    together (meshhealth.documents.reachability)."""
+    every = [
+        path
+        for name, path in [*paths.items(), *(secondary_paths or {}).items()]
+        if name in _REACHABILITY_PATHS
+    ]
+    return statuses_reachability((p.status for p in every), [p.state for p in every])
 
 
 def stale_after_s(interval_s: float) -> float:
@@ -214,7 +221,17 @@ def _row(
             state = cell_state(paths, secondary)
         cells.append(Cell(target, state, dict(paths), dict(secondary)))
     age = max(0.0, now - report.probe_time)
-    return Row(source, report.probe_time, report.interval_s, age, stale, tuple(cells), report.plan)
+    return Row(
+        source,
+        report.probe_time,
+        report.interval_s,
+        age,
+        stale,
+        tuple(cells),
+        report.plan,
+        health_score=report.health_score,
+        degraded_since=report.degraded_since,
+    )
 
 
 def summary_lines(rows: Sequence[Row], columns: Sequence[NodeRef]) -> list[str]:
@@ -285,6 +302,8 @@ class MatrixPathDocument(TypedDict):
     status: str  # a ProbeStatus value
     rtt_s: float | None
     loss: float
+    state: NotRequired[str]  # the source's verdict on a failing path: suspect, unreachable
+    state_since: NotRequired[str]  # since when (RFC 3339)
 
 
 class MatrixCellDocument(TypedDict):
@@ -317,6 +336,8 @@ class MatrixRowDocument(TypedDict):
     stale: bool
     plan: MatrixPlanDocument | None  # None: no report, or a report without a plan
     cells: list[MatrixCellDocument]  # one per entry of `nodes`, in that order
+    health_score: NotRequired[int]  # only when the source is not well (> 0)
+    degraded_since: NotRequired[str]  # only while the source says it is degraded
 
 
 class MatrixNodeDocument(TypedDict):
@@ -336,6 +357,7 @@ class MatrixSummaryDocument(TypedDict):
     cells: int
     reachable: int
     unreachable: int
+    suspect: int  # neither reachable nor unreachable yet
     stale: int
     unassigned: int
     unknown: int
@@ -354,7 +376,33 @@ class MatrixDocument(TypedDict):
 
 
 def _path_json(path: PathHealth) -> MatrixPathDocument:
-    return {"status": path.status.value, "rtt_s": path.rtt_s, "loss": path.loss}
+    doc: MatrixPathDocument = {"status": path.status.value, "rtt_s": path.rtt_s, "loss": path.loss}
+    if path.state is not None:
+        doc["state"] = path.state
+    since = iso_time(path.state_since)
+    if since is not None:
+        doc["state_since"] = since
+    return doc
+
+
+def _row_json(row: Row) -> MatrixRowDocument:
+    doc: MatrixRowDocument = {
+        "cluster": row.source[0],
+        "name": row.source[1],
+        "probe_time": iso_time(row.probe_time),
+        "interval_s": row.interval_s,
+        "age_s": None if row.age_s is None else round(row.age_s, 3),
+        "stale_after_s": None if row.interval_s is None else stale_after_s(row.interval_s),
+        "stale": row.stale,
+        "plan": _plan_json(row.plan),
+        "cells": [_cell_json(cell) for cell in row.cells],
+    }
+    if row.health_score:
+        doc["health_score"] = row.health_score
+    degraded_since = iso_time(row.degraded_since)
+    if degraded_since is not None:
+        doc["degraded_since"] = degraded_since
+    return doc
 
 
 def _paths_json(paths: Mapping[str, PathHealth]) -> dict[str, MatrixPathDocument]:
@@ -402,26 +450,14 @@ def matrix_document(matrix: Matrix) -> MatrixDocument:
         "unavailable_clusters": [
             {"cluster": name, "error": error} for name, error in sorted(matrix.unavailable.items())
         ],
-        "rows": [
-            {
-                "cluster": row.source[0],
-                "name": row.source[1],
-                "probe_time": iso_time(row.probe_time),
-                "interval_s": row.interval_s,
-                "age_s": None if row.age_s is None else round(row.age_s, 3),
-                "stale_after_s": None if row.interval_s is None else stale_after_s(row.interval_s),
-                "stale": row.stale,
-                "plan": _plan_json(row.plan),
-                "cells": [_cell_json(cell) for cell in row.cells],
-            }
-            for row in matrix.rows
-        ],
+        "rows": [_row_json(row) for row in matrix.rows],
         "summary": {
             "sources": sum(1 for row in matrix.rows if row.probe_time is not None),
             "stale_sources": sum(1 for row in matrix.rows if row.stale),
             "cells": sum(counts.values()),
             "reachable": counts["reachable"],
             "unreachable": counts["unreachable"],
+            "suspect": counts["suspect"],
             "stale": counts["stale"],
             "unassigned": counts["unassigned"],
             "unknown": counts["unknown"],

@@ -37,6 +37,7 @@ import trio
 
 from meshhealth import codec, defaults, keys
 from meshhealth.agent.agent_metrics import WriteCounters
+from meshhealth.documents.status import NO_VERDICTS, Verdicts
 from meshhealth.kvstore import Backoff, Etcd, EtcdError
 from meshhealth.model import (
     SECONDARY_SUFFIX,
@@ -53,6 +54,17 @@ from meshhealth.model import Protocol as ProbeProtocol
 
 log = logging.getLogger(__name__)
 
+
+@dataclass(frozen=True, slots=True)
+class LocalHealthMark:
+    """This agent's local health as its report carries it (diagnosis/local_health.py)."""
+
+    score: int = 0  # 0: well
+    degraded_since: float | None = None  # unix seconds; None: not degraded
+
+
+WELL = LocalHealthMark()
+
 # What a write must follow, as `change_signature` extracts it from a report.
 ChangeSignature = dict[tuple[str, ...], object]
 
@@ -67,9 +79,13 @@ def health_report(
     cluster: str,
     node: str,
     interval_s: float,
+    verdicts: Verdicts = NO_VERDICTS,
+    local: LocalHealthMark = WELL,
 ) -> HealthReport:
     """What this node sees after `report`: per target of the round, every probed path's
-    newest status and RTT and its loss over the stats window."""
+    newest status and RTT and its loss over the stats window; a failing path's
+    suspicion verdict (suspect or unreachable) and since when; this agent's local
+    health score and, while degraded, since when."""
     targets: list[TargetHealth] = []
     for target in sorted(report.targets):
         paths: tuple[dict[str, PathHealth], dict[str, PathHealth]] = ({}, {})
@@ -82,8 +98,14 @@ def health_report(
                     summary = summaries.get(key)
                     if summary is None or summary.last is None:
                         continue
+                    # an OK path's verdict is ok: nothing to add
+                    verdict = None if summary.last.ok else verdicts.get(key)
                     found[path_name(target_type, protocol)] = PathHealth(
-                        status=summary.last.status, rtt_s=summary.rtt_last_s, loss=summary.loss
+                        status=summary.last.status,
+                        rtt_s=summary.rtt_last_s,
+                        loss=summary.loss,
+                        state=None if verdict is None else str(verdict.verdict),
+                        state_since=None if verdict is None else verdict.since,
                     )
         targets.append(
             TargetHealth(
@@ -97,6 +119,8 @@ def health_report(
         interval_s=interval_s,
         targets=tuple(targets),
         plan=report.plan,
+        health_score=local.score,
+        degraded_since=local.degraded_since,
     )
 
 
@@ -109,11 +133,17 @@ def change_signature(report: HealthReport) -> ChangeSignature:
     flag) goes here; what moves every round (rtt_s, loss, probe_time) must not, or
     every round would write."""
     signature: ChangeSignature = {}
+    if report.degraded_since is not None:
+        signature[("degraded",)] = True
     for target in report.targets:
         for name, path in target.paths.items():
-            signature[(target.cluster, target.node, name)] = path.status
+            signature[(target.cluster, target.node, name)] = (
+                path.status if path.state is None else (path.status, path.state)
+            )
         for name, path in target.secondary_paths.items():
-            signature[(target.cluster, target.node, name + SECONDARY_SUFFIX)] = path.status
+            signature[(target.cluster, target.node, name + SECONDARY_SUFFIX)] = (
+                path.status if path.state is None else (path.status, path.state)
+            )
     return signature
 
 
@@ -251,6 +281,8 @@ class Publisher:
         self.policy = PublishPolicy(interval_s, refresh_s=refresh_s, debounce_s=debounce_s)
         self.metrics = metrics if metrics is not None else WriteCounters()
         self._report: HealthReport | None = None
+        self._round: tuple[RoundReport, Mapping[PathKey, PathSummary], LocalHealthMark] | None
+        self._round = None
         self._wake = trio.Event()
         self.writes = 0
         self.write_bytes = 0
@@ -259,10 +291,33 @@ class Publisher:
         self.settled = 0
         self.last_written: HealthReport | None = None
 
-    def note_round(self, report: RoundReport, summaries: Mapping[PathKey, PathSummary]) -> None:
+    def note_round(
+        self,
+        report: RoundReport,
+        summaries: Mapping[PathKey, PathSummary],
+        verdicts: Verdicts = NO_VERDICTS,
+        local: LocalHealthMark = WELL,
+    ) -> None:
         """After each round (trio thread): remember the results, wake the writer."""
+        self._round = (report, summaries, local)
+        self._note(verdicts)
+
+    def note_verdicts(self, verdicts: Verdicts) -> None:
+        """Paths' verdicts changed between rounds: the last round's report with them."""
+        if self._round is not None:
+            self._note(verdicts)
+
+    def _note(self, verdicts: Verdicts) -> None:
+        assert self._round is not None
+        report, summaries, local = self._round
         health = health_report(
-            report, summaries, cluster=self.cluster, node=self.node, interval_s=self.interval_s
+            report,
+            summaries,
+            cluster=self.cluster,
+            node=self.node,
+            interval_s=self.interval_s,
+            verdicts=verdicts,
+            local=local,
         )
         self._report = health
         self.policy.note_report(change_signature(health), health.probe_time, trio.current_time())
