@@ -50,8 +50,9 @@ def test_series_of_a_target_that_left_are_removed(tmp_path: Path, etcd_server: E
         # Every target has its status series and, once probed OK, its latency histogram.
         wait_for(lambda: targets_with_series(n1), lambda t: t == {"n1", "n2", "n3"}, 30,
                  what="n1's series of its three targets")  # fmt: skip
-        wait_for(lambda: probe_paths(n1), lambda p: p.get("reachable") == 12, 30,
-                 what="n1's 12 paths reachable")  # fmt: skip
+        # 5 paths a target: 4, and the don't-fragment MTU probe's (on by default)
+        wait_for(lambda: probe_paths(n1), lambda p: p.get("reachable") == 15, 30,
+                 what="n1's 15 paths reachable")  # fmt: skip
         assert set(probe_paths(n1)) == {"reachable", "unreachable", "unknown"}
 
         # n3 leaves (its lease is revoked): n1 stops probing it and drops its series,
@@ -62,7 +63,7 @@ def test_series_of_a_target_that_left_are_removed(tmp_path: Path, etcd_server: E
         text = n1.metrics_text()
         assert 'target_node="n3"' not in text
         paths = probe_paths(n1)
-        assert sum(paths.values()) == 8 and paths["reachable"] == 8  # 2 targets x 4 paths
+        assert sum(paths.values()) == 10 and paths["reachable"] == 10  # 2 targets x 5 paths
         assert re.search(r"^meshhealth_probe_targets 2$", text, re.MULTILINE)
         # n2 is still there, with both families
         names = {name for name, labels, _ in series(text) if labels.get("target_node") == "n2"}
