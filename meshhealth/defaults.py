@@ -18,6 +18,9 @@ from typing import Final
 PROBE_INTERVAL_S: Final = 10.0
 # One timeout per dead target per round, not per node: a dead node costs 1 s, never 30.
 PROBE_TIMEOUT_S: Final = 1.0
+# An unwell agent stretches its probe timeout (local health), never past this share of
+# the interval: the round must still fit in it.
+PROBE_TIMEOUT_MAX_FRACTION: Final = 0.5
 # Bounds sockets and memory whatever the cluster size.
 MAX_PROBES_IN_FLIGHT: Final = 1024
 # Starts of a round are spread (with jitter) over this fraction of the interval, so a

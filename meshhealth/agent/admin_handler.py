@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from meshhealth.agent.cluster_view.follower import SummaryFollower
+from meshhealth.agent.local_health_monitor import LocalHealthMonitor
 from meshhealth.agent.membership.clustermesh import ClusterMesh
 from meshhealth.agent.membership.mesh_status import cluster_states
 from meshhealth.agent.membership.probe_targets import ProbeTargets
@@ -85,6 +86,7 @@ class AgentAdminHandler:
         self.mesh = mesh
         self._invalid_health = invalid_health  # health entries `matrix` skipped
         self.summaries = summaries
+        self.local_health: LocalHealthMonitor | None = None  # the agent's own health
 
     def healthz(self) -> HealthzDocument:
         doc = build_healthz_document(
@@ -119,6 +121,11 @@ class AgentAdminHandler:
             now=now,
             clusters=cluster_states(self.mesh),
             verdicts=self.results.verdict_states(),
+            local_health=(
+                None
+                if self.local_health is None or self.loop.last_report is None
+                else self.local_health.document()
+            ),
             cluster_summaries=self.summaries.summaries() if self.summaries else {},
             verdict_clusters=self.summaries.clusters() if self.summaries else (),
             plan=plan,

@@ -112,6 +112,7 @@ class AgentMetrics:
     unreachable_nodes: Gauge
     unreachable_health_endpoints: Gauge
     suspect_nodes: Gauge
+    local_health_score: Gauge
     probe_targets: Gauge
     probe_paths: Gauge  # {status}: this agent's paths by status, O(1) series
     rounds: Counter
@@ -321,6 +322,11 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
         unreachable_nodes=registry.gauge(
             "meshhealth_unreachable_nodes",
             "Nodes whose NodeIP is unreachable on ICMP or HTTP (suspicion over).",
+        ),
+        local_health_score=registry.gauge(
+            "meshhealth_local_health_score",
+            "This agent's own health score: 0 well .. 7; from 2 it is degraded and "
+            "stretches its timeouts (event-loop lag, most targets failing, etcd down).",
         ),
         suspect_nodes=registry.gauge(
             "meshhealth_suspect_nodes",

@@ -47,6 +47,7 @@ from meshhealth.agent.health_endpoint.supervisor import HealthEndpoint, endpoint
 from meshhealth.agent.indirect_policy import IndirectCheck, check_notes
 from meshhealth.agent.indirect_probes import IndirectProbes, confirm_suspicion, make_asker
 from meshhealth.agent.indirect_server import IndirectServer
+from meshhealth.agent.local_health_monitor import LocalHealthMonitor
 from meshhealth.agent.membership.clustermesh import ClusterMesh, RemoteSpec, default_cluster_id
 from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.agent.membership.peer_nodes import PeerNodes
@@ -64,7 +65,7 @@ from meshhealth.agent.serving.feed_server import FeedHub
 from meshhealth.documents.status import LocalNode
 from meshhealth.kvstore import Etcd
 from meshhealth.metrics import Registry
-from meshhealth.model import ClusterConfig, Node, PathKey, PathReport, Target
+from meshhealth.model import ClusterConfig, Node, PathKey, PathReport, RoundReport, Target
 from meshhealth.probe.icmp import Pinger
 from meshhealth.probe.responder import ResponderStats
 from meshhealth.probe.scheduler import DEADLINE_MARGIN_S, icmp_budget_s, run_round
@@ -272,21 +273,33 @@ def build_components(
     history = PathHistory()
     sink = RoundSink(results, metrics, publisher, feed, history)
     verdicts.on_change = sink.on_verdicts
+    health = LocalHealthMonitor(
+        etcd_up=lambda: etcd.health.up,
+        own=(config.cluster, config.node),
+        interval_s=config.interval_s,
+    )
+    sink.local_health = health
+    probe_round = partial(
+        run_round,
+        pinger=pinger,
+        http_port=config.http_port,
+        spread_s=config.spread_s,
+        max_in_flight=config.max_in_flight,
+        icmp_count=config.icmp_count,
+        on_result=sink.on_result,
+        mtu_probe_size=config.mtu_probe_size,
+    )
+
+    async def stretched_round(targets: Sequence[Target]) -> RoundReport:
+        # An unwell agent waits longer for answers (local health awareness).
+        return await probe_round(targets, timeout_s=health.timeout_s(config.timeout_s))
+
     loop = ProberLoop(
         probe_set=members.for_round,
-        run_round=partial(
-            run_round,
-            pinger=pinger,
-            http_port=config.http_port,
-            timeout_s=config.timeout_s,
-            spread_s=config.spread_s,
-            max_in_flight=config.max_in_flight,
-            icmp_count=config.icmp_count,
-            on_result=sink.on_result,
-            mtu_probe_size=config.mtu_probe_size,
-        ),
+        run_round=stretched_round,
         interval_s=config.interval_s,
         on_round=sink.on_round,
+        on_lag=health.note_lag,
     )
     admin = AgentAdminHandler(
         identity,
@@ -298,6 +311,7 @@ def build_components(
         invalid_health=metrics.invalid_values_of("health"),
         summaries=summaries,
     )
+    admin.local_health = health
     # The feed's snapshot and round messages are status documents: the admin handler
     # builds them, and it is built after the loop that feeds the hub.
     feed.status = admin.status_document

@@ -43,12 +43,14 @@ class ProberLoop:
         interval_s: float,
         on_round: Callable[[RoundReport], None] = lambda report: None,
         wall_clock: Callable[[], float] = time.time,
+        on_lag: Callable[[float], None] = lambda lag_s: None,
     ) -> None:
         self._probe_set = probe_set
         self._wall_clock = wall_clock
         self._run_round = run_round
         self.interval_s = interval_s
         self._on_round = on_round
+        self._on_lag = on_lag  # how late the loop woke up for a round (local health)
         self._wake = trio.Event()
         self._round_finished = trio.Event()
         self.rounds_started = 0
@@ -63,8 +65,10 @@ class ProberLoop:
         task_status.started()
         next_due = trio.current_time()
         while True:
-            with trio.move_on_at(next_due):
+            with trio.move_on_at(next_due) as waited:
                 await self._wake.wait()
+            if waited.cancelled_caught:  # woke up for the due time: how late?
+                self._on_lag(max(0.0, trio.current_time() - next_due))
             self._wake = trio.Event()
             started = trio.current_time()
             await self._one_round()

@@ -19,11 +19,13 @@ meshhealth.agent.path_verdicts) update the status and the metrics at once.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from meshhealth.agent.agent_metrics import AgentMetrics
-from meshhealth.agent.membership.publisher import LocalHealthMark
+from meshhealth.agent.local_health_monitor import LocalHealthMonitor
+from meshhealth.agent.membership.publisher import WELL, LocalHealthMark
 from meshhealth.agent.path_history import PathHistory
 from meshhealth.agent.probe_results import ProbeResults
 from meshhealth.documents.status import Verdicts
@@ -85,6 +87,7 @@ class RoundSink:
         self.history = history
         self.indirect = indirect
         self.last_round: RoundReport | None = None
+        self.local_health: LocalHealthMonitor | None = None  # the agent's own health
 
     def on_result(self, report: PathReport) -> None:
         """One path result, as its probe ends (never blocks)."""
@@ -94,13 +97,20 @@ class RoundSink:
     def on_round(self, report: RoundReport) -> None:
         """A finished round (never blocks)."""
         self.last_round = report
+        local = WELL
+        if self.local_health is not None:
+            state = self.local_health.after_round(report, now=time.time())
+            local = LocalHealthMark(state.score, state.degraded_since)
+            if self.results.verdicts is not None:
+                self.results.verdicts.set_multiplier(state.multiplier)
+            self.metrics.local_health_score.set(state.score)
         gone = self.results.finish_round(report)
         if gone:
             log.info("forgot %d paths of nodes that left", len(gone))
         summaries = self.results.summaries
         self.metrics.observe_round(report)
         self.metrics.sync_connectivity(report.targets, summaries, self.results.verdict_states())
-        self.publisher.note_round(report, summaries, self.results.verdict_states())
+        self.publisher.note_round(report, summaries, self.results.verdict_states(), local)
         if self.indirect is not None:
             self.indirect.note_round(report)
         if self.history is not None:

@@ -265,11 +265,23 @@ def plan_line(plan: ProbePlanDocument) -> str:
     )
 
 
+def degraded_line(doc: StatusDocument) -> str | None:
+    """`This node is degraded: event loop lagging 0.8 s; suspect own failures first`."""
+    health = doc.get("local_health")
+    if not health or not health.get("degraded"):
+        return None
+    why = ", ".join(health.get("reasons") or []) or f"health score {health.get('score')}"
+    return f"This node is degraded: {why}; suspect own failures first"
+
+
 def format_status_text(doc: StatusDocument, *, verbose: bool) -> str:
     """The whole text of `meshhealth status`, ending with a newline."""
     generated_at = doc.get("generated_at")
     now = parse_iso_time(generated_at) if generated_at else None
     lines = _header_lines(doc, verbose=verbose, now=now)
+    degraded = degraded_line(doc)
+    if degraded is not None:
+        lines.append(degraded)
     lines.append("Nodes:")
     for node in doc["nodes"]:
         lines.append(f"  {node_title(node)}:")

@@ -54,6 +54,7 @@ from meshhealth.documents.status_schema import (
     HealthzDocument,
     IndirectDocument,
     LocalDocument,
+    LocalHealthDocument,
     NodeDocument,
     PathDocument,
     PrimaryAddressDocument,
@@ -152,6 +153,7 @@ class StatusInputs:
     round: RoundState
     now: float  # unix seconds; the document's `generated_at`
     clusters: Sequence[ClusterState] = ()  # local first; empty: the local one is derived
+    local_health: LocalHealthDocument | None = None  # the agent's own health
     # each path's suspicion verdict (none: by status alone)
     verdicts: Verdicts = field(default_factory=lambda: NO_VERDICTS)
     # The followed clusters' summaries (cluster -> summary) and the clusters to give a
@@ -464,6 +466,7 @@ def _head_document(inputs: StatusInputs) -> StatusHeadDocument:
             "completed": inputs.round.completed,
         },
         "probe_plan": probe_plan_document(inputs.plan),
+        "local_health": inputs.local_health,
     }
 
 
@@ -505,6 +508,7 @@ def build_status_document(inputs: StatusInputs, nodes: NodesPart | None = None) 
         "etcd": head["etcd"],
         "round": head["round"],
         "probe_plan": head["probe_plan"],
+        "local_health": head["local_health"],
         "nodes": part.nodes,
         "clusters": clusters_document(inputs, part.node_counts),
         "summary": SummaryDocument(**part.summary),

@@ -179,6 +179,16 @@ class StatusHeadDocument(TypedDict):
     etcd: EtcdDocument
     round: RoundDocument
     probe_plan: ProbePlanDocument | None  # None: no plan known yet
+    local_health: LocalHealthDocument | None  # None: not measured yet
+
+
+class LocalHealthDocument(TypedDict):
+    """The agent's own health (local health awareness, docs/diagnosis.md)."""
+
+    score: int  # 0 (well) .. 7
+    degraded: bool  # from score 2: its own failures are suspected first
+    degraded_since: str | None
+    reasons: list[str]  # e.g. "event loop lagging 0.8 s"
 
 
 class StatusDocument(StatusHeadDocument):
