@@ -38,6 +38,9 @@ MTU_PROBE_AUTO: Final = -1
 MTU_PROBE_OFF: Final = 0
 MTU_PROBE_SIZE: Final = MTU_PROBE_AUTO
 MTU_ROUTE_CACHE_S: Final = 60.0
+# `auto` never probes bigger than a jumbo frame: a route over loopback (a node probing
+# itself) reports 65536, which no network path between nodes carries.
+MTU_PROBE_AUTO_MAX_BYTES: Final = 9000
 # `meshhealth probe --loop`: a round every second, as `fping -l` sends; a summary every
 # 10 s, often enough to follow a long run without drowning the per-round lines.
 PROBE_LOOP_PERIOD_S: Final = 1.0

@@ -327,7 +327,7 @@ class Pinger:
         route's MTU) to `target`: its cookie padded with zeros; and the size. Opens the
         family's don't-fragment socket on first use."""
         if size == defaults.MTU_PROBE_AUTO:
-            size = self._route_mtu(fs, target)
+            size = min(self._route_mtu(fs, target), defaults.MTU_PROBE_AUTO_MAX_BYTES)
         headers = DF_HEADER_BYTES_V6 if fs.ipv6 else DF_HEADER_BYTES_V4
         size = min(size, MAX_PACKET_BYTES)
         if size < headers + COOKIE_BYTES:
