@@ -354,3 +354,9 @@ def test_a_node_whose_agent_is_down_is_never_a_helper() -> None:
     live = [_target("me"), _target("t"), down, _target("b")]
     chosen = choose_helpers(("c1", "t"), live, own=("c1", "me"), k=3, reaching=[("c1", "a")])
     assert [t.node for t in chosen] == ["b"]
+
+
+def test_a_node_whose_responder_we_fail_is_never_a_helper() -> None:
+    live = [_target("me"), _target("t"), _target("a"), _target("b")]
+    chosen = choose_helpers(("c1", "t"), live, own=("c1", "me"), k=3, unreachable=[("c1", "a")])
+    assert [t.node for t in chosen] == ["b"]

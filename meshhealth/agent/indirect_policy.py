@@ -5,7 +5,8 @@
     check.detail                                         # "reachable via node5, node7: ..."
 
 **Whom to ask.** Up to `k` other agents, never this node nor the target, nor a node
-whose agent is down (its lease expired without a clean leave): first those
+whose agent is down (its lease expired without a clean leave), nor one whose responder
+our own last probe failed (the request would fail the same way): first those
 known to reach the target now (their published reports show it reachable), then those
 the probe plan assigns to probe it, then any other live registered node. Within each
 group the order is a hash of (requester, target, candidate): stable for one requester
@@ -106,13 +107,18 @@ def choose_helpers(
     k: int,
     reaching: Iterable[NodeRef] = (),
     probers: Iterable[NodeRef] = (),
+    unreachable: Iterable[NodeRef] = (),
 ) -> list[Target]:
-    """Up to `k` helpers for `target` among `live` nodes (see the module docstring)."""
-    reach_set, prober_set = set(reaching), set(probers)
+    """Up to `k` helpers for `target` among `live` nodes (see the module docstring);
+    never one in `unreachable` (our own probe of its responder failed: we cannot ask
+    it either)."""
+    reach_set, prober_set, skip = set(reaching), set(probers), set(unreachable)
     candidates = {
         (t.cluster, t.node): t
         for t in live
-        if (t.cluster, t.node) not in (own, target) and t.agent_down_since is None
+        if (t.cluster, t.node) not in (own, target)
+        and t.agent_down_since is None
+        and (t.cluster, t.node) not in skip
     }
 
     def rank(ref: NodeRef) -> tuple[int, bytes]:

@@ -149,6 +149,7 @@ class IndirectProbes:
         self.checks: dict[PathKey, IndirectCheck] = {}
         self.skipped = 0  # failed targets not checked: max_checks were running
         self._running: set[NodeRef] = set()
+        self._unreachable: frozenset[NodeRef] = frozenset()  # responders we fail to reach
         self._send, self._receive = trio.open_memory_channel[tuple[Target, tuple[PathKey, ...]]](
             max_checks
         )
@@ -189,6 +190,15 @@ class IndirectProbes:
             self._on_checks(dict(kept))
         if not self.enabled:
             return
+        # Helpers are asked on their responder: one whose responder we fail to reach
+        # (its primary NodeIP over HTTP) cannot be asked either.
+        self._unreachable = frozenset(
+            (key.cluster, key.node)
+            for key in (p.path for p in report.paths if not p.result.ok)
+            if key.target_type is TargetType.NODE
+            and key.protocol is Protocol.HTTP
+            and not key.secondary
+        )
         if failed:
             self._failures_seen.set()
         by_ref = {(t.cluster, t.node): t for t in report.targets}
@@ -247,6 +257,7 @@ class IndirectProbes:
             k=self.helpers,
             reaching=reaching,
             probers=self._probers(ref),
+            unreachable=self._unreachable,
         )
         with trio.move_on_after(self.deadline_s):
             query = IndirectQuery(
