@@ -383,7 +383,7 @@ def test_admin_api_fast_during_round_of_blackholed_targets(
         with AgentCluster(
             tmp_path, etcd.endpoint, interval_s=2.0, timeout_s=1.0, netns=lab.client
         ) as cluster:
-            agent = cluster.start("n1")
+            agent = cluster.start("n1", "--full-mesh")  # every dead node in each round
             doc, _ = wait_for(
                 agent.status_json,
                 lambda d: d["summary"]["total"] == dead + 1 and d["round"]["completed"] >= 1,
