@@ -69,9 +69,13 @@ def _start_three(cluster: AgentCluster) -> list[AgentProcess]:
     for agent in agents:
         wait_for(
             agent.status_json,
-            lambda doc: all_paths_ok(doc, NAMES),
+            lambda doc: (
+                all_paths_ok(doc, NAMES)
+                and doc["cluster_health"][0]["source"] == "summary"
+                and doc["cluster_health"][0]["reachable"] == 3
+            ),
             20,
-            what=f"{agent.name} sees 3 nodes with all paths OK",
+            what=f"{agent.name} sees 3 nodes with all paths OK, and so does the cluster verdict",
         )
     return agents
 
