@@ -129,6 +129,9 @@ ETCD_REQUEST_TIMEOUT_S: Final = 5.0
 # SIGSTOPped etcd makes watches hang silently, this is how we notice.
 ETCD_LIVENESS_INTERVAL_S: Final = 2.0
 ETCD_LIVENESS_TIMEOUT_S: Final = 2.0
+# A worker thread blocked in a grpc call wakes this often with nothing to do (grpc's own
+# slice is 0.1 s); responses, cancels and deadlines wake it at once whatever this is.
+GRPC_WAIT_SLICE_S: Final = 5.0
 # After an error an endpoint is retried this soon (etcd3's own default is 300 s).
 ETCD_ENDPOINT_RETRY_S: Final = 1.0
 # Back-off between reconnect attempts, doubling up to the maximum.

@@ -50,6 +50,15 @@ log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
+# grpc's blocking calls (a watch stream's next response, a unary call) wait on a
+# condition in slices of grpc._common.MAXIMUM_WAIT_TIMEOUT (0.1 s), so that a main thread
+# blocked there still sees Ctrl-C. Ours block only in worker threads, and a response, a
+# cancel or the call's deadline wakes the condition at once: waking 10 times a second per
+# open watch only burned CPU (a third of an idle agent's). Longer slices change nothing
+# else.
+if hasattr(grpc, "_common") and hasattr(grpc._common, "MAXIMUM_WAIT_TIMEOUT"):
+    grpc._common.MAXIMUM_WAIT_TIMEOUT = defaults.GRPC_WAIT_SLICE_S
+
 TRIO_DEADLINE_MARGIN_S = defaults.ETCD_TRIO_DEADLINE_MARGIN_S
 
 _CONNECTIVITY_CODES = frozenset(
