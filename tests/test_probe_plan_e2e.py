@@ -145,7 +145,8 @@ def test_twenty_agents_probe_three_each_and_every_node_has_three_probers(
     for row in fresh:
         states = Counter(cell["state"] for cell in row["cells"])
         assert states["unassigned"] == N_AGENTS - K - 1, (row["name"], states)
-        assert states["reachable"] + states["unreachable"] + states["unknown"] == K + 1, states
+        assigned = sum(n for state, n in states.items() if state != "unassigned")
+        assert assigned == K + 1, states  # reachable, suspect, unreachable or unknown
         assert row["plan"]["subset"] is True
     assert doc["summary"]["unassigned"] == len(fresh) * (N_AGENTS - K - 1)
     assert any(
