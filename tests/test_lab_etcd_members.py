@@ -54,7 +54,9 @@ class Sampler:
                     continue
                 self.latencies_s.append(time.monotonic() - started)
                 self.answers += 1
-                self.fewest_nodes = min(self.fewest_nodes, len(doc["nodes"]))
+                # the plan's node list (past 16 nodes an agent probes only k of them)
+                known = (doc.get("probe_plan") or {}).get("nodes", len(doc["nodes"]))
+                self.fewest_nodes = min(self.fewest_nodes, int(known))
                 if doc["etcd"].get("endpoint"):
                     self.endpoints.add(doc["etcd"]["endpoint"])
             self.stop.wait(0.2)
