@@ -121,7 +121,10 @@ class RetainedNodes:
 
     def _apply(self, event: WatchEvent) -> None:
         if event.kind is EventKind.DELETE:
-            parsed = keys.parse_key(event.key)
+            try:
+                parsed = keys.parse_key(event.key)
+            except keys.InvalidKey:
+                return  # never held: a put of it did not decode either
             if parsed.name is not None:
                 self._held.pop(parsed.name, None)
             return
