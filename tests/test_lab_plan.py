@@ -151,7 +151,11 @@ def test_etcd_argv_listens_on_the_fabric_only() -> None:
     argv = P.etcd_argv(cluster, "/usr/bin/etcd")
     assert argv[0] == "/usr/bin/etcd"
     assert argv[argv.index("--listen-client-urls") + 1] == "http://10.77.255.2:2379"
-    assert argv[argv.index("--data-dir") + 1] == "/run/meshhealth/lab/mh/lab2/etcd.data"
+    # etcd's data in RAM (/dev/shm, a tmpfs), where the host has it
+    assert argv[argv.index("--data-dir") + 1] == str(P.etcd_data_dir("mh") / "lab2/etcd.data")
+    assert P.etcd_data_dir("mh") == (
+        P.ETCD_DATA_ROOT / "mh" if P.ETCD_DATA_ROOT.parent.is_dir() else P.lab_dir("mh") / "etcd"
+    )
     assert not any("127.0.0.1" in a or "0.0.0.0" in a for a in argv)
 
 

@@ -135,6 +135,7 @@ def _down_and_check(prefix: str, endpoint_netns: set[str]) -> None:
     left = [n for n in netns_ops.list_netns() if n.startswith(f"{prefix}-") or n in endpoint_netns]
     assert left == []
     assert not P.lab_dir(prefix).exists()
+    assert not P.etcd_data_dir(prefix).exists()  # etcd's data (tmpfs) goes with the lab
 
 
 def _endpoint_netns(story: StoryLab) -> set[str]:

@@ -3,6 +3,7 @@ file, and remove everything the state file (and the naming scheme) says exists."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -402,6 +403,11 @@ def down(prefix: str, say: Say, root: Path = P.LAB_ROOT) -> DownReport:
             say("  /proc/sys/net read-only again")
         except netns_ops.CommandError as exc:
             say(f"  /proc/sys/net left writable: {exc}")
+    data = P.etcd_data_dir(prefix, root)
+    if data.exists():
+        shutil.rmtree(data)
+    with contextlib.suppress(OSError):  # the shared parent, once no lab uses it
+        P.ETCD_DATA_ROOT.rmdir()
     if base.exists():
         shutil.rmtree(base)
         report.dir_removed = True

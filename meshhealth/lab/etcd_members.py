@@ -97,7 +97,7 @@ def members_of(plan: P.LabPlan, cluster: P.ClusterPlan, count: int) -> tuple[Mem
                 ip=ip,
                 client_url=f"https://{ip}:{P.ETCD_CLIENT_PORT}",
                 peer_url=f"http://{ip}:{P.ETCD_PEER_PORT}",
-                data_dir=cluster.dir / f"etcd{m}.data",
+                data_dir=cluster.etcd_dir.parent / f"etcd{m}.data",
                 log=cluster.dir / f"etcd{m}.log",
                 veth_fabric=f"vl{cluster.index}e{m}",
             )
@@ -184,6 +184,7 @@ def member_argv(plan: P.LabPlan, member: MemberPlan, count: int, etcd_bin: str) 
 def start_member(st: S.LabState, plan: P.LabPlan, member: MemberPlan) -> S.ProcessRecord:
     """Start (or restart, on its data dir) one member; does not wait."""
     etcd = shutil.which("etcd") or "etcd"
+    member.data_dir.parent.mkdir(parents=True, exist_ok=True)
     rec = processes.start_detached(
         member.netns, member_argv(plan, member, st.etcd_members, etcd), member.log
     )

@@ -15,6 +15,7 @@ def start_etcd(fabric_ns: str, cluster: P.ClusterPlan) -> ProcessRecord:
     """Start (or restart, on the same data dir) the cluster's etcd; does not wait."""
     etcd = shutil.which("etcd") or "etcd"
     cluster.dir.mkdir(parents=True, exist_ok=True)
+    cluster.etcd_dir.parent.mkdir(parents=True, exist_ok=True)
     return start_detached(fabric_ns, P.etcd_argv(cluster, etcd), cluster.etcd_log)
 
 

@@ -43,6 +43,11 @@ MAX_CLUSTERS: Final = 16
 MAX_PREFIX_LEN: Final = 12
 
 LAB_ROOT: Final = Path("/run/meshhealth/lab")
+# etcd fsyncs its WAL on every write; on a disk-backed /run that took 117 ms a write
+# (average) under a 100-node lab's load, so etcd fell behind, leases expired and the
+# lab churned. Its data goes to RAM (tmpfs) when the host has /dev/shm; a lab's etcd
+# keeps nothing worth a disk.
+ETCD_DATA_ROOT: Final = Path("/dev/shm/meshhealth-lab")
 FABRIC_SUBNET: Final = "10.77.0.0/16"
 FABRIC_PREFIXLEN: Final = 16
 BRIDGE: Final = "br0"
@@ -180,6 +185,14 @@ def lab_dir(prefix: str, root: Path = LAB_ROOT) -> Path:
     return root / validate_prefix(prefix)
 
 
+def etcd_data_dir(prefix: str, root: Path = LAB_ROOT) -> Path:
+    """Where the lab's etcd members keep their data: under ETCD_DATA_ROOT (tmpfs) when it
+    can be made, else in the lab's directory. Unique per prefix, as namespace names are."""
+    if ETCD_DATA_ROOT.parent.is_dir():
+        return ETCD_DATA_ROOT / validate_prefix(prefix)
+    return lab_dir(prefix, root) / "etcd"
+
+
 def netns_pattern(prefix: str) -> re.Pattern[str]:
     """Namespace names `lab up` makes for this prefix (never another prefix's)."""
     p = re.escape(validate_prefix(prefix))
@@ -255,6 +268,7 @@ def make_plan(
     if not 1 <= clusters <= MAX_CLUSTERS:
         raise PlanError(f"--clusters must be 1..{MAX_CLUSTERS}, got {clusters}")
     base = lab_dir(prefix, root)
+    data = etcd_data_dir(prefix, root)
     cluster_plans: list[ClusterPlan] = []
     node_plans: list[NodePlan] = []
     for k in range(1, clusters + 1):
@@ -268,7 +282,7 @@ def make_plan(
                 etcd_ip=ip,
                 etcd_url=f"http://{listen_address(ip, ETCD_CLIENT_PORT)}",
                 etcd_peer_url=f"http://{listen_address(ip, ETCD_PEER_PORT)}",
-                etcd_dir=cdir / "etcd.data",
+                etcd_dir=data / name / "etcd.data",
                 etcd_log=cdir / "etcd.log",
                 dir=cdir,
             )
