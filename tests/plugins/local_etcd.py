@@ -92,7 +92,10 @@ class LocalEtcd:
         self.name = name
         self._own_dir: tempfile.TemporaryDirectory[str] | None = None
         if data_dir is None:
-            self._own_dir = tempfile.TemporaryDirectory(prefix="meshhealth-etcd-")
+            # In RAM where the host has /dev/shm: etcd fsyncs every write, and on a loaded
+            # disk that took 100 ms and more a write.
+            shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+            self._own_dir = tempfile.TemporaryDirectory(prefix="meshhealth-etcd-", dir=shm)
             base = Path(self._own_dir.name)
             self.data_dir = base / "data"
             self.log_path = base / "etcd.log"
