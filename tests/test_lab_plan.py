@@ -350,3 +350,11 @@ def test_health_line_under_subset_probing_names_direct_targets() -> None:
         "probe_plan": {"subset": True, "targets": 5, "nodes": 100},
     }
     assert health_line(doc) == "6/6 direct targets reachable (probing 5 of 100 nodes)"
+
+
+@pytest.mark.parametrize(
+    ("total_nodes", "interval_s"),
+    [(1, 2.0), (4, 2.0), (20, 2.0), (21, 2.1), (50, 5.0), (100, 10.0), (250, 25.0)],
+)
+def test_lab_interval_grows_with_the_lab_past_20_nodes(total_nodes: int, interval_s: float) -> None:
+    assert P.lab_interval(total_nodes) == interval_s

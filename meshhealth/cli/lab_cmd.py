@@ -98,7 +98,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     up.add_argument("--nodes", type=int, default=defaults.LAB_NODES, help="nodes per cluster")
     up.add_argument("--clusters", type=int, default=defaults.LAB_CLUSTERS, help="clusters (meshed)")
     up.add_argument(
-        "--interval", type=float, default=defaults.LAB_INTERVAL_S, help="agents' probe interval, s"
+        "--interval",
+        type=float,
+        default=None,
+        help=f"agents' probe interval, s (default: {defaults.LAB_INTERVAL_S:g}, or "
+        f"{defaults.LAB_INTERVAL_PER_NODE_S:g} per node of the lab when longer: 10 at 100 nodes)",
     )
     up.add_argument("--no-agents", action="store_true", help="topology and etcd only")
     up.add_argument(
@@ -201,6 +205,8 @@ def run_up(args: argparse.Namespace) -> int:
 
     try:
         P.make_plan(args.prefix, args.nodes, args.clusters, ip_mode=args.ip_mode)
+        if args.interval is None:
+            args.interval = P.lab_interval(args.nodes * args.clusters)
         if not args.interval > defaults.PROBE_TIMEOUT_S:
             raise P.PlanError(
                 f"--interval must be longer than the probe timeout "

@@ -277,7 +277,10 @@ def _build(st: S.LabState, plan: P.LabPlan, say: Say) -> None:
     if st.agents:
         for node in plan.nodes:
             start_agent(st, plan, node)
-        say(f"  {total} agent(s) started, waiting for their sockets")
+        say(
+            f"  {total} agent(s) started (probe interval {st.interval_s:g}s), "
+            "waiting for their sockets"
+        )
         _hook("agents")
         wait_agents(
             st,

@@ -185,6 +185,12 @@ def lab_dir(prefix: str, root: Path = LAB_ROOT) -> Path:
     return root / validate_prefix(prefix)
 
 
+def lab_interval(total_nodes: int) -> float:
+    """The agents' probe interval `lab up` uses when none is given: LAB_INTERVAL_S, or
+    LAB_INTERVAL_PER_NODE_S per node of the whole lab when that is longer. Pure."""
+    return max(defaults.LAB_INTERVAL_S, round(defaults.LAB_INTERVAL_PER_NODE_S * total_nodes, 1))
+
+
 def etcd_data_dir(prefix: str, root: Path = LAB_ROOT) -> Path:
     """Where the lab's etcd members keep their data: under ETCD_DATA_ROOT (tmpfs) when it
     can be made, else in the lab's directory. Unique per prefix, as namespace names are."""
