@@ -10,6 +10,7 @@ Encoding validates too and emits canonical forms, so what we write we can read b
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
@@ -50,6 +51,8 @@ MAX_IDENTITY = 2**32 - 1
 MIN_PORT = 1
 MAX_PORT = 65535
 MAX_HEALTH_SCORE = defaults.LOCAL_HEALTH_MAX_MULTIPLIER - 1
+MAX_DEGRADED_REASONS = 16
+_REASON_CODE = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 # The probe plan's settings (HealthReport.plan): caps far above any real use.
 MAX_PLAN_EPOCH = 2**53
 MAX_PLAN_K = MAX_TARGETS
@@ -181,6 +184,7 @@ def _health_to_wire(r: HealthReport) -> dict[str, object]:
         # Optional (local health awareness): only from an agent that is not well.
         **({} if r.health_score == 0 else {"health_score": r.health_score}),
         **({} if r.degraded_since is None else {"degraded_since": r.degraded_since}),
+        **({} if not r.degraded_reasons else {"degraded_reasons": list(r.degraded_reasons)}),
     }
 
 
@@ -459,6 +463,9 @@ def _health_from_wire(m: Mapping[str, object]) -> HealthReport:
     if m.get("health_score") is not None:
         health_score = wf.integer(m, "health_score", 0, MAX_HEALTH_SCORE)
     degraded = m.get("degraded_since")
+    reasons: tuple[str, ...] = ()  # optional: agents older than the reason codes wrote none
+    if m.get("degraded_reasons") is not None:
+        reasons = _reason_codes(m)
     return HealthReport(
         node=node,
         cluster=cluster,
@@ -468,7 +475,20 @@ def _health_from_wire(m: Mapping[str, object]) -> HealthReport:
         plan=None if raw_plan is None else _plan_from_wire(raw_plan),
         health_score=health_score,
         degraded_since=None if degraded is None else wf.seconds(degraded, "degraded_since"),
+        degraded_reasons=reasons,
     )
+
+
+def _reason_codes(m: Mapping[str, object]) -> tuple[str, ...]:
+    """`degraded_reasons`: short codes; an unknown one (a newer agent's) is kept."""
+    codes = wf.list_of(m, "degraded_reasons", str, MAX_DEGRADED_REASONS)
+    for i, code in enumerate(codes):
+        if not _REASON_CODE.fullmatch(code):
+            raise DecodeError(
+                f"field 'degraded_reasons[{i}]': not a reason code (a-z, 0-9, '-'), "
+                f"got {wf.short(code)}"
+            )
+    return tuple(codes)
 
 
 def _plan_from_wire(raw: object) -> PlanInfo:

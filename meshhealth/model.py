@@ -273,6 +273,9 @@ class HealthReport:
     # and, while it is degraded, since when (unix seconds; readers discount its failures).
     health_score: int = 0
     degraded_since: float | None = None
+    # While degraded, why, as codes (diagnosis/local_health.py REASON_CODES: loop-lag,
+    # targets-failing, etcd-unreachable); empty from an agent older than them.
+    degraded_reasons: tuple[str, ...] = ()
 
 
 # A path's suspicion verdict as published (meshhealth.diagnosis.suspicion.PathVerdict).

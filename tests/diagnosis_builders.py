@@ -71,7 +71,9 @@ def mesh(
     missing: Iterable[str] = (),
     degraded: Iterable[str] = (),
     since: Mapping[tuple[str, str], float] | None = None,
+    reasons: tuple[str, ...] = (),
 ) -> MatrixView:
+    """`reasons`: the degraded observers' published reason codes (none: an older agent)."""
     names = list(nodes)
     stale_rows, missing_rows, degraded_rows = set(stale), set(missing), set(degraded)
     out = []
@@ -88,7 +90,7 @@ def mesh(
                 continue
             out.append(cell(o, t, pattern, (since or {}).get((o, t), SINCE)))
     observers = [
-        Observer(node(o), SINCE if o in degraded_rows else None)
+        Observer(node(o), SINCE, reasons) if o in degraded_rows else Observer(node(o))
         for o in names
         if o not in missing_rows
     ]

@@ -2,7 +2,8 @@
 
 - a healthy matrix (ok, suspect or unassigned paths, any subset of cells) gives nothing;
 - a single bad observer (every assigned path of its row failing, everyone else healthy,
-  any subset of cells) never gives a finding that names another node;
+  any subset of cells, degraded or not, with any published reasons) never gives a
+  finding that names another node;
 - one fault of each kind on one node, everyone else healthy, any subset of cells: the
   finding is that fault on that node and nothing else, whenever enough cells show it;
 - findings are deterministic and do not depend on the order of cells or observers;
@@ -25,6 +26,7 @@ from meshhealth.diagnosis.cells import (
 )
 from meshhealth.diagnosis.diagnose import diagnose
 from meshhealth.diagnosis.findings import FindingKind, findings_json
+from meshhealth.diagnosis.local_health import REASON_CODES
 
 T0 = 1_800_000_000.0
 OK, UNR = PathState.OK, PathState.UNREACHABLE
@@ -77,7 +79,8 @@ def one_bad_observer(draw: st.DrawFn) -> tuple[MatrixView, NodeId]:
                 paths = _paths(draw, HEALTHY)
             cells.append(MatrixCell(o, t, paths))
     degraded = draw(st.booleans())
-    observers = [Observer(n, T0 if n == bad and degraded else None) for n in nodes]
+    reasons = tuple(draw(st.lists(st.sampled_from(REASON_CODES), unique=True, max_size=3)))
+    observers = [Observer(n, T0, reasons) if n == bad and degraded else Observer(n) for n in nodes]
     return MatrixView.of(cells, observers, nodes), bad
 
 
@@ -90,7 +93,12 @@ def any_views(draw: st.DrawFn) -> MatrixView:
         for t in nodes
         if o != t and draw(st.booleans())
     ]
-    observers = [Observer(n, T0 if draw(st.booleans()) else None) for n in nodes]
+    observers = [
+        Observer(n, T0, tuple(draw(st.lists(st.sampled_from(REASON_CODES), max_size=2))))
+        if draw(st.booleans())
+        else Observer(n)
+        for n in nodes
+    ]
     return MatrixView.of(cells, observers, nodes)
 
 

@@ -67,17 +67,22 @@ def test_the_score_the_stretch_and_the_degraded_time() -> None:
     state = monitor.after_round(_round(set()), now=NOW + 10)
     assert (state.score, state.multiplier, state.degraded_since) == (2, 3, NOW + 10)
     assert state.reasons == ("event loop lagging 0.6 s",)
+    assert state.codes == ("loop-lag",)
     assert monitor.timeout_s(1.0) == 3.0
     etcd["up"] = False  # the lag is gone, etcd is down: still degraded, since the start
     state = monitor.after_round(_round({"n2", "n3", "n4", "n5"}), now=NOW + 20)
     assert state.score == 5 and state.degraded_since == NOW + 10
     assert state.reasons == ("4 of its 4 targets failing", "etcd unreachable")
+    assert state.codes == ("targets-failing", "etcd-unreachable")
+    assert monitor.document()["reason_codes"] == ["targets-failing", "etcd-unreachable"]
     assert monitor.timeout_s(1.0) == 5.0  # 6x, but at most half the interval
     etcd["up"] = True
     state = monitor.after_round(_round(set()), now=NOW + 30)
     assert state.score == 0 and not state.degraded
     doc = monitor.document()
-    assert doc == {"score": 0, "degraded": False, "degraded_since": None, "reasons": []}
+    assert doc == {
+        "score": 0, "degraded": False, "degraded_since": None, "reasons": [], "reason_codes": []
+    }  # fmt: skip
 
 
 class _Publisher:
@@ -125,6 +130,7 @@ def test_a_degraded_agents_report_is_marked_and_its_suspicion_waits_longer() -> 
     assert mark.score == 3 and mark.degraded_since is not None
     assert publisher.reports[-1].degraded_since == mark.degraded_since
     assert publisher.reports[-1].health_score == 3
+    assert publisher.reports[-1].degraded_reasons == ("targets-failing",)
     assert verdicts.params.floor_s == 0.5 * 10.0 * 4  # stretched 4x
     assert "meshhealth_local_health_score 3" in registry.expose()
 
@@ -147,5 +153,9 @@ def test_the_status_says_the_node_is_degraded() -> None:
         )
     )
     assert doc["local_health"] is not None and doc["local_health"]["degraded"]
+    assert doc["local_health"].get("reason_codes") == ["loop-lag"]
     text = format_status_text(doc, verbose=False)
-    assert "This node is degraded: event loop lagging 0.8 s; suspect own failures first" in text
+    assert (
+        "This node is degraded (loop-lag): event loop lagging 0.8 s; suspect own failures first"
+        in text
+    )

@@ -4,6 +4,8 @@ and diagnosis read them back."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import msgpack
 import pytest
 
@@ -14,6 +16,7 @@ from meshhealth.agent.membership.publisher import (
     health_report,
 )
 from meshhealth.agent.path_verdicts import PathVerdicts
+from meshhealth.cli.format_matrix import report_text
 from meshhealth.cli.watch_state import NodeView, PathView, aggregate_paths
 from meshhealth.diagnosis.cells import NodeId, PathKind, PathState
 from meshhealth.diagnosis.from_matrix import matrix_view
@@ -63,17 +66,20 @@ def test_codec_round_trip_of_the_optional_fields() -> None:
         },
         health_score=3,
         degraded_since=NOW - 30,
+        degraded_reasons=("targets-failing", "some-future-reason"),
     )
     back = codec.decode_health_report(codec.encode_health_report(report))
-    assert back == report
+    assert back == report  # a code this version does not know is kept
     wire = codec.to_jsonable(report)
     assert wire["health_score"] == 3 and wire["degraded_since"] == NOW - 30
+    assert wire["degraded_reasons"] == ["targets-failing", "some-future-reason"]
     assert "state" not in wire["targets"][0]["paths"]["node/http"]  # type: ignore[index]
 
 
 def test_a_healthy_report_carries_none_of_them() -> None:
     wire = codec.to_jsonable(_report({"node/icmp": PathHealth(OK, 0.001, 0.0)}))
     assert "health_score" not in wire and "degraded_since" not in wire
+    assert "degraded_reasons" not in wire
     assert set(wire["targets"][0]["paths"]["node/icmp"]) == {"status", "rtt_s", "loss"}  # type: ignore[index]
 
 
@@ -86,7 +92,15 @@ def test_a_verdict_this_version_does_not_know_is_ignored() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("health_score", 99), ("health_score", "3"), ("degraded_since", "yesterday")],
+    [
+        ("health_score", 99),
+        ("health_score", "3"),
+        ("degraded_since", "yesterday"),
+        ("degraded_reasons", "loop-lag"),
+        ("degraded_reasons", [3]),
+        ("degraded_reasons", ["Loop Lag!"]),
+        ("degraded_reasons", ["x"] * 17),
+    ],
 )
 def test_bad_local_health_fields_are_refused(field: str, value: object) -> None:
     wire = codec.to_jsonable(_report({}))
@@ -140,6 +154,18 @@ def test_the_publisher_puts_a_failing_paths_verdict_and_counts_its_change() -> N
     )
     assert degraded.health_score == 3 and degraded.degraded_since == NOW
     assert change_signature(degraded) != change_signature(unreachable)  # the flag is news
+    assert degraded.degraded_reasons == ()  # a mark without reasons: none published
+    why = health_report(
+        report,
+        summaries,
+        cluster="c",
+        node="n1",
+        interval_s=10.0,
+        verdicts=verdicts.snapshot(),
+        local=LocalHealthMark(score=3, degraded_since=NOW, reasons=("loop-lag",)),
+    )
+    assert why.degraded_reasons == ("loop-lag",)
+    assert change_signature(why) != change_signature(degraded)  # a new reason is news
     healthy = health_report(report, summaries, cluster="c", node="n1", interval_s=10.0)
     assert all(p.state is None for t in healthy.targets for p in t.paths.values())
 
@@ -187,3 +213,16 @@ def test_matrix_and_watch_agree_on_published_verdicts(paths: dict[str, PathHealt
     views = aggregate_paths([_report(paths)])[("c", "n2")]
     assert NodeView("c", "n2", paths=views).state == expected
     assert isinstance(next(iter(views.values())), PathView)
+
+
+def test_the_degraded_reasons_reach_the_matrix_and_diagnosis() -> None:
+    reports = [
+        replace(r, degraded_reasons=("targets-failing",)) if r.degraded_since else r
+        for r in matrix_stories.suspect_and_degraded()
+    ]
+    matrix = build_matrix(reports, now=matrix_stories.NOW)
+    row2 = next(r for r in matrix_document(matrix)["rows"] if r["name"] == "node2")
+    assert row2.get("degraded_reasons") == ["targets-failing"]
+    assert report_text(row2).endswith("DEGRADED (targets-failing)")
+    observer = next(o for o in matrix_view(matrix).observers if o.node.node == "node2")
+    assert observer.degraded_reasons == ("targets-failing",)

@@ -30,6 +30,7 @@ from meshhealth.diagnosis.local_health import (
     health_score,
     is_degraded,
     lag_points,
+    reason_codes,
     timeout_multiplier,
 )
 from meshhealth.documents.status_schema import LocalHealthDocument
@@ -46,6 +47,7 @@ class LocalHealthState:
     degraded_since: float | None = None  # unix seconds; None: not degraded
     reasons: tuple[str, ...] = ()  # what the score comes from, in words
     loop_lag_s: float = 0.0
+    codes: tuple[str, ...] = ()  # the reasons as codes (loop-lag, targets-failing, ...)
 
     @property
     def degraded(self) -> bool:
@@ -79,7 +81,12 @@ def local_health(
     if is_degraded(score):
         since = before.degraded_since if before.degraded_since is not None else now
     return LocalHealthState(
-        score, timeout_multiplier(score), since, tuple(reasons), signals.loop_lag_s
+        score,
+        timeout_multiplier(score),
+        since,
+        tuple(reasons),
+        signals.loop_lag_s,
+        reason_codes(signals),
     )
 
 
@@ -122,4 +129,5 @@ class LocalHealthMonitor:
             "degraded": self.state.degraded,
             "degraded_since": iso_time(self.state.degraded_since),
             "reasons": list(self.state.reasons),
+            "reason_codes": list(self.state.codes),
         }

@@ -100,7 +100,7 @@ class RoundSink:
         local = WELL
         if self.local_health is not None:
             state = self.local_health.after_round(report, now=time.time())
-            local = LocalHealthMark(state.score, state.degraded_since)
+            local = LocalHealthMark(state.score, state.degraded_since, state.codes)
             if self.results.verdicts is not None:
                 self.results.verdicts.set_multiplier(state.multiplier)
             self.metrics.local_health_score.set(state.score)

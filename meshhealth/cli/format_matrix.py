@@ -96,7 +96,10 @@ def report_text(row: MatrixRowDocument) -> str:
     age = f"{format_age(row['age_s'])} ago"
     if row["stale"]:
         return f"{age} STALE"
-    return f"{age} DEGRADED" if row.get("degraded_since") else age
+    if not row.get("degraded_since"):
+        return age
+    reasons = row.get("degraded_reasons")
+    return f"{age} DEGRADED ({', '.join(reasons)})" if reasons else f"{age} DEGRADED"
 
 
 def _pad(text: str, width: int) -> str:

@@ -266,12 +266,15 @@ def plan_line(plan: ProbePlanDocument) -> str:
 
 
 def degraded_line(doc: StatusDocument) -> str | None:
-    """`This node is degraded: event loop lagging 0.8 s; suspect own failures first`."""
+    """`This node is degraded (loop-lag): event loop lagging 0.8 s; suspect own failures
+    first`: the reason codes (as its report publishes them), then the reasons in words."""
     health = doc.get("local_health")
     if not health or not health.get("degraded"):
         return None
+    codes = health.get("reason_codes") or []
     why = ", ".join(health.get("reasons") or []) or f"health score {health.get('score')}"
-    return f"This node is degraded: {why}; suspect own failures first"
+    head = f"This node is degraded ({', '.join(codes)})" if codes else "This node is degraded"
+    return f"{head}: {why}; suspect own failures first"
 
 
 def format_status_text(doc: StatusDocument, *, verbose: bool) -> str:

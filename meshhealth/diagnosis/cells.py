@@ -80,6 +80,8 @@ class MatrixCell:
 class Observer:
     node: NodeId
     degraded_since: float | None = None  # None: not degraded
+    # Why, as its report says (local_health.REASON_CODES); empty: not said (older agent).
+    degraded_reasons: tuple[str, ...] = ()
 
     @property
     def degraded(self) -> bool:

@@ -11,7 +11,9 @@ In order:
    ingress-blocked, egress-blocked, agent-down, endpoint-down, mtu-blackhole;
 3. failures no node explains are `path` findings (observer -> target);
 4. observers whose own report says they are unwell, or whose report is stale while
-   their agent answers, are `observer-degraded` (unless already named).
+   their agent answers, are `observer-degraded` (unless already named); but one whose
+   only reason is `targets-failing` while others reach it (ICMP and HTTP to its agent)
+   is `egress-blocked`: its own failing probes are the evidence.
 
 Findings are sorted by confidence (highest first), then kind and nodes: the same matrix
 gives the same findings whatever the order of its cells.
@@ -25,6 +27,7 @@ from meshhealth import defaults
 from meshhealth.diagnosis.cells import MatrixView, NodeId
 from meshhealth.diagnosis.findings import Finding, FindingKind, names
 from meshhealth.diagnosis.layers import Grid, Layer, LayerEvidence, Pair, build_grid
+from meshhealth.diagnosis.local_health import REASON_TARGETS_FAILING
 from meshhealth.diagnosis.localise import Blame, localise
 from meshhealth.diagnosis.partition import Partition, find_partition
 
@@ -84,7 +87,7 @@ def diagnose(
         findings += [_blame_finding(layer, blame, grid, evidence) for blame in found.blames]
         findings += [_path_finding(layer, pair, evidence) for pair in found.paths]
     named = {node for finding in findings for node in finding.nodes}
-    findings += _observer_findings(grid, named, min_observers)
+    findings += _observer_findings(grid, named, min_observers, share)
     return tuple(sorted(findings, key=lambda f: (-f.confidence, f.kind.value, f.nodes)))
 
 
@@ -185,19 +188,58 @@ def _path_finding(layer: Layer, pair: Pair, evidence: LayerEvidence) -> Finding:
     )
 
 
-def _observer_findings(grid: Grid, named: Set[NodeId], min_observers: int) -> list[Finding]:
+def _egress_finding(grid: Grid, node: NodeId, min_observers: int, share: float) -> Finding | None:
+    """A degraded observer whose only reason is `targets-failing`, whose column is ok
+    (at least `min_observers` reach its agent over ICMP and HTTP, nobody fails it) and
+    whose own row fails (at least `share` of it): egress-blocked, on its own report."""
+    if grid.degraded_reasons.get(node) != (REASON_TARGETS_FAILING,):
+        return None
+    agent, reach = grid.layers[Layer.AGENT], grid.layers[Layer.CONNECTIVITY]
+    if any(t == node for layer in (agent, reach) for _, t in layer.fails):
+        return None
+    reachers = sorted({o for o, t in agent.oks if t == node})
+    row = {pair for pair in reach.own_fails if pair[0] == node}
+    row_ok = reach.row_ok.get(node, 0)
+    if len(reachers) < min_observers or not row or len(row) / (len(row) + row_ok) < share:
+        return None
+    targets = sorted(t for _, t in row)
+    return Finding(
+        FindingKind.EGRESS_BLOCKED,
+        (node,),
+        confidence(len(row), row_ok),
+        _since(row, reach.own_fails),
+        f"its own probes fail to {len(row)} of {len(row) + row_ok} targets "
+        f"({names(targets)}): {_FAILS_AS[Layer.CONNECTIVITY]}; while {len(reachers)} "
+        f"observers reach it (ICMP and HTTP to its agent: {names(reachers)}); its report "
+        f"is degraded for {REASON_TARGETS_FAILING} only (no loop lag, etcd reachable)",
+        tuple(sorted(row)),
+    )
+
+
+def _observer_findings(
+    grid: Grid, named: Set[NodeId], min_observers: int, share: float
+) -> list[Finding]:
     findings = []
     for node, since in sorted(grid.degraded.items()):
         if node in named:
             continue
+        egress = _egress_finding(grid, node, min_observers, share)
+        if egress is not None:
+            findings.append(egress)
+            continue
+        reasons = grid.degraded_reasons.get(node)
+        why = (
+            ", ".join(reasons)
+            if reasons
+            else "event-loop lag, most of its targets failing at once, or etcd unreachable"
+        )
         findings.append(
             Finding(
                 FindingKind.OBSERVER_DEGRADED,
                 (node,),
                 defaults.DIAGNOSIS_DEGRADED_CONFIDENCE,
                 since,
-                "its own report says it is unwell (event-loop lag, most of its targets "
-                "failing at once, or etcd unreachable): its failures are discounted",
+                f"its own report says it is unwell ({why}): its failures are discounted",
             )
         )
     agent = grid.layers[Layer.AGENT]

@@ -89,7 +89,11 @@ def matrix_view(matrix: Matrix) -> MatrixView:
     return MatrixView.of(
         cells=[cell for row in matrix.rows for cell in _cells(row)],
         observers=[
-            Observer(NodeId(*row.source), degraded_since=row.degraded_since)
+            Observer(
+                NodeId(*row.source),
+                degraded_since=row.degraded_since,
+                degraded_reasons=row.degraded_reasons,
+            )
             for row in matrix.rows
             if row.probe_time is not None
         ],

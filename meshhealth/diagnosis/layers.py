@@ -125,6 +125,7 @@ class Grid:
     nodes: tuple[NodeId, ...]
     fresh_rows: frozenset[NodeId]  # observers with at least one fresh path
     degraded: Mapping[NodeId, float]  # observer -> degraded since
+    degraded_reasons: Mapping[NodeId, tuple[str, ...]]  # degraded observer -> why (codes)
     stale_since: Mapping[NodeId, float]  # non-fresh reporting rows -> latest stale since
     silent: frozenset[NodeId]  # no fresh report: stale, or no report at all
     layers: Mapping[Layer, LayerEvidence]
@@ -135,6 +136,7 @@ def build_grid(view: MatrixView) -> Grid:
     view.validate()
     cells = [c for c in view.cells if c.observer != c.target]  # self-probes prove nothing
     degraded = {o.node: o.degraded_since for o in view.observers if o.degraded_since is not None}
+    reasons = {o.node: o.degraded_reasons for o in view.observers if o.node in degraded}
     fresh_rows = frozenset(c.observer for c in cells if c.fresh)
     stale_since: dict[NodeId, float] = {}
     for cell in cells:
@@ -148,7 +150,7 @@ def build_grid(view: MatrixView) -> Grid:
     nodes = view.all_nodes()
     reporting = {o.node for o in view.observers} | {c.observer for c in view.cells}
     silent = frozenset(n for n in nodes if n in stale_since or n not in reporting)
-    return Grid(nodes, fresh_rows, degraded, stale_since, silent, layers)
+    return Grid(nodes, fresh_rows, degraded, reasons, stale_since, silent, layers)
 
 
 def _layers(

@@ -79,6 +79,27 @@ def stretch_s(timeout_s: float, score: int) -> float:
     return timeout_s * timeout_multiplier(score)
 
 
+# Why an agent is unwell, as its report publishes them (`degraded_reasons`): diagnosis
+# tells "my egress is blocked" (targets-failing alone, while others reach it) from "I am
+# unwell" (loop-lag, etcd-unreachable) by them.
+REASON_LOOP_LAG = "loop-lag"
+REASON_TARGETS_FAILING = "targets-failing"
+REASON_ETCD_UNREACHABLE = "etcd-unreachable"
+REASON_CODES: tuple[str, ...] = (REASON_LOOP_LAG, REASON_TARGETS_FAILING, REASON_ETCD_UNREACHABLE)
+
+
+def reason_codes(signals: LocalSignals) -> tuple[str, ...]:
+    """The signals that score points, as codes (in REASON_CODES order)."""
+    codes = []
+    if lag_points(signals.loop_lag_s):
+        codes.append(REASON_LOOP_LAG)
+    if failing_points(signals.targets, signals.targets_failing):
+        codes.append(REASON_TARGETS_FAILING)
+    if not signals.etcd_reachable:
+        codes.append(REASON_ETCD_UNREACHABLE)
+    return tuple(codes)
+
+
 def is_degraded(score: int, *, degraded_score: int = defaults.LOCAL_HEALTH_DEGRADED_SCORE) -> bool:
     """Whether this agent marks its reports degraded."""
     return score >= degraded_score

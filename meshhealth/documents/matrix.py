@@ -107,6 +107,7 @@ class Row:
     plan: PlanInfo | None = None  # the probe plan of the report's round (None: none said)
     health_score: int = 0  # the source agent's local health score (0: well)
     degraded_since: float | None = None  # the source says it is degraded since then
+    degraded_reasons: tuple[str, ...] = ()  # why, as codes (empty: not said)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +232,7 @@ def _row(
         report.plan,
         health_score=report.health_score,
         degraded_since=report.degraded_since,
+        degraded_reasons=report.degraded_reasons,
     )
 
 
@@ -338,6 +340,7 @@ class MatrixRowDocument(TypedDict):
     cells: list[MatrixCellDocument]  # one per entry of `nodes`, in that order
     health_score: NotRequired[int]  # only when the source is not well (> 0)
     degraded_since: NotRequired[str]  # only while the source says it is degraded
+    degraded_reasons: NotRequired[list[str]]  # why, as codes (only when the source says)
 
 
 class MatrixNodeDocument(TypedDict):
@@ -402,6 +405,8 @@ def _row_json(row: Row) -> MatrixRowDocument:
     degraded_since = iso_time(row.degraded_since)
     if degraded_since is not None:
         doc["degraded_since"] = degraded_since
+    if row.degraded_reasons:
+        doc["degraded_reasons"] = list(row.degraded_reasons)
     return doc
 
 

@@ -189,6 +189,7 @@ class LocalHealthDocument(TypedDict):
     degraded: bool  # from score 2: its own failures are suspected first
     degraded_since: str | None
     reasons: list[str]  # e.g. "event loop lagging 0.8 s"
+    reason_codes: NotRequired[list[str]]  # the same as codes: loop-lag, targets-failing, ...
 
 
 class StatusDocument(StatusHeadDocument):

@@ -61,6 +61,7 @@ class LocalHealthMark:
 
     score: int = 0  # 0: well
     degraded_since: float | None = None  # unix seconds; None: not degraded
+    reasons: tuple[str, ...] = ()  # while degraded: why, as codes (loop-lag, ...)
 
 
 WELL = LocalHealthMark()
@@ -121,6 +122,7 @@ def health_report(
         plan=report.plan,
         health_score=local.score,
         degraded_since=local.degraded_since,
+        degraded_reasons=local.reasons if local.degraded_since is not None else (),
     )
 
 
@@ -134,7 +136,7 @@ def change_signature(report: HealthReport) -> ChangeSignature:
     every round would write."""
     signature: ChangeSignature = {}
     if report.degraded_since is not None:
-        signature[("degraded",)] = True
+        signature[("degraded",)] = report.degraded_reasons
     for target in report.targets:
         for name, path in target.paths.items():
             signature[(target.cluster, target.node, name)] = (
