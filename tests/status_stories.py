@@ -322,6 +322,31 @@ def small_full_mesh() -> StatusInputs:
     return dataclasses.replace(healthy(), plan=plan)
 
 
+ONE_NODE_SUMMARY = ClusterSummary(
+    cluster="lab1",
+    aggregator="node1",
+    generated_at=NOW - 2,
+    nodes=NodeCounts(reachable=0, unreachable=0, suspect=0, unknown=1),
+    observers_min=0,
+    observers_median=0.0,
+    failing_observers={},
+    findings=(),
+)
+
+
+def one_node() -> StatusInputs:
+    """A cluster of one node: its aggregator's summary counts it, nobody observes it
+    (no other node): the verdict says so instead of `0/1 reachable (0 observers)`."""
+    return replace(
+        never_probed(),
+        probe_time=PROBE_TIME,
+        etcd=EtcdState(up=True),
+        round=RoundState(running=False),
+        cluster_summaries={"lab1": ONE_NODE_SUMMARY},
+        verdict_clusters=("lab1",),
+    )
+
+
 STORIES: dict[str, Callable[[], StatusInputs]] = {
     "healthy": healthy,
     "endpoint_forward_drop": endpoint_forward_drop,
@@ -336,4 +361,5 @@ STORIES: dict[str, Callable[[], StatusInputs]] = {
     "subset_plan": subset_plan,
     "small_full_mesh": small_full_mesh,
     "mtu_blackhole": mtu_blackhole,
+    "one_node": one_node,
 }

@@ -35,6 +35,7 @@ CASES = [
     ("small_full_mesh", False),
     ("mtu_blackhole", False),
     ("mtu_blackhole", True),
+    ("one_node", False),
 ]
 
 
@@ -71,6 +72,17 @@ def test_cilium_health_shape_lines() -> None:
         "Cluster health:   2/3 reachable, 1 unreachable   "
         "(this node's own probes: no cluster summary yet; 2026-11-22T10:00:00Z)"
     )
+
+
+def test_a_cluster_of_one_says_so_in_text_and_json() -> None:
+    doc = build_status_document(status_stories.one_node())
+    (verdict,) = doc["cluster_health"] or []
+    assert verdict.get("alone") is True and verdict["total"] == 1
+    text = format_status_text(doc, verbose=False)
+    assert "Cluster health:   1 node, no other node to probe or to observe it" in text
+    assert "0/1 reachable" not in text
+    two = build_status_document(status_stories.agent_down_summary())
+    assert all("alone" not in v for v in two["cluster_health"] or [])
 
 
 def test_never_probed_says_so() -> None:

@@ -237,6 +237,17 @@ def test_the_banner_shows_the_cluster_verdict_and_the_findings() -> None:
     assert "Finding:" not in frame_text(state, now=T0 + 10, width=200)
 
 
+def test_the_banner_says_a_cluster_of_one() -> None:
+    from tests import status_stories
+
+    status = build_status_document(status_stories.one_node())
+    state = WatchState(source="unix:///tmp/n1.feed.sock")
+    apply_feed_message(state, {"v": 1, "type": "snapshot", "seq": 0, "status": status}, now=T0)
+    text = frame_text(state, now=T0, width=200)
+    assert "Cluster verdict lab1: 1 node, no other node to probe or to observe it" in text
+    assert "Cluster verdict lab1: 0/1" not in text
+
+
 # --- the command, against real agents -------------------------------------------------
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from meshhealth.cli.format_findings import finding_line
 from meshhealth.cli.format_probe import format_loss
+from meshhealth.documents.cluster_health import ALONE_TEXT, is_alone
 from meshhealth.documents.status_schema import (
     AddressDocument,
     ClusterDocument,
@@ -235,6 +236,8 @@ def verdict_line(
     if verdict["source"] == "summary":
         updated = _ago(verdict["updated_at"], now)
         by = f"aggregator {verdict['aggregator']}, updated {updated}"
+        if is_alone(verdict):
+            return f"{head}   {ALONE_TEXT}   ({by})"
         return f"{head}   {counts}{_observers(verdict)}{more}   ({by})"
     when = doc["probe_time"] or "never probed"
     return f"{head}   {counts}{more}   (this node's own probes: no cluster summary yet; {when})"

@@ -24,6 +24,7 @@ from rich.text import Text
 
 from meshhealth.cli.format_findings import finding_line
 from meshhealth.cli.watch_state import PATH_NAMES, Change, NodeView, PathView, WatchState
+from meshhealth.documents.cluster_health import ALONE_TEXT, is_alone
 from meshhealth.documents.matrix import stale_after_s
 from meshhealth.model import ProbeStatus
 from meshhealth.timefmt import format_age_short, format_duration, iso_time
@@ -171,10 +172,13 @@ def header(state: WatchState, *, now: float) -> Text:
             continue
         good = verdict["reachable"] == verdict["total"]
         text.append(f"\nCluster verdict {verdict['cluster']}: ")
-        text.append(
-            f"{verdict['reachable']}/{verdict['total']} reachable",
-            style="green" if good else "red",
-        )
+        if is_alone(verdict):
+            text.append(ALONE_TEXT, style="yellow")
+        else:
+            text.append(
+                f"{verdict['reachable']}/{verdict['total']} reachable",
+                style="green" if good else "red",
+            )
         text.append(f"   (every observer, aggregator {verdict['aggregator']})", style="grey50")
     for finding in state.findings:  # the banner: whose fault it is
         text.append(f"\n{finding_line(finding)}", style="bold red")

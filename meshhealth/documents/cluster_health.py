@@ -8,6 +8,8 @@ admitted clustermesh remote). With a summary (meshhealth.summary_codec, publishe
 the cluster's aggregator) the counts are the cluster's verdict over every observer's
 results (`source: "summary"`); without one yet (no aggregator, or it just changed) they
 are this node's own probes of that cluster's nodes (`source: "local"`), and say so.
+A summary of a cluster of one node that nobody observes has `alone: true` (its counts,
+0/1, are no verdict; the texts say ALONE_TEXT).
 `findings` are every summary's findings, cluster by cluster, in diagnosis's order, in
 the shape of `meshhealth diagnose -o json`.
 """
@@ -26,11 +28,17 @@ from meshhealth.timefmt import iso_time
 
 SOURCE_SUMMARY = "summary"
 SOURCE_LOCAL = "local"
+# A cluster of one node nobody observes: "0/1 reachable (0 observers)" would be no verdict.
+ALONE_TEXT = "1 node, no other node to probe or to observe it (a cluster of one)"
+
+
+def is_alone(verdict: ClusterHealthDocument) -> bool:
+    return bool(verdict.get("alone"))
 
 
 def _from_summary(summary: ClusterSummary, now: float) -> ClusterHealthDocument:
     counts = summary.nodes
-    return {
+    doc: ClusterHealthDocument = {
         "cluster": summary.cluster,
         "source": SOURCE_SUMMARY,
         "aggregator": f"{summary.cluster}/{summary.aggregator}",
@@ -44,6 +52,9 @@ def _from_summary(summary: ClusterSummary, now: float) -> ClusterHealthDocument:
         "observers_min": summary.observers_min,
         "observers_median": summary.observers_median,
     }
+    if counts.total == 1 and summary.observers_min == 0:
+        doc["alone"] = True
+    return doc
 
 
 def _from_local(cluster: str, counts: SummaryDocument | None) -> ClusterHealthDocument:

@@ -155,6 +155,9 @@ class ClusterHealthDocument(TypedDict):
     total: int
     observers_min: int | None  # fewest observers of any node (summary only)
     observers_median: float | None
+    # Only when true: a cluster of one node that nobody observes (no other node to probe
+    # it): its counts say nothing, and the texts say so (ALONE_TEXT).
+    alone: NotRequired[bool]
 
 
 class FindingDocument(TypedDict):

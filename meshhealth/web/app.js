@@ -198,8 +198,12 @@ function renderSummary() {
     const extra = (verdict.unreachable ? `, ${verdict.unreachable} unreachable` : "") +
       (verdict.suspect ? `, ${verdict.suspect} suspect` : "");
     const observers = verdict.observers_min !== null ? ` (${verdict.observers_min}+ observers each)` : "";
+    // A cluster of one node nobody observes: its 0/1 is no verdict (cluster_health.py ALONE_TEXT).
+    const counts = verdict.alone
+      ? "1 node, no other node to probe or to observe it (a cluster of one)"
+      : `${verdict.reachable}/${verdict.total} reachable${observers}${extra}`;
     $("health").textContent =
-      `Cluster health: ${verdict.reachable}/${verdict.total} reachable${observers}${extra}` +
+      `Cluster health: ${counts}` +
       `   (aggregator ${verdict.aggregator}, updated ${fmtAgo(verdict.updated_at)})` + probing;
   } else {
     const sm = st.summary || {};
