@@ -168,21 +168,48 @@ def agent_state(story: StoryLab, node: str) -> str:
         return f.read().rsplit(")", 1)[1].split()[0]
 
 
+def own_status(story: StoryLab, node: str) -> dict[str, Any] | None:
+    """`meshhealth status -o json` run on `node` (its own agent); None on errors."""
+    done = story.cli("exec", node, "--", "meshhealth", "status", "-o", "json")
+    if done.returncode != 0:
+        return None
+    doc: dict[str, Any] = json.loads(done.stdout)
+    return doc
+
+
+def lagging(doc: dict[str, Any] | None) -> bool:
+    health = (doc or {}).get("local_health") or {}
+    return bool(health.get("degraded")) and "loop-lag" in health.get("reason_codes", [])
+
+
 def test_starve_names_the_starved_node(story: StoryLab) -> None:
-    """A starved agent answers HTTP late or not at all (agent-down) and publishes late
-    (observer-degraded): either way the finding names the starved node, nobody else."""
+    """A starved agent (SIGSTOPped 3 s of every 4 s): its own `status -o json` says it
+    is degraded for `loop-lag`, and diagnosis names it observer-degraded (its agent
+    answers late or not at all and its report says its loop lags); no finding, on any
+    poll, is against another node (every one names the starved node first)."""
     healthy(story)
     assert story.cli("fault", "starve", "node3").returncode == 0
+    against_others: list[Finding] = []
     try:
         deadline = time.monotonic() + FINDING_S
         while agent_state(story, "lab1/node3") != "T" and time.monotonic() < deadline:
             time.sleep(0.1)
         assert agent_state(story, "lab1/node3") == "T"  # SIGSTOPped now and then
-        kinds = ("agent-down", "observer-degraded")
-        wait_findings(story, top_is(kinds, ["lab1/node3"]), "the starved node named")
+        doc = own_status(story, "node3")
+        while not lagging(doc) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            doc = own_status(story, "node3")
+        assert doc is not None and lagging(doc), doc and doc.get("local_health")
+
+        def named(f: list[Finding]) -> bool:
+            against_others.extend(x for x in f if x["nodes"][0] != "lab1/node3")
+            return top_is(("observer-degraded",), ["lab1/node3"], r"loop-lag")(f)
+
+        wait_findings(story, named, "the starved node named observer-degraded")
     finally:
         cleared = story.cli("fault", "clear")
     assert cleared.returncode == 0 and "agent of lab1/node3 runs freely again" in cleared.stdout
+    assert not against_others, against_others
     assert "starve/" not in story.cli("status").stdout
     assert agent_state(story, "lab1/node3") != "T"
     healthy(story)

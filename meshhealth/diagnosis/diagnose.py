@@ -9,7 +9,9 @@ In order:
    partition are localised (007-style votes, `localise`) and each blamed node becomes a
    finding whose kind follows from its row and column: node-down, node-isolated,
    ingress-blocked, egress-blocked, agent-down, endpoint-down, mtu-blackhole;
-3. failures no node explains are `path` findings (observer -> target);
+3. failures no node explains are `path` findings (observer -> target); but HTTP to an
+   agent whose own report says `loop-lag` failing from one observer is its starvation
+   (named below), not that path's fault;
 4. observers whose own report says they are unwell, or whose report is stale while
    their agent answers, are `observer-degraded` (unless already named); but one whose
    only reason is `targets-failing` while others reach it (ICMP and HTTP to its agent)
@@ -27,7 +29,7 @@ from meshhealth import defaults
 from meshhealth.diagnosis.cells import MatrixView, NodeId
 from meshhealth.diagnosis.findings import Finding, FindingKind, names
 from meshhealth.diagnosis.layers import Grid, Layer, LayerEvidence, Pair, build_grid
-from meshhealth.diagnosis.local_health import REASON_TARGETS_FAILING
+from meshhealth.diagnosis.local_health import REASON_LOOP_LAG, REASON_TARGETS_FAILING
 from meshhealth.diagnosis.localise import Blame, localise
 from meshhealth.diagnosis.partition import Partition, find_partition
 
@@ -68,6 +70,7 @@ def diagnose(
     partition = find_partition(
         grid.nodes, connectivity.fails.keys(), connectivity.oks, min_nodes=min_observers
     )
+    lagging = {n for n, why in grid.degraded_reasons.items() if REASON_LOOP_LAG in why}
     explained: set[Pair] = set()
     if partition is not None:
         findings.append(_partition_finding(partition, connectivity))
@@ -85,7 +88,10 @@ def diagnose(
             share=share,
         )
         findings += [_blame_finding(layer, blame, grid, evidence) for blame in found.blames]
-        findings += [_path_finding(layer, pair, evidence) for pair in found.paths]
+        paths = found.paths
+        if layer is Layer.AGENT:  # a starved agent answers late: not the path's fault
+            paths = tuple(p for p in paths if p[1] not in lagging)
+        findings += [_path_finding(layer, pair, evidence) for pair in paths]
     named = {node for finding in findings for node in finding.nodes}
     findings += _observer_findings(grid, named, min_observers, share)
     return tuple(sorted(findings, key=lambda f: (-f.confidence, f.kind.value, f.nodes)))
@@ -116,6 +122,10 @@ def _kind(layer: Layer, blame: Blame, grid: Grid) -> FindingKind:
     if not blame.column_failing:
         return FindingKind.EGRESS_BLOCKED
     if layer is Layer.AGENT:
+        # Its agent does not answer, and its own report says its loop lags: a starved
+        # agent (answering late or not at all), not a dead one.
+        if REASON_LOOP_LAG in grid.degraded_reasons.get(blame.node, ()):
+            return FindingKind.OBSERVER_DEGRADED
         return FindingKind.AGENT_DOWN
     if layer is Layer.ENDPOINT:
         return FindingKind.ENDPOINT_DOWN
@@ -161,6 +171,8 @@ def _blame_finding(layer: Layer, blame: Blame, grid: Grid, evidence: LayerEviden
         parts.append(
             "nobody else probes it" if one_sided else f"while {blame.column_ok} observers reach it"
         )
+    elif kind is FindingKind.OBSERVER_DEGRADED:
+        parts.append(f"its own report says its event loop lags ({REASON_LOOP_LAG}): starved")
     elif kind is FindingKind.NODE_ISOLATED and not blame.row:
         parts.append("its own report (degraded) says it reaches none of its targets")
     if one_sided:
