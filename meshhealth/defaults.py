@@ -221,7 +221,8 @@ ROUND_BUCKETS_S: Final = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0)
 
 # --- health endpoint (meshhealth.agent.health_endpoint.supervisor) --------------------
 # How often the netns endpoint's namespace and veth are checked: "re-created within a few
-# seconds" of being deleted, for one stat + one netlink lookup per second.
+# seconds" of being deleted, for one stat + one interface-name lookup (an ioctl in the
+# node's namespace) per second.
 ENDPOINT_CHECK_INTERVAL_S: Final = 1.0
 # Restart back-off of the endpoint's responder: doubles from min to max, back to min once
 # a responder stayed up for ENDPOINT_STABLE_S (a crash loop does not spin the CPU).
@@ -247,8 +248,12 @@ ENDPOINT_HOST_IFACE: Final = "lxc_health"
 # Route protocol number marking routes the agent programs (`ip route show proto 164`):
 # crash leftovers are found and removed by it, other routes are never touched.
 ROUTE_PROTO: Final = 0xA4
-# Routes are re-read and repaired this often even without peer changes.
-ROUTE_RESYNC_INTERVAL_S: Final = 10.0
+# Routes are re-read and repaired this often even without peer changes (a repair of
+# what someone else removed; peer changes sync at once). Each re-read dumps every route
+# of the node (100 at 100 nodes).
+ROUTE_RESYNC_INTERVAL_S: Final = 60.0
+# Peer changes that arrive within this of each other (a lab's start, churn) make one sync.
+ROUTE_DEBOUNCE_S: Final = 1.0
 # After a failed route change, retry this soon.
 ROUTE_RETRY_S: Final = 1.0
 

@@ -270,3 +270,35 @@ async def test_programmer_repairs_deleted_route(netns_factory: NetnsFactory) -> 
         await wait_for(lambda: programmer.state.changes == 2)
         assert len(route_lines(netns_factory, b, "proto", "164")) == 1
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.netns
+async def test_a_peer_change_after_a_good_sync_does_not_dump_the_routes(
+    netns_factory: NetnsFactory,
+) -> None:
+    a, b = netns_factory.create(), netns_factory.create()
+    netns_factory.veth(a, b, addrs_a=["10.212.0.1/24"], addrs_b=["10.212.0.2/24"])
+    netns_factory.ip(a, "addr", "add", "10.212.0.3/24", "dev", "veth1a")
+    programmer = RouteProgrammer(cluster="c1", node="nb", node_netns=b, debounce_s=0.05)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(programmer.run)
+        programmer.set_peers([node("na", "10.212.0.1", "10.220.1.0/24")])
+        await wait_for(lambda: programmer.state.changes == 1)
+        assert programmer.state.reads == 1  # the first sync reads what is there
+        # Two changes in a burst: one sync, the installed routes taken from the last one.
+        programmer.set_peers([node("na", "10.212.0.1", "10.220.1.0/24")])
+        programmer.set_peers(
+            [node("na", "10.212.0.1", "10.220.1.0/24"), node("nc", "10.212.0.3", "10.220.3.0/24")]
+        )
+        await wait_for(lambda: programmer.state.changes == 2)
+        assert programmer.state.syncs == 2
+        assert programmer.state.reads == 1
+        assert (
+            programmer.state.installed
+            == read_routes(b, ROUTE_PROTO)
+            == {
+                "10.220.1.0/24": "10.212.0.1",
+                "10.220.3.0/24": "10.212.0.3",
+            }
+        )
+        nursery.cancel_scope.cancel()

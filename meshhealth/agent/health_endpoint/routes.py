@@ -184,6 +184,7 @@ class RouteState:
 
     installed: dict[str, str | None] = field(default_factory=dict)  # ours, after last sync
     syncs: int = 0
+    reads: int = 0  # route dumps (a sync after a good one needs none)
     changes: int = 0  # routes added, replaced or removed
     errors: int = 0
     last_error: str | None = None
@@ -211,6 +212,7 @@ class RouteProgrammer:
         proto: int = ROUTE_PROTO,
         resync_interval_s: float = defaults.ROUTE_RESYNC_INTERVAL_S,
         retry_s: float = defaults.ROUTE_RETRY_S,
+        debounce_s: float = defaults.ROUTE_DEBOUNCE_S,
     ) -> None:
         if not 0 < proto < 256:
             raise ValueError(f"route protocol must be 1..255, got {proto}")
@@ -221,6 +223,7 @@ class RouteProgrammer:
         self._proto = proto
         self._resync_interval_s = resync_interval_s
         self._retry_s = retry_s
+        self._debounce_s = debounce_s
         self._peers: tuple[Node, ...] | None = None
         self._changed = trio.Event()
         self._limiter = trio.CapacityLimiter(1)
@@ -235,18 +238,31 @@ class RouteProgrammer:
         task_status.started()
         try:
             await self._changed.wait()
+            changed, ok = True, False
             while True:
+                if changed:  # a burst of peer changes (a lab's start, churn): one sync
+                    await trio.sleep(self._debounce_s)
                 self._changed = trio.Event()
-                ok = await self.sync()
+                # A peer change right after a good sync trusts what that sync installed;
+                # the periodic resync and a retry re-read the routes.
+                ok = await self.sync(reread=not (changed and ok))
+                changed = False
                 with trio.move_on_after(self._resync_interval_s if ok else self._retry_s):
                     await self._changed.wait()
+                    changed = True
         finally:
             with trio.CancelScope(shield=True) as scope:
                 scope.deadline = trio.current_time() + 5.0
                 await self._remove_all()
 
-    async def sync(self) -> bool:
-        """Bring our routes in line with the peers once; False when something failed."""
+    async def sync(self, *, reread: bool = True) -> bool:
+        """Bring our routes in line with the peers once; False when something failed.
+
+        `reread=False` trusts what the last good sync installed instead of dumping the
+        routes again (a peer change right after a good sync); the periodic resync and a
+        retry re-read. After a change that all went through, the installed routes are
+        what was applied: no dump.
+        """
         desired = desired_routes(
             self._peers or (), cluster=self._cluster, node=self._node, own_cidrs=self._own_cidrs
         )
@@ -256,10 +272,19 @@ class RouteProgrammer:
         self.state.skipped = desired.skipped
         self.state.syncs += 1
         try:
-            present = await self._thread(read_routes, self._node_netns, self._proto)
+            present = self.state.installed
+            if reread or self.state.syncs == 1:
+                present = await self._read()
             diff = diff_routes(desired.routes, present)
             failed = await self._thread(apply_routes, self._node_netns, diff, self._proto)
-            self.state.installed = await self._thread(read_routes, self._node_netns, self._proto)
+            if failed:
+                installed = await self._read()
+            else:
+                installed = dict(present)
+                for dst in diff.delete:
+                    installed.pop(dst, None)
+                installed.update({dst: via for dst, via in (*diff.add, *diff.change)})
+            self.state.installed = installed
         except (PlumbingError, OSError) as exc:
             self._record_error(f"route sync: {exc}")
             return False
@@ -275,6 +300,10 @@ class RouteProgrammer:
         for _, error in failed:
             self._record_error(error)
         return not failed
+
+    async def _read(self) -> dict[str, str | None]:
+        self.state.reads += 1
+        return await self._thread(read_routes, self._node_netns, self._proto)
 
     async def _remove_all(self) -> None:
         try:
