@@ -3,6 +3,8 @@ findings the matrix stories give through it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from meshhealth.diagnosis.cells import NodeId, PathKind, PathObservation, PathState
@@ -45,9 +47,23 @@ def agent_down() -> list[HealthReport]:
     ]
 
 
+def secondary_down() -> list[HealthReport]:
+    """Dual stack: node4's secondary addresses time out from everyone (no route for
+    that family), its primary ones answer."""
+    out = []
+    for report in [S.report(s, {t: S.paths() for t in NODES4}) for s in NODES4[:3]]:
+        targets = tuple(
+            replace(t, secondary_paths=DOWN if t.node == "node4" else S.paths())
+            for t in report.targets
+        )
+        out.append(replace(report, targets=targets))
+    return out
+
+
 @pytest.mark.parametrize(
     ("story", "expected"),
     [
+        (secondary_down, [("path", ("lab1/node4",))]),
         (S.healthy, []),
         (S.meshed, []),
         (S.stale_and_missing, []),  # one stale row, one silent node: no one to blame

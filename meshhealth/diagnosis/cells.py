@@ -61,6 +61,8 @@ class MatrixCell:
     observer: NodeId
     target: NodeId
     paths: Mapping[PathKind, PathObservation] = field(default_factory=dict)
+    # The same kinds over the target's secondary addresses (dual stack); empty when none.
+    secondary: Mapping[PathKind, PathObservation] = field(default_factory=dict)
 
     def state(self, kind: PathKind) -> PathState:
         seen = self.paths.get(kind)

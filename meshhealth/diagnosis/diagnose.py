@@ -9,7 +9,9 @@ In order:
    partition are localised (007-style votes, `localise`) and each blamed node becomes a
    finding whose kind follows from its row and column: node-down, node-isolated,
    ingress-blocked, egress-blocked, agent-down, endpoint-down, mtu-blackhole;
-3. failures no node explains are `path` findings (observer -> target); but HTTP to an
+3. failures no node explains are `path` findings (observer -> target); a dual-stack
+   target whose secondary addresses fail while its primary ones answer is a `path`
+   finding too (families.py); but HTTP to an
    agent whose own report says `loop-lag` failing from one observer is its starvation
    (named below), not that path's fault;
 4. observers whose own report says they are unwell, or whose report is stale while
@@ -27,7 +29,8 @@ from collections.abc import Mapping, Set
 
 from meshhealth import defaults
 from meshhealth.diagnosis.cells import MatrixView, NodeId
-from meshhealth.diagnosis.findings import Finding, FindingKind, names
+from meshhealth.diagnosis.families import secondary_findings
+from meshhealth.diagnosis.findings import Finding, FindingKind, confidence, names
 from meshhealth.diagnosis.layers import Grid, Layer, LayerEvidence, Pair, build_grid
 from meshhealth.diagnosis.local_health import REASON_LOOP_LAG, REASON_TARGETS_FAILING
 from meshhealth.diagnosis.localise import Blame, localise
@@ -40,21 +43,6 @@ _FAILS_AS = {
     Layer.ENDPOINT: "host paths are ok but its health endpoint (HealthIP) fails",
     Layer.MTU: "small ICMP passes but big don't-fragment ICMP is lost",
 }
-
-
-def confidence(
-    failing: int,
-    ok: int,
-    *,
-    extra: int = 0,
-    doubt: float = defaults.DIAGNOSIS_DOUBT_PER_CELL,
-) -> float:
-    """share x (1 - doubt^(failing + extra)): the share of failing cells among the
-    assessed ones, and how much independent evidence there is (`extra`: witnesses that
-    are not cells, such as the node's own stale report)."""
-    if failing <= 0:
-        return 0.0
-    return failing / (failing + ok) * (1.0 - doubt ** (failing + extra))
 
 
 def diagnose(
@@ -93,6 +81,10 @@ def diagnose(
             paths = tuple(p for p in paths if p[1] not in lagging)
         findings += [_path_finding(layer, pair, evidence) for pair in paths]
     named = {node for finding in findings for node in finding.nodes}
+    findings += secondary_findings(
+        view.cells, degraded=grid.degraded.keys(), named=named,
+        min_observers=min_observers, share=share,
+    )  # fmt: skip
     findings += _observer_findings(grid, named, min_observers, share)
     return tuple(sorted(findings, key=lambda f: (-f.confidence, f.kind.value, f.nodes)))
 

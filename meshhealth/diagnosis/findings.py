@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
+from meshhealth import defaults
 from meshhealth.diagnosis.cells import NodeId
 from meshhealth.diagnosis.layers import Pair
 from meshhealth.timefmt import iso_time
@@ -85,3 +86,18 @@ def names(nodes: Sequence[NodeId], limit: int = 5) -> str:
     shown = ", ".join(str(n) for n in nodes[:limit])
     more = len(nodes) - limit
     return f"{shown} and {more} more" if more > 0 else shown
+
+
+def confidence(
+    failing: int,
+    ok: int,
+    *,
+    extra: int = 0,
+    doubt: float = defaults.DIAGNOSIS_DOUBT_PER_CELL,
+) -> float:
+    """share x (1 - doubt^(failing + extra)): the share of failing cells among the
+    assessed ones, and how much independent evidence there is (`extra`: witnesses that
+    are not cells, such as the node's own stale report)."""
+    if failing <= 0:
+        return 0.0
+    return failing / (failing + ok) * (1.0 - doubt ** (failing + extra))

@@ -79,8 +79,9 @@ def _cells(row: Row) -> list[MatrixCell]:
     cells = []
     for cell in row.cells:
         paths = _observations(cell.paths, stale=row.stale, since=row.probe_time)
-        if paths:
-            cells.append(MatrixCell(observer, NodeId(*cell.target), paths))
+        secondary = _observations(cell.secondary_paths, stale=row.stale, since=row.probe_time)
+        if paths or secondary:
+            cells.append(MatrixCell(observer, NodeId(*cell.target), paths, secondary))
     return cells
 
 

@@ -1,0 +1,93 @@
+"""Dual stack: a target whose secondary addresses (the other address family) fail while
+its primary ones answer (pure).
+
+    findings = secondary_findings(cells, degraded=..., named=..., min_observers=2, share=0.75)
+
+The four layers read the primary addresses only. A pair (observer -> target) fails
+here when every probed secondary path (`node/icmp`, `node/http`, `endpoint/icmp`,
+`endpoint/http` over the target's secondary addresses) is unreachable while a primary
+path is ok; it is ok when a secondary path is ok. A degraded observer's failures are
+discounted, and a target already named by another finding is left to it. A target that
+at least `min_observers` observers fail, `share` of those that assessed it, is one
+`path` finding naming the target (its secondary family); other failing pairs are
+`path` findings naming observer and target, as for the primary addresses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Set
+
+from meshhealth.diagnosis.cells import MatrixCell, NodeId, PathKind, PathObservation, PathState
+from meshhealth.diagnosis.findings import Finding, FindingKind, confidence, names
+
+_FAMILY = "its secondary addresses (the other address family, dual stack)"
+
+
+def _reaches(paths: dict[PathKind, PathObservation]) -> bool | None:
+    """True: a path is ok; False: every probed path unreachable; None: not evidence."""
+    states = [o.state for k, o in paths.items() if k is not PathKind.NODE_ICMP_DF]
+    if any(s is PathState.OK for s in states):
+        return True
+    if states and all(s is PathState.UNREACHABLE for s in states):
+        return False
+    return None
+
+
+def secondary_findings(
+    cells: Iterable[MatrixCell],
+    *,
+    degraded: Set[NodeId],
+    named: Set[NodeId],
+    min_observers: int,
+    share: float,
+) -> list[Finding]:
+    fails: dict[NodeId, dict[NodeId, tuple[float, tuple[str, ...]]]] = {}
+    oks: dict[NodeId, set[NodeId]] = {}
+    for cell in cells:
+        if cell.observer == cell.target or not cell.secondary or cell.target in named:
+            continue
+        reaches = _reaches(dict(cell.secondary))
+        if reaches:
+            oks.setdefault(cell.target, set()).add(cell.observer)
+        elif reaches is False and cell.observer not in degraded and _reaches(dict(cell.paths)):
+            failing = sorted(
+                k
+                for k, o in cell.secondary.items()
+                if o.state is PathState.UNREACHABLE and k is not PathKind.NODE_ICMP_DF
+            )
+            since = max(cell.secondary[k].since for k in failing)
+            fails.setdefault(cell.target, {})[cell.observer] = (since, tuple(failing))
+    findings = []
+    for target, by_observer in sorted(fails.items()):
+        ok = len(oks.get(target, ()))
+        observers = sorted(by_observer)
+        kinds = ", ".join(sorted({k for _, ks in by_observer.values() for k in ks}))
+        if len(observers) >= min_observers and len(observers) / (len(observers) + ok) >= share:
+            findings.append(
+                Finding(
+                    FindingKind.PATH,
+                    (target,),
+                    confidence(len(observers), ok),
+                    max(since for since, _ in by_observer.values()),
+                    f"{_FAMILY} fail from {len(observers)} of {len(observers) + ok} "
+                    f"observers ({names(observers)}): {kinds} unreachable while its primary "
+                    "addresses answer",
+                    tuple((o, target) for o in observers),
+                )
+            )
+            continue
+        for observer in observers:
+            since, kinds_of = by_observer[observer]
+            findings.append(
+                Finding(
+                    FindingKind.PATH,
+                    (observer, target),
+                    confidence(1, 0),
+                    since,
+                    f"{observer} -> {target} only over {_FAMILY.removeprefix('its ')}: "
+                    f"{', '.join(kinds_of)} unreachable while its primary addresses answer; "
+                    f"{ok} other observers reach them",
+                    ((observer, target),),
+                )
+            )
+    return findings
