@@ -126,7 +126,8 @@ AGENT_DOWN_RETENTION_S: Final = 600.0
 # Every etcd request has a deadline; a stuck etcd must not stall the agent.
 ETCD_REQUEST_TIMEOUT_S: Final = 5.0
 # How often the liveness check asks etcd something cheap, and how long it may take: a
-# SIGSTOPped etcd makes watches hang silently, this is how we notice.
+# SIGSTOPped etcd makes watches hang silently, this is how we notice. It asks only when no
+# other request (a keep-alive, a write) answered within the interval.
 ETCD_LIVENESS_INTERVAL_S: Final = 2.0
 ETCD_LIVENESS_TIMEOUT_S: Final = 2.0
 # A worker thread blocked in a grpc call wakes this often with nothing to do (grpc's own

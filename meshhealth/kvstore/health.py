@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -13,7 +14,8 @@ class EtcdHealth:
 
     `up` starts False ("not checked yet") until the first liveness check answers.
     `since` is the unix time of the last change, `last_error` the most recent failure
-    (one line). `wait_until(up)` / `wait_changed()` let tasks react to changes.
+    (one line), `answered_at` the trio time of the newest answer (any request's).
+    `wait_until(up)` / `wait_changed()` let tasks react to changes.
     Only touched from the trio thread.
     """
 
@@ -22,9 +24,12 @@ class EtcdHealth:
         self.since = time.time()
         self.last_error = "not checked yet"
         self.changes = 0
+        self.answered_at = -math.inf
         self._changed = trio.Event()
 
     def set_up(self) -> None:
+        """etcd answered (a request or the liveness check)."""
+        self.answered_at = trio.current_time()
         if not self.up:
             self._set(True)
 
