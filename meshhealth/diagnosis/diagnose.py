@@ -195,25 +195,32 @@ def _path_finding(layer: Layer, pair: Pair, evidence: LayerEvidence) -> Finding:
 def _egress_finding(grid: Grid, node: NodeId, min_observers: int, share: float) -> Finding | None:
     """A degraded observer whose only reason is `targets-failing`, whose column is ok
     (at least `min_observers` reach its agent over ICMP and HTTP, nobody fails it) and
-    whose own row fails (at least `share` of it): egress-blocked, on its own report."""
+    whose own row fails (at least `share` of it): egress-blocked, on its own report.
+
+    Its own row counts its `suspect` cells too: a degraded agent stretches its suspicion
+    time (it suspects itself first), so its failing row stays suspect for several
+    intervals, while the reason and the others' view already say what it is."""
     if grid.degraded_reasons.get(node) != (REASON_TARGETS_FAILING,):
         return None
     agent, reach = grid.layers[Layer.AGENT], grid.layers[Layer.CONNECTIVITY]
     if any(t == node for layer in (agent, reach) for _, t in layer.fails):
         return None
     reachers = sorted({o for o, t in agent.oks if t == node})
-    row = {pair for pair in reach.own_fails if pair[0] == node}
+    failing = {**reach.own_unsure, **reach.own_fails}
+    row = {pair for pair in failing if pair[0] == node}
     row_ok = reach.row_ok.get(node, 0)
     if len(reachers) < min_observers or not row or len(row) / (len(row) + row_ok) < share:
         return None
     targets = sorted(t for _, t in row)
+    unsure = sum(1 for pair in row if pair not in reach.own_fails)
+    still = f", {unsure} of them still suspect" if unsure else ""
     return Finding(
         FindingKind.EGRESS_BLOCKED,
         (node,),
         confidence(len(row), row_ok),
-        _since(row, reach.own_fails),
+        _since(row, failing),
         f"its own probes fail to {len(row)} of {len(row) + row_ok} targets "
-        f"({names(targets)}): {_FAILS_AS[Layer.CONNECTIVITY]}; while {len(reachers)} "
+        f"({names(targets)}{still}): {_FAILS_AS[Layer.CONNECTIVITY]}; while {len(reachers)} "
         f"observers reach it (ICMP and HTTP to its agent: {names(reachers)}); its report "
         f"is degraded for {REASON_TARGETS_FAILING} only (no loop lag, etcd reachable)",
         tuple(sorted(row)),

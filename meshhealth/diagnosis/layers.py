@@ -116,6 +116,8 @@ class LayerEvidence:
     kinds: Mapping[Pair, tuple[PathKind, ...]] = field(default_factory=dict)
     row_ok: Mapping[NodeId, int] = field(default_factory=dict)  # targets each node reaches
     col_ok: Mapping[NodeId, int] = field(default_factory=dict)  # observers reaching each node
+    # pair -> since: unsure (suspect, not yet unreachable), any observer's own report
+    own_unsure: Mapping[Pair, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +162,7 @@ def _layers(
     own_fails: dict[Layer, dict[Pair, float]] = {layer: {} for layer in Layer}
     oks: dict[Layer, set[Pair]] = {layer: set() for layer in Layer}
     kinds: dict[Layer, dict[Pair, tuple[PathKind, ...]]] = {layer: {} for layer in Layer}
+    own_unsure: dict[Layer, dict[Pair, float]] = {layer: {} for layer in Layer}
     for cell in cells:
         pair = (cell.observer, cell.target)
         states = cell_states(cell)
@@ -174,6 +177,9 @@ def _layers(
                 kinds[layer][pair] = failing
                 if cell.observer not in degraded:
                     fails[layer][pair] = since
+            elif verdict is Verdict.UNSURE:
+                suspect = [_KINDS[i] for i in _LAYER_KINDS[layer] if states[i] is _SUSPECT]
+                own_unsure[layer][pair] = max((cell.since(k) for k in suspect), default=0.0)
     out = {}
     for layer in Layer:
         row_ok: dict[NodeId, int] = {}
@@ -183,6 +189,6 @@ def _layers(
             col_ok[target] = col_ok.get(target, 0) + 1
         out[layer] = LayerEvidence(
             layer, fails[layer], own_fails[layer], frozenset(oks[layer]), kinds[layer],
-            row_ok, col_ok,
+            row_ok, col_ok, own_unsure[layer],
         )  # fmt: skip
     return out
