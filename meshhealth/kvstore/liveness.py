@@ -43,13 +43,8 @@ async def _check_forever(etcd: Etcd, backoff: Backoff) -> None:
         fresh_s = health.answered_at + etcd.liveness_interval_s - trio.current_time()
         if health.up and fresh_s > 0:
             # Another request answered within the interval: nothing to ask yet.
-            with trio.move_on_after(fresh_s):
-                await health.wait_until(False)
-                await trio.sleep(backoff.next_delay_s())
-            if health.up:
-                continue
-        error = await etcd.check_liveness()
-        if error is None:
+            delay_s = fresh_s
+        elif (error := await etcd.check_liveness()) is None:
             if not health.up:
                 log.info("etcd %s is up", etcd.description)
             health.set_up()
