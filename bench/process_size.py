@@ -42,7 +42,6 @@ IMPORTS = (
     "rich",
     "trio",
     "trio_websocket",
-    "pyroute2",
     "grpc",
     "etcd3",
     "meshhealth.probe.hello_server",

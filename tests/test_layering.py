@@ -197,7 +197,7 @@ def test_relative_imports_resolve_to_absolute_names() -> None:
 # I/O library.
 DOCUMENTS_MAY_IMPORT: frozenset[str] = frozenset()
 IO_LIBRARIES = frozenset(
-    {"trio", "trio_websocket", "socket", "h11", "wsproto", "etcd3", "grpc", "pyroute2",
+    {"trio", "trio_websocket", "socket", "h11", "wsproto", "etcd3", "grpc",
      "subprocess", "asyncio", "urllib", "http"}
 )  # fmt: skip
 

@@ -224,7 +224,8 @@ async def test_programmer_adds_changes_removes_only_its_routes(
         failed = programmer.state.failed
         assert set(failed) == {"10.230.0.0/24", "10.220.3.0/24"}
         assert "exists that is not ours" in failed["10.230.0.0/24"]
-        assert "Network is unreachable" in failed["10.220.3.0/24"]
+        # The kernel's own words, as `ip` prints them (an unreachable next hop).
+        assert "10.250.0.9: Error: Nexthop has invalid gateway" in failed["10.220.3.0/24"]
         # The foreign routes are untouched.
         assert route_lines(netns_factory, b, "10.230.0.0/24") == [
             "10.230.0.0/24 via 10.212.0.1 dev veth1b"

@@ -3,7 +3,7 @@
 Each command module has `register(subparsers)` which adds its parser and sets
 `func=<callable(args) -> int>`. Only the chosen command's module is imported (all of
 them only for `meshhealth --help` or an unknown command), and command modules import
-heavy libraries (etcd3, grpc, pyroute2, rich) inside their run functions: the health
+heavy libraries (etcd3, grpc, rich) inside their run functions: the health
 endpoint's `meshhealth responder` process stays small (docs/performance.md, "Process
 size"; tests/test_process_size.py).
 """

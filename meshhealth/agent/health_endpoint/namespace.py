@@ -1,12 +1,11 @@
-"""Plumbing of the health endpoint in its own network namespace (pyroute2, sync).
+"""Plumbing of the health endpoint in its own network namespace (sync).
 
-Every function here blocks (netlink, /proc, `ip netns add`) and is meant to run through
-`trio.to_thread.run_sync` with the caller's own CapacityLimiter. pyroute2's netlink
-sockets belong to the namespace of the thread that opened them, so each function opens
-its IPRoute inside `meshhealth.netns.call_in_netns(ns, ...)`: a fresh thread that entered
-`ns` (or the calling thread when `ns` is None, i.e. the agent's own namespace). Opening a
-namespace never creates it: `call_in_netns` opens /run/netns/NAME read-only and fails
-with FileNotFoundError when it is missing.
+Every function here blocks (the `ip` command, /proc, `ip netns add`) and is meant to run
+through `trio.to_thread.run_sync` with the caller's own CapacityLimiter. Links,
+addresses and routes are changed with `ip -n NS -batch` (ip_command.py), one process
+per step; sysctls are written under /proc/sys from a thread that entered the namespace
+(`meshhealth.netns.call_in_netns(ns, ...)`; `ns` None is the agent's own namespace).
+Opening a namespace never creates it: a missing /run/netns/NAME is an error.
 
 What `build_endpoint` makes (node ns = the namespace the agent runs in):
 
@@ -35,7 +34,6 @@ that alias is ever deleted, so an `lxc_health` that is not ours is never touched
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import ipaddress
 import os
@@ -44,14 +42,17 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
 from meshhealth import defaults
+from meshhealth.agent.health_endpoint.ip_command import (
+    NOT_FOUND_MARKERS,
+    PlumbingError,
+    ip,
+    ip_batch,
+    ip_json,
+)
 from meshhealth.netns import call_in_netns, netns_path
-
-T = TypeVar("T")
 
 DEFAULT_HOST_IFACE = defaults.ENDPOINT_HOST_IFACE
 ENDPOINT_IFACE = "eth0"
@@ -60,23 +61,12 @@ MAX_NETNS_NAME = 48
 IFNAMSIZ = 15  # longest interface name (16 bytes with the NUL)
 ALIAS_PREFIX = "meshhealth:"
 _SAFE_NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
-# RT_SCOPE_LINK: `default dev eth0` without a gateway.
-_SCOPE_LINK = 253
-_MAIN_TABLE = 254
 # The endpoint's IPv6 gateway: a link-local address of the host-side veth.
 GATEWAY6 = "fe80::1"
 
 
 def _host_prefixlen(ip: str) -> int:
     return 32 if _version(ip) == 4 else 128
-
-
-def _family(ip: str) -> int:
-    return socket.AF_INET if _version(ip) == 4 else socket.AF_INET6
-
-
-class PlumbingError(RuntimeError):
-    """A step of building the endpoint failed; the message says which and why."""
 
 
 def endpoint_netns_name(cluster: str, node: str) -> str:
@@ -227,34 +217,27 @@ def _exists(pid: int) -> bool:
         return False
 
 
-# --- netlink ----------------------------------------------------------------------------
+# --- links, addresses, routes (the `ip` command) --------------------------------------
 
 
-def with_iproute(netns: str | None, fn: Callable[[Any], T]) -> T:
-    """`fn(ipr)` with an IPRoute opened inside `netns` (None: the calling thread's).
-    Blocking (run it in a worker thread); netlink errors raise PlumbingError."""
-
-    def run() -> T:
-        from pyroute2 import IPRoute, NetlinkError
-
-        try:
-            with IPRoute() as ipr:
-                return fn(ipr)
-        except NetlinkError as exc:
-            where = f"network namespace {netns}" if netns else "the node's network namespace"
-            raise PlumbingError(f"netlink in {where}: {exc.args[-1]} (errno {exc.code})") from exc
-
-    return call_in_netns(netns, run)
+def _link(netns: str | None, name: str) -> tuple[int, str | None] | None:
+    """(ifindex, alias) of link `name` in `netns`, None when there is none."""
+    found = ip_json(netns, "link", "show", "dev", name)
+    if not found:
+        return None
+    index, alias = found[0].get("ifindex"), found[0].get("ifalias")
+    if not isinstance(index, int):
+        raise PlumbingError(f"`ip link show dev {name}` gave no ifindex")
+    return index, alias if isinstance(alias, str) else None
 
 
-def _link_index(ipr: Any, name: str) -> int | None:
-    found: list[int] = ipr.link_lookup(ifname=name)
-    return found[0] if found else None
-
-
-def _link_alias(ipr: Any, index: int) -> str | None:
-    alias: str | None = ipr.link("get", index=index)[0].get_attr("IFLA_IFALIAS")
-    return alias
+def _delete_link(netns: str | None, name: str) -> None:
+    """`ip link del dev NAME`; a link that is gone meanwhile is fine."""
+    try:
+        ip(netns, "link", "del", "dev", name)
+    except PlumbingError as exc:
+        if not any(marker in str(exc) for marker in NOT_FOUND_MARKERS):
+            raise
 
 
 def _write_sysctl(key: str, value: str) -> None:
@@ -267,24 +250,18 @@ def _write_sysctl(key: str, value: str) -> None:
         handle.write(value)
 
 
-def _delete_host_iface(ipr: Any, spec: EndpointNetns) -> bool:
+def _delete_host_iface(spec: EndpointNetns) -> bool:
     """Delete the host-side veth if it is ours (alias). Raises if it is someone else's."""
-    index = _link_index(ipr, spec.host_iface)
-    if index is None:
+    found = _link(spec.node_netns, spec.host_iface)
+    if found is None:
         return False
-    alias = _link_alias(ipr, index)
+    alias = found[1]
     if alias != spec.alias:
         raise PlumbingError(
             f"interface {spec.host_iface} exists and is not this endpoint's "
             f"(alias {alias!r}, expected {spec.alias!r}); choose another host interface name"
         )
-    from pyroute2 import NetlinkError
-
-    try:
-        ipr.link("del", index=index)
-    except NetlinkError as exc:
-        if exc.code != errno.ENODEV:  # gone meanwhile: fine
-            raise
+    _delete_link(spec.node_netns, spec.host_iface)
     return True
 
 
@@ -316,81 +293,73 @@ def build_endpoint(spec: EndpointNetns) -> BuiltEndpoint:
     if inode is None:
         raise PlumbingError(f"network namespace {spec.netns} vanished while being set up")
 
-    def endpoint_clear(ipr: Any) -> None:
-        stale = _link_index(ipr, ENDPOINT_IFACE)
-        if stale is not None:
-            ipr.link("del", index=stale)
+    if _link(spec.netns, ENDPOINT_IFACE) is not None:  # left by an earlier run
+        _delete_link(spec.netns, ENDPOINT_IFACE)
+    host_index = _build_node_side(spec)
+    _build_endpoint_side(spec)
+    return BuiltEndpoint(netns_inode=inode, host_ifindex=host_index)
 
-    with_iproute(spec.netns, endpoint_clear)
 
-    def node_side(ipr: Any) -> int:
-        _delete_host_iface(ipr, spec)
-        fd = os.open(netns_path(spec.netns), os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            ipr.link(
-                "add",
-                ifname=spec.host_iface,
-                kind="veth",
-                peer={"ifname": ENDPOINT_IFACE, "net_ns_fd": fd},
-            )
-        finally:
-            os.close(fd)
-        index = _link_index(ipr, spec.host_iface)
-        if index is None:
-            raise PlumbingError(f"veth {spec.host_iface} missing right after creation")
-        ipr.link("set", index=index, ifalias=spec.alias)
-        versions = {_version(ip) for ip in spec.addresses}
+def _build_node_side(spec: EndpointNetns) -> int:
+    """The host-side veth (its peer goes straight into the endpoint namespace), its
+    sysctls and the routes to the HealthIPs. Returns the veth's ifindex."""
+    node, iface = spec.node_netns, spec.host_iface
+    _delete_host_iface(spec)
+    ip_batch(
+        node,
+        [
+            f"link add {iface} type veth peer name {ENDPOINT_IFACE} netns {spec.netns}",
+            f"link set dev {iface} alias {spec.alias}",
+        ],
+    )
+    versions = {_version(ip) for ip in spec.addresses}
+
+    def sysctls() -> None:
         if 6 in versions:
-            _write_sysctl(f"net.ipv6.conf.{spec.host_iface}.disable_ipv6", "0")
-            _write_sysctl(f"net.ipv6.conf.{spec.host_iface}.accept_dad", "0")
-            ipr.addr("replace", index=index, address=GATEWAY6, prefixlen=64)
-        ipr.link("set", index=index, state="up")
+            _write_sysctl(f"net.ipv6.conf.{iface}.disable_ipv6", "0")
+            _write_sysctl(f"net.ipv6.conf.{iface}.accept_dad", "0")
         if 4 in versions:
-            _write_sysctl(f"net.ipv4.conf.{spec.host_iface}.proxy_arp", "1")
-            _write_sysctl(f"net.ipv4.neigh.{spec.host_iface}.proxy_delay", "0")
+            _write_sysctl(f"net.ipv4.conf.{iface}.proxy_arp", "1")
+            _write_sysctl(f"net.ipv4.neigh.{iface}.proxy_delay", "0")
             _write_sysctl("net.ipv4.ip_forward", "1")
         if 6 in versions:
             _write_sysctl("net.ipv6.conf.all.forwarding", "1")
-        for ip in spec.addresses:
-            ipr.route(
-                "replace",
-                dst=f"{ip}/{_host_prefixlen(ip)}",
-                oif=index,
-                scope=_SCOPE_LINK,
-                family=_family(ip),
-            )
-        return index
 
-    host_index = with_iproute(spec.node_netns, node_side)
+    call_in_netns(node, sysctls)
+    commands = [f"address replace {GATEWAY6}/64 dev {iface}"] if 6 in versions else []
+    commands.append(f"link set dev {iface} up")
+    commands += [
+        f"route replace {ip}/{_host_prefixlen(ip)} dev {iface} scope link" for ip in spec.addresses
+    ]
+    ip_batch(node, commands)
+    found = _link(node, iface)
+    if found is None:
+        raise PlumbingError(f"veth {iface} missing right after creation")
+    return found[0]
 
-    def endpoint_side(ipr: Any) -> None:
-        lo = _link_index(ipr, "lo")
-        if lo is not None:
-            ipr.link("set", index=lo, state="up")
-        eth0 = _link_index(ipr, ENDPOINT_IFACE)
-        if eth0 is None:
-            raise PlumbingError(f"{ENDPOINT_IFACE} missing in {spec.netns} after veth creation")
-        versions = {_version(ip) for ip in spec.addresses}
+
+def _build_endpoint_side(spec: EndpointNetns) -> None:
+    """Inside the endpoint namespace: lo and eth0 up, the HealthIPs, the default routes."""
+    versions = {_version(ip) for ip in spec.addresses}
+
+    def sysctls() -> None:
         if 6 in versions:
             _write_sysctl(f"net.ipv6.conf.{ENDPOINT_IFACE}.disable_ipv6", "0")
             _write_sysctl(f"net.ipv6.conf.{ENDPOINT_IFACE}.accept_dad", "0")
-        for ip in spec.addresses:
-            ipr.addr("replace", index=eth0, address=ip, prefixlen=_host_prefixlen(ip))
-        ipr.link("set", index=eth0, state="up")
-        if 4 in versions:
-            ipr.route("replace", dst="0.0.0.0/0", oif=eth0, scope=_SCOPE_LINK, table=_MAIN_TABLE)
-        if 6 in versions:
-            ipr.route(
-                "replace",
-                dst="::/0",
-                gateway=GATEWAY6,
-                oif=eth0,
-                table=_MAIN_TABLE,
-                family=socket.AF_INET6,
-            )
 
-    with_iproute(spec.netns, endpoint_side)
-    return BuiltEndpoint(netns_inode=inode, host_ifindex=host_index)
+    if _link(spec.netns, ENDPOINT_IFACE) is None:
+        raise PlumbingError(f"{ENDPOINT_IFACE} missing in {spec.netns} after veth creation")
+    call_in_netns(spec.netns, sysctls)
+    commands = ["link set dev lo up"]
+    commands += [
+        f"address replace {ip}/{_host_prefixlen(ip)} dev {ENDPOINT_IFACE}" for ip in spec.addresses
+    ]
+    commands.append(f"link set dev {ENDPOINT_IFACE} up")
+    if 4 in versions:
+        commands.append(f"route replace 0.0.0.0/0 dev {ENDPOINT_IFACE} scope link")
+    if 6 in versions:
+        commands.append(f"route replace ::/0 via {GATEWAY6} dev {ENDPOINT_IFACE}")
+    ip_batch(spec.netns, commands)
 
 
 def check_endpoint(spec: EndpointNetns, built: BuiltEndpoint) -> str | None:
@@ -424,7 +393,7 @@ def destroy_endpoint(spec: EndpointNetns) -> None:
     _refuse_node_netns(spec)
     problems: list[str] = []
     try:
-        with_iproute(spec.node_netns, lambda ipr: _delete_host_iface(ipr, spec))
+        _delete_host_iface(spec)
     except (PlumbingError, OSError) as exc:  # e.g. not ours: left alone
         problems.append(str(exc))
     try:

@@ -8,15 +8,14 @@ Every route we add carries the protocol number ROUTE_PROTO (`ip route show proto
 That is how we find our own routes: only those are replaced or removed, leftovers of a
 crashed agent are recognised and cleaned, and nobody else's routes are ever touched.
 
-`desired_routes` and `diff_routes` are pure; `RouteProgrammer` is the netlink edge.
+`desired_routes` and `diff_routes` are pure; `RouteProgrammer` changes the routes with
+the `ip` command (one `ip -batch` per sync).
 """
 
 from __future__ import annotations
 
-import errno
 import ipaddress
 import logging
-import socket
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -24,7 +23,7 @@ from typing import Any, TypeVar
 import trio
 
 from meshhealth import defaults
-from meshhealth.agent.health_endpoint.namespace import PlumbingError, with_iproute
+from meshhealth.agent.health_endpoint.ip_command import PlumbingError, ip_batch_each, ip_json
 from meshhealth.model import Node
 
 log = logging.getLogger(__name__)
@@ -32,7 +31,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 ROUTE_PROTO = defaults.ROUTE_PROTO
-MAIN_TABLE = 254
 
 
 # --- pure --------------------------------------------------------------------------------
@@ -124,55 +122,49 @@ def diff_routes(desired: Mapping[str, str], present: Mapping[str, str | None]) -
     return RouteDiff(add, change, delete)
 
 
-# --- netlink (sync, run in a worker thread) -----------------------------------------------
+# --- the `ip` command (sync, run in a worker thread) -------------------------------------
 
 
 def read_routes(netns: str | None, proto: int = ROUTE_PROTO) -> dict[str, str | None]:
     """Our routes in the main table: cidr -> via (None for a route without a gateway)."""
-
-    def dump(ipr: Any) -> dict[str, str | None]:
-        found: dict[str, str | None] = {}
-        for family in (socket.AF_INET, socket.AF_INET6):
-            for route in ipr.route("dump", family=family, table=MAIN_TABLE, proto=proto):
-                if route["proto"] != proto or route.get("table") != MAIN_TABLE:
-                    continue
-                length = route["dst_len"]
-                dst = route.get("dst") or ("0.0.0.0" if family == socket.AF_INET else "::")
-                found[str(ipaddress.ip_network(f"{dst}/{length}", strict=False))] = route.get(
-                    "gateway"
-                )
-        return found
-
-    return with_iproute(netns, dump)
+    found: dict[str, str | None] = {}
+    for family, default in (("-4", "0.0.0.0/0"), ("-6", "::/0")):
+        shown = ip_json(netns, family, "route", "show", "table", "main", "proto", str(proto))
+        for route in shown or ():
+            dst, via = route.get("dst"), route.get("gateway")
+            if not isinstance(dst, str):
+                continue
+            cidr = default if dst == "default" else dst
+            try:
+                key = str(ipaddress.ip_network(cidr, strict=False))
+            except ValueError as exc:
+                raise PlumbingError(f"`ip route show` printed a bad destination {dst!r}") from exc
+            found[key] = via if isinstance(via, str) else None
+    return found
 
 
 def apply_routes(
     netns: str | None, diff: RouteDiff, proto: int = ROUTE_PROTO
 ) -> list[tuple[str, str]]:
-    """Apply `diff`, each change on its own; returns (cidr, error) for those that failed."""
-
-    def apply(ipr: Any) -> list[tuple[str, str]]:
-        from pyroute2 import NetlinkError
-
-        failed: list[tuple[str, str]] = []
-        for dst in diff.delete:
-            try:
-                ipr.route("del", dst=dst, proto=proto, table=MAIN_TABLE)
-            except NetlinkError as exc:
-                failed.append((dst, f"delete {dst}: {exc.args[-1]}"))
-        # `add` fails with EEXIST when someone else has a route to dst: theirs is kept.
-        for command, routes in (("add", diff.add), ("replace", diff.change)):
-            for dst, via in routes:
-                try:
-                    ipr.route(command, dst=dst, gateway=via, proto=proto, table=MAIN_TABLE)
-                except NetlinkError as exc:
-                    reason = exc.args[-1]
-                    if exc.code == errno.EEXIST:
-                        reason = "a route to it exists that is not ours"
-                    failed.append((dst, f"{dst} via {via}: {reason}"))
-        return failed
-
-    return with_iproute(netns, apply)
+    """Apply `diff` in one `ip -force -batch`, each change on its own; returns
+    (cidr, error) for those that failed."""
+    suffix = f"proto {proto} table main"
+    commands: list[str] = []
+    what: list[tuple[str, str]] = []  # (cidr, how to say it) per command
+    for dst in diff.delete:
+        commands.append(f"route del {dst} {suffix}")
+        what.append((dst, f"delete {dst}"))
+    # `add` fails with EEXIST when someone else has a route to dst: theirs is kept.
+    for verb, routes in (("add", diff.add), ("replace", diff.change)):
+        for dst, via in routes:
+            commands.append(f"route {verb} {dst} via {via} {suffix}")
+            what.append((dst, f"{dst} via {via}"))
+    failed: list[tuple[str, str]] = []
+    for failure in ip_batch_each(netns, commands):
+        dst, said = what[failure.index]
+        reason = "a route to it exists that is not ours" if failure.exists else failure.error
+        failed.append((dst, f"{said}: {reason}"))
+    return failed
 
 
 # --- the service --------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from meshhealth.agent.health_endpoint.child import (
     stderr_logger,
     stop_process,
 )
+from meshhealth.agent.health_endpoint.ip_command import PlumbingError
 from meshhealth.backoff import Backoff
 
 if TYPE_CHECKING:
@@ -293,7 +294,7 @@ class HealthEndpoint:
             await trio.sleep(self._check_interval_s)
             try:
                 reason = await self._thread(endpoint_netns.check_endpoint, spec, built)
-            except (endpoint_netns.PlumbingError, OSError) as exc:
+            except (PlumbingError, OSError) as exc:
                 log.warning("health endpoint: check failed: %s", exc)
                 continue
             if reason is not None:
@@ -322,7 +323,7 @@ class HealthEndpoint:
                     spec.host_iface,
                     spec.health_ip,
                 )
-        except (endpoint_netns.PlumbingError, OSError) as exc:
+        except (PlumbingError, OSError) as exc:
             self._built = None
             return REASON_SETUP_FAILED, f"building {spec.netns}: {exc}"
         return None
@@ -332,7 +333,7 @@ class HealthEndpoint:
             return
         try:
             pids = await self._thread(endpoint_netns.clear_leftovers, self._spec)
-        except (endpoint_netns.PlumbingError, OSError) as exc:
+        except (PlumbingError, OSError) as exc:
             self.state.last_error = f"clearing leftovers of {self._spec.netns}: {exc}"
             log.warning("health endpoint: %s", self.state.last_error)
             return
@@ -350,7 +351,7 @@ class HealthEndpoint:
         self._built = None
         try:
             await self._thread(endpoint_netns.destroy_endpoint, self._spec)
-        except (endpoint_netns.PlumbingError, OSError) as exc:
+        except (PlumbingError, OSError) as exc:
             log.warning("health endpoint: removing %s: %s", self._spec.netns, exc)
 
     async def _thread(self, fn: Callable[..., T], *args: Any) -> T:
