@@ -24,15 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 import trio
 
 from meshhealth import codec, defaults, keys
-from meshhealth.kvstore import (
-    KV,
-    Backoff,
-    Etcd,
-    EtcdError,
-    EventKind,
-    ResyncNeeded,
-    WatchEvent,
-)
+from meshhealth.kvstore import KV, Etcd, EventKind, WatchEvent
+from meshhealth.kvstore.follow import follow_prefix
 from meshhealth.metrics import CounterSeries
 from meshhealth.model import IPEntry, Target
 from meshhealth.probe_set import ProbeSetDiff, TargetKey, build_probe_set, diff_probe_sets
@@ -118,30 +111,22 @@ class Discovery:
             self._subscribers.clear()
 
     async def _follow(self, cluster: str, etcd: Etcd) -> None:
-        prefix = keys.ip_prefix(cluster)
-        backoff = Backoff(defaults.ETCD_RECONNECT_MIN_S, defaults.ETCD_RECONNECT_MAX_S)
-        last_error = ""
-        while True:
-            try:
-                kvs, revision = await etcd.get_prefix(prefix)
-            except EtcdError as error:
-                if str(error) != last_error:
-                    log.warning("discovery of cluster %s: %s (retrying)", cluster, error)
-                    last_error = str(error)
-                with trio.move_on_after(backoff.next_delay_s()):
-                    await etcd.health.wait_changed()
-                continue
-            backoff.reset()
-            last_error = ""
+        def listed(kvs: Sequence[KV]) -> None:
             if cluster in self._listed:
                 self.resyncs += 1
             self._replace(cluster, kvs)
-            try:
-                async with etcd.watch_prefix(prefix, start_revision=revision + 1) as watch:
-                    async for batch in watch:
-                        self._apply(cluster, batch.events)
-            except ResyncNeeded as error:
-                log.warning("discovery of cluster %s: %s; listing again", cluster, error)
+
+        def failed(reason: str) -> None:
+            log.warning("discovery of cluster %s: %s (retrying)", cluster, reason)
+
+        await follow_prefix(
+            etcd,
+            keys.ip_prefix(cluster),
+            what=f"discovery of cluster {cluster}",
+            on_list=listed,
+            on_events=lambda events: self._apply(cluster, events),
+            on_error=failed,
+        )
 
     # --- state changes (trio thread only) ----------------------------------------------
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 
 import trio
 
@@ -24,6 +25,7 @@ from meshhealth import codec, defaults, keys, timefmt
 from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.agent.membership.retention import HeldEntry, RetentionDecision, decide
 from meshhealth.kvstore import (
+    KV,
     Backoff,
     Delete,
     Etcd,
@@ -32,9 +34,9 @@ from meshhealth.kvstore import (
     KeyAbsent,
     ModRevisionIs,
     Put,
-    ResyncNeeded,
     WatchEvent,
 )
+from meshhealth.kvstore.follow import follow_prefix
 from meshhealth.metrics import CounterSeries, GaugeSeries
 from meshhealth.model import RetainedNode, Target
 
@@ -96,28 +98,24 @@ class RetainedNodes:
             self._changed()
 
     async def _follow(self) -> None:
-        prefix = keys.retained_prefix(self.cluster)
-        backoff = Backoff(defaults.ETCD_RECONNECT_MIN_S, defaults.ETCD_RECONNECT_MAX_S)
-        while True:
-            try:
-                kvs, revision = await self.etcd.get_prefix(prefix)
-            except EtcdError:
-                with trio.move_on_after(backoff.next_delay_s()):
-                    await self.etcd.health.wait_changed()
-                continue
-            backoff.reset()
+        def listed(kvs: Sequence[KV]) -> None:
             self._held = {}
             for kv in kvs:
                 self._put(kv.key, kv.value, kv.mod_revision)
             self._changed()
-            try:
-                async with self.etcd.watch_prefix(prefix, start_revision=revision + 1) as watch:
-                    async for batch in watch:
-                        for event in batch.events:
-                            self._apply(event)
-                        self._changed()
-            except ResyncNeeded as error:
-                log.warning("retained nodes of cluster %s: %s; listing again", self.cluster, error)
+
+        def changed(events: Sequence[WatchEvent]) -> None:
+            for event in events:
+                self._apply(event)
+            self._changed()
+
+        await follow_prefix(
+            self.etcd,
+            keys.retained_prefix(self.cluster),
+            what=f"retained nodes of cluster {self.cluster}",
+            on_list=listed,
+            on_events=changed,
+        )
 
     def _apply(self, event: WatchEvent) -> None:
         if event.kind is EventKind.DELETE:
