@@ -176,9 +176,9 @@ REGISTRAR_HOLDER_SLACK_S: Final = 1.5
 # Probe-set changes queued per subscriber; one that falls this far behind is dropped and
 # re-reads the whole set (a slow reader never blocks discovery).
 DISCOVERY_SUBSCRIBER_BUFFER: Final = 1024
-# Node entries (their CIDRs, for --route-cidrs) are re-read on every probe-set change and
-# at least this often: a safety net for meshed clusters and lost events.
-PEER_NODES_POLL_S: Final = 5.0
+# Node entries (their CIDRs, for --route-cidrs) are followed by a watch per cluster; which
+# clusters (this one and the admitted remotes) is looked at this often (no etcd read).
+PEER_NODES_SOURCES_CHECK_S: Final = 5.0
 
 # --- agent (meshhealth.agent, its admin API; `meshhealth status`) ---------------------
 # The cluster of an agent started without --cluster: a one-cluster setup needs no name.

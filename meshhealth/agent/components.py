@@ -323,7 +323,6 @@ def build_components(
         routes = RouteProgrammer(cluster=config.cluster, node=config.node, own_cidrs=config.cidrs)
         peer_nodes = PeerNodes(
             members.etcd_sources,
-            discovery,
             routes.set_peers,
             invalid_metric=metrics.invalid_values_of("nodes"),
         )
