@@ -408,6 +408,11 @@ LAB_INTERVAL_S: Final = 2.0
 LAB_INTERVAL_PER_NODE_S: Final = 0.1
 # Each lab agent serves /metrics on NodeIP:this port (Cilium's agent metrics port).
 LAB_METRICS_PORT: Final = 9962
+# The lab's etcd runs at this niceness. In a cluster etcd has machines of its own; in the
+# lab it shares the host's cores with every agent, and 100 agents starting at once (about
+# a second of CPU each) starved it: requests timed out ("waiting for the applied index
+# took too long"), leases expired and nodes registered again, slowing the start further.
+LAB_ETCD_NICE: Final = -10
 # `lab up` waits this long for a cluster's etcd to answer.
 LAB_ETCD_READY_TIMEOUT_S: Final = 20.0
 # `lab up` waits this long, plus LAB_AGENT_READY_PER_NODE_S per node, for every agent

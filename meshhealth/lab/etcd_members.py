@@ -186,7 +186,10 @@ def start_member(st: S.LabState, plan: P.LabPlan, member: MemberPlan) -> S.Proce
     etcd = shutil.which("etcd") or "etcd"
     member.data_dir.parent.mkdir(parents=True, exist_ok=True)
     rec = processes.start_detached(
-        member.netns, member_argv(plan, member, st.etcd_members, etcd), member.log
+        member.netns,
+        member_argv(plan, member, st.etcd_members, etcd),
+        member.log,
+        nice=defaults.LAB_ETCD_NICE,
     )
     st.processes[member.key] = rec
     S.save(st)

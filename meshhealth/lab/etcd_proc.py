@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import time
 
+from meshhealth import defaults
 from meshhealth.lab import netns_ops
 from meshhealth.lab import plan as P
 from meshhealth.lab.processes import start_detached
@@ -16,7 +17,9 @@ def start_etcd(fabric_ns: str, cluster: P.ClusterPlan) -> ProcessRecord:
     etcd = shutil.which("etcd") or "etcd"
     cluster.dir.mkdir(parents=True, exist_ok=True)
     cluster.etcd_dir.parent.mkdir(parents=True, exist_ok=True)
-    return start_detached(fabric_ns, P.etcd_argv(cluster, etcd), cluster.etcd_log)
+    return start_detached(
+        fabric_ns, P.etcd_argv(cluster, etcd), cluster.etcd_log, nice=defaults.LAB_ETCD_NICE
+    )
 
 
 def etcd_healthy(fabric_ns: str, cluster: P.ClusterPlan, timeout_s: float = 1.0) -> bool:

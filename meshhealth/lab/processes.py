@@ -48,10 +48,21 @@ def _reap(pid: int) -> None:
 
 
 def start_detached(
-    netns: str, argv: list[str], log: Path, env: dict[str, str] | None = None
+    netns: str,
+    argv: list[str],
+    log: Path,
+    env: dict[str, str] | None = None,
+    *,
+    nice: int = 0,
 ) -> ProcessRecord:
+    """Start `argv` inside `netns`, detached (its own session), output to `log`.
+
+    `nice` (-20..19) is the process's scheduling niceness, set before it starts (`nice`
+    and `nsenter` exec it: the PID is the process's own)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     full = ["nsenter", f"--net=/run/netns/{netns}", "--", *argv]
+    if nice:
+        full = ["nice", "-n", str(nice), *full]
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             full,
