@@ -66,11 +66,12 @@ def diagnose(
     for layer in Layer:
         evidence = grid.layers[layer]
         witnesses = grid.silent if layer in (Layer.CONNECTIVITY, Layer.AGENT) else frozenset()
+        own = evidence.own_fails.keys() | _own_suspect_rows(grid, evidence)
         found = localise(
             grid.nodes,
             evidence.fails.keys() - explained,
             evidence.oks,
-            own_fails=evidence.own_fails.keys() - explained,
+            own_fails=own - explained,
             witnesses=witnesses,
             min_witnesses=min_observers,
             share=share,
@@ -87,6 +88,22 @@ def diagnose(
     )  # fmt: skip
     findings += _observer_findings(grid, named, min_observers, share)
     return tuple(sorted(findings, key=lambda f: (-f.confidence, f.kind.value, f.nodes)))
+
+
+def _only_targets_failing(grid: Grid, node: NodeId) -> bool:
+    """Its own report is degraded because most of its targets fail, and for nothing
+    else: its failing row is the evidence, not a sign that it misjudges."""
+    return grid.degraded_reasons.get(node) == (REASON_TARGETS_FAILING,)
+
+
+def _own_suspect_rows(grid: Grid, evidence: LayerEvidence) -> set[Pair]:
+    """The `suspect` cells of the rows of nodes degraded for targets-failing only.
+
+    Such an agent suspects itself first and stretches its suspicion time, so its own
+    failing row stays suspect for several intervals; counted as its own row, they tell
+    an isolated node (row and column fail) from an ingress-blocked one at once. They
+    only decide which side of a node already blamed fails, never whom to blame."""
+    return {pair for pair in evidence.own_unsure if _only_targets_failing(grid, pair[0])}
 
 
 def _since(pairs: Set[Pair], fails: Mapping[Pair, float]) -> float:
@@ -200,7 +217,7 @@ def _egress_finding(grid: Grid, node: NodeId, min_observers: int, share: float) 
     Its own row counts its `suspect` cells too: a degraded agent stretches its suspicion
     time (it suspects itself first), so its failing row stays suspect for several
     intervals, while the reason and the others' view already say what it is."""
-    if grid.degraded_reasons.get(node) != (REASON_TARGETS_FAILING,):
+    if not _only_targets_failing(grid, node):
         return None
     agent, reach = grid.layers[Layer.AGENT], grid.layers[Layer.CONNECTIVITY]
     if any(t == node for layer in (agent, reach) for _, t in layer.fails):
