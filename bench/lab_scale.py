@@ -3,7 +3,7 @@ stability, and how fast a killed agent shows.
 
 Run as root:
     .venv/bin/python bench/lab_scale.py --nodes 100 [--interval 10] [--idle 30]
-        [--stable 600] [--kill-agent node37]
+        [--settle 60] [--stable 600] [--kill-agent node37]
 
 Builds a lab with its own prefix (`mhbench`) and the agents' defaults (probe plan K=5),
 measures, and always removes it. Prints:
@@ -11,7 +11,8 @@ measures, and always removes it. Prints:
 - converge_s: from `lab up` start until every node reads N/N reachable (its cluster
   verdict, from the aggregator's summary; the same rule as `lab up`)
 - agent RSS (MB), its endpoint responder's, and the node's total; CPU (% of one core,
-  agent + responder) over an idle window; min/median/max over the nodes
+  agent + responder) over an idle window `--settle` seconds after convergence (the
+  steady state, not the last joins' routes and plans); min/median/max over the nodes
 - etcd raft proposals committed per second over the same window (= writes)
 - stable: over `--stable` seconds, every node's verdict polled every interval: the
   polls that read fewer than N reachable, and the paths reported unreachable
@@ -60,11 +61,16 @@ def rss_mb(pid: int) -> float:
 
 
 def children(pid: int) -> list[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except FileNotFoundError:
-        return []
-    return [int(x) for x in text.split()]
+    """Child processes of every thread of `pid`: in netns mode the agent starts its
+    responder from a thread that entered the endpoint's namespace, and when that thread
+    ends the child belongs to another thread of the agent, not always the main one."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(x) for x in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            continue
+    return found
 
 
 def etcd_proposals(plan: P.LabPlan) -> float:
@@ -146,6 +152,9 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=100)
     ap.add_argument("--interval", type=float, default=10.0)
     ap.add_argument("--idle", type=float, default=30.0, help="measurement window, s")
+    ap.add_argument(
+        "--settle", type=float, default=60.0, help="wait after convergence before measuring, s"
+    )
     ap.add_argument("--converge-timeout", type=float, default=300.0)
     ap.add_argument("--stable", type=float, default=0.0, help="stability window, s")
     ap.add_argument("--kill-agent", metavar="NODE", help="e.g. node37")
@@ -176,6 +185,7 @@ def main() -> int:
         alive = [p for p in agents if Path(f"/proc/{p}").exists()]
         print(f"agents_alive={len(alive)}/{len(agents)}")
         agents = alive
+        time.sleep(args.settle)
         groups = {pid: [pid, *children(pid)] for pid in agents}
         before = {pid: sum(cpu_ticks(p) for p in g) for pid, g in groups.items()}
         etcd0, w0 = etcd_proposals(plan), time.monotonic()
