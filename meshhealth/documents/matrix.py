@@ -38,6 +38,7 @@ from typing import Literal, NotRequired, TypedDict
 
 from meshhealth import defaults
 from meshhealth.documents.coverage import coverage_lines, observer_counts
+from meshhealth.documents.plan import PlanDocument, plan_document
 from meshhealth.documents.reachability import statuses_reachability
 from meshhealth.model import (
     REACHABILITY_PROTOCOLS,
@@ -316,18 +317,6 @@ class MatrixCellDocument(TypedDict):
     secondary_paths: NotRequired[dict[str, MatrixPathDocument]]  # dual-stack targets only
 
 
-class MatrixPlanDocument(TypedDict):
-    """The probe plan a source's report followed (docs/scale.md)."""
-
-    epoch: int
-    k: int
-    rotation_rounds: int
-    full_mesh: bool
-    full_mesh_max_nodes: int
-    nodes: int
-    subset: bool  # each node probes only k of the others: unlisted targets are unassigned
-
-
 class MatrixRowDocument(TypedDict):
     cluster: str  # the source
     name: str
@@ -336,7 +325,7 @@ class MatrixRowDocument(TypedDict):
     age_s: float | None
     stale_after_s: float | None  # stale_after_s(interval_s); None without a report
     stale: bool
-    plan: MatrixPlanDocument | None  # None: no report, or a report without a plan
+    plan: PlanDocument | None  # None: no report, or a report without a plan
     cells: list[MatrixCellDocument]  # one per entry of `nodes`, in that order
     health_score: NotRequired[int]  # only when the source is not well (> 0)
     degraded_since: NotRequired[str]  # only while the source says it is degraded
@@ -397,7 +386,7 @@ def _row_json(row: Row) -> MatrixRowDocument:
         "age_s": None if row.age_s is None else round(row.age_s, 3),
         "stale_after_s": None if row.interval_s is None else stale_after_s(row.interval_s),
         "stale": row.stale,
-        "plan": _plan_json(row.plan),
+        "plan": plan_document(row.plan),
         "cells": [_cell_json(cell) for cell in row.cells],
     }
     if row.health_score:
@@ -424,20 +413,6 @@ def _cell_json(cell: Cell) -> MatrixCellDocument:
     if cell.secondary_paths:
         doc["secondary_paths"] = _paths_json(cell.secondary_paths)
     return doc
-
-
-def _plan_json(plan: PlanInfo | None) -> MatrixPlanDocument | None:
-    if plan is None:
-        return None
-    return {
-        "epoch": plan.epoch,
-        "k": plan.k,
-        "rotation_rounds": plan.rotation_rounds,
-        "full_mesh": plan.full_mesh,
-        "full_mesh_max_nodes": plan.full_mesh_max_nodes,
-        "nodes": plan.nodes,
-        "subset": plan.subset,
-    }
 
 
 def matrix_document(matrix: Matrix) -> MatrixDocument:

@@ -39,6 +39,7 @@ from types import MappingProxyType
 from typing import Protocol as TypingProtocol
 
 from meshhealth.documents.cluster_health import cluster_health_document, findings_document
+from meshhealth.documents.plan import probe_plan_document
 from meshhealth.documents.reachability import (
     REACHABILITY_STATES,
     Reachability,
@@ -58,7 +59,6 @@ from meshhealth.documents.status_schema import (
     NodeDocument,
     PathDocument,
     PrimaryAddressDocument,
-    ProbePlanDocument,
     StatusDocument,
     StatusHeadDocument,
     StatusTailDocument,
@@ -467,21 +467,6 @@ def _head_document(inputs: StatusInputs) -> StatusHeadDocument:
         },
         "probe_plan": probe_plan_document(inputs.plan),
         "local_health": inputs.local_health,
-    }
-
-
-def probe_plan_document(plan: PlanInfo | None) -> ProbePlanDocument | None:
-    if plan is None:
-        return None
-    return {
-        "epoch": plan.epoch,
-        "k": plan.k,
-        "rotation_rounds": plan.rotation_rounds,
-        "full_mesh": plan.full_mesh,
-        "full_mesh_max_nodes": plan.full_mesh_max_nodes,
-        "nodes": plan.nodes,
-        "targets": plan.targets_per_node,
-        "subset": plan.subset,
     }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
+from meshhealth.documents.plan import ProbePlanDocument as ProbePlanDocument  # noqa: PLC0414
 from meshhealth.documents.reachability import Reachability
 
 
@@ -107,19 +108,6 @@ class RoundDocument(TypedDict):
     last_started_at: str | None
     last_duration_s: float | None
     completed: int
-
-
-class ProbePlanDocument(TypedDict):
-    """The probe plan this node's last round followed (docs/scale.md)."""
-
-    epoch: int
-    k: int  # --probe-targets
-    rotation_rounds: int
-    full_mesh: bool  # --full-mesh
-    full_mesh_max_nodes: int
-    nodes: int  # nodes in the plan, this one included
-    targets: int  # nodes this node probes this epoch, itself not counted
-    subset: bool  # probing `targets` of the others only (not a full mesh)
 
 
 class ClusterDocument(TypedDict):
