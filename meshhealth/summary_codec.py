@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 import msgpack
 
-from meshhealth import codec, defaults, keys
+from meshhealth import codec, defaults, health_wire, keys
 from meshhealth import wire_fields as wf
 from meshhealth.wire_fields import DecodeError as DecodeError  # noqa: PLC0414 (re-export)
 
@@ -30,7 +30,7 @@ from meshhealth.wire_fields import DecodeError as DecodeError  # noqa: PLC0414 (
 MAX_FINDINGS = 1_000
 MAX_FINDING_NODES = 10_000
 MAX_GROUPS = 64
-MAX_FAILING_TARGETS = codec.MAX_TARGETS
+MAX_FAILING_TARGETS = health_wire.MAX_TARGETS
 MAX_COUNT = 10_000_000
 MAX_EVIDENCE_CHARS = 1_000
 MAX_KIND_CHARS = 64

@@ -7,7 +7,7 @@ import ipaddress
 
 from hypothesis import strategies as st
 
-from meshhealth.codec import PATH_NAMES
+from meshhealth.health_wire import PATH_NAMES
 from meshhealth.model import (
     ClusterConfig,
     HealthReport,

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from meshhealth import codec, defaults, keys
+from meshhealth import codec, defaults, health_wire, keys
 from meshhealth.codec import DecodeError
 from meshhealth.model import (
     ClusterConfig,
@@ -391,8 +391,8 @@ def test_encode_refuses_invalid_values(
 
 def test_encode_refuses_oversized_values() -> None:
     many = tuple(
-        TargetHealth("c", f"node-{i}", {name: OK_PATH for name in codec.PATH_NAMES})
-        for i in range(codec.MAX_TARGETS)
+        TargetHealth("c", f"node-{i}", {name: OK_PATH for name in health_wire.PATH_NAMES})
+        for i in range(health_wire.MAX_TARGETS)
     )
     with pytest.raises(ValueError, match=r"cannot encode health report: .* bytes, more than"):
         codec.encode_health_report(HealthReport("n", "c", 0.0, 10.0, many))
@@ -519,7 +519,7 @@ def test_docs_list_every_wire_field() -> None:
     names |= set(WIRE["health"]["targets"][0]) | {"status", "rtt_s", "loss"}
     missing = sorted(name for name in names if f"| `{name}` |" not in text)
     assert not missing, f"fields missing from {DOCS.name}: {missing}"
-    for path in codec.PATH_NAMES:
+    for path in health_wire.PATH_NAMES:
         assert f"`{path}`" in text
 
 

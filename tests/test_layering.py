@@ -26,6 +26,7 @@ FOUNDATION = frozenset(
         "keys",
         "wire_fields",
         "codec",
+        "health_wire",
         "summary_codec",
         "addresses",
         "timefmt",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from meshhealth import codec, defaults, keys
+from meshhealth import codec, defaults, health_wire, keys
 from meshhealth.agent.agent_metrics import WriteCounters
 from meshhealth.agent.membership.publisher import (
     Publisher,
@@ -218,7 +218,7 @@ def test_health_report_has_every_probed_path() -> None:
         "c1", "a", 110.0, 10.0,
     )  # fmt: skip
     by_node = {t.node: t for t in report.targets}
-    assert sorted(by_node["a"].paths) == sorted(codec.CORE_PATH_NAMES)
+    assert sorted(by_node["a"].paths) == sorted(health_wire.CORE_PATH_NAMES)
     assert sorted(by_node["b"].paths) == ["node/http", "node/icmp"]  # no endpoint
     icmp = by_node["b"].paths["node/icmp"]
     assert (icmp.status, icmp.rtt_s, icmp.loss) == (TIMEOUT, None, 0.5)
