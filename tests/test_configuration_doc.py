@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from meshhealth import defaults
-from meshhealth.agent.config import OPTIONS
 from meshhealth.agent.config_doc import DOC_PATH, main, read_tunables, render
+from meshhealth.agent.config_options import OPTIONS
 
 SOURCE = Path(defaults.__file__).read_text(encoding="utf-8")
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from meshhealth.agent.config import OPTIONS, Option
+from meshhealth.agent.config_options import OPTIONS, Option
 from meshhealth.agent.config_sources import show_default
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "agent.md"
