@@ -30,9 +30,9 @@ from dataclasses import dataclass
 import trio
 
 from meshhealth import codec, defaults, keys
-from meshhealth.backoff import Backoff
 from meshhealth.documents.matrix import Matrix, NodeRef, build_matrix
-from meshhealth.kvstore import Etcd, EtcdError, EventKind, ResyncNeeded, WatchEvent
+from meshhealth.kvstore import KV, Etcd, EtcdError, EventKind, WatchEvent
+from meshhealth.kvstore.follow import follow_prefix
 from meshhealth.model import HealthReport
 
 log = logging.getLogger(__name__)
@@ -179,35 +179,34 @@ class HealthReports:
 
     async def follow(self) -> None:
         """List, then watch, until cancelled. Never raises on etcd errors or bad values."""
-        prefix = keys.health_prefix(self.cluster)
-        backoff = Backoff(defaults.ETCD_RECONNECT_MIN_S, defaults.ETCD_RECONNECT_MAX_S)
-        while True:
-            try:
-                found, invalid, revision = await list_reports(
-                    self.etcd, self.cluster, timeout_s=self.timeout_s
-                )
-            except (EtcdError, trio.TooSlowError) as error:
-                why = str(error) or f"etcd {self.etcd.description}: no answer in time"
-                self.on_unavailable(why)
-                with trio.move_on_after(backoff.next_delay_s()):
-                    await self.etcd.health.wait_changed()
-                continue
-            backoff.reset()
-            if self.listed.is_set():
-                self.resyncs += 1
-            self._reports = found
-            self._invalid = {k: r for k, r in self._invalid.items() if k not in found}
-            for value in invalid:
-                self._skip(value)
-            self.listed.set()
-            self.on_change()
-            try:
-                async with self.etcd.watch_prefix(prefix, start_revision=revision + 1) as watch:
-                    async for batch in watch:
-                        self.apply(batch.events)
-                        self.on_change()
-            except ResyncNeeded as error:
-                log.warning("health reports under %s: %s; listing again", prefix, error)
+        await follow_prefix(
+            self.etcd,
+            keys.health_prefix(self.cluster),
+            what=f"health reports under {keys.health_prefix(self.cluster)}",
+            on_list=self._listed,
+            on_events=self._changed,
+            on_error=self.on_unavailable,
+            list_timeout_s=self.timeout_s,
+        )
+
+    def _listed(self, kvs: Sequence[KV]) -> None:
+        if self.listed.is_set():
+            self.resyncs += 1
+        found: dict[str, HealthReport] = {}
+        for kv in kvs:
+            decoded = decode_report(kv.key, kv.value, kv.mod_revision)
+            if isinstance(decoded, InvalidValue):
+                self._skip(decoded)
+            else:
+                found[kv.key] = decoded
+        self._reports = found
+        self._invalid = {k: r for k, r in self._invalid.items() if k not in found}
+        self.listed.set()
+        self.on_change()
+
+    def _changed(self, events: Sequence[WatchEvent]) -> None:
+        self.apply(events)
+        self.on_change()
 
     def apply(self, events: Iterable[WatchEvent]) -> None:
         """Apply watched events (pure state change, for `follow` and for tests)."""
