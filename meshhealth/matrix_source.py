@@ -73,6 +73,12 @@ async def list_reports(
     trio.TooSlowError after `timeout_s` (the request's own deadline may be later)."""
     with trio.fail_after(timeout_s):
         kvs, revision = await etcd.get_prefix(keys.health_prefix(cluster))
+    found, invalid = decode_reports(kvs)
+    return found, invalid, revision
+
+
+def decode_reports(kvs: Iterable[KV]) -> tuple[dict[str, HealthReport], list[InvalidValue]]:
+    """key -> health report of the values that decode, and those that do not."""
     found: dict[str, HealthReport] = {}
     invalid: list[InvalidValue] = []
     for kv in kvs:
@@ -81,7 +87,7 @@ async def list_reports(
             invalid.append(decoded)
         else:
             found[kv.key] = decoded
-    return found, invalid, revision
+    return found, invalid
 
 
 async def read_reports(
@@ -192,15 +198,11 @@ class HealthReports:
     def _listed(self, kvs: Sequence[KV]) -> None:
         if self.listed.is_set():
             self.resyncs += 1
-        found: dict[str, HealthReport] = {}
-        for kv in kvs:
-            decoded = decode_report(kv.key, kv.value, kv.mod_revision)
-            if isinstance(decoded, InvalidValue):
-                self._skip(decoded)
-            else:
-                found[kv.key] = decoded
+        found, invalid = decode_reports(kvs)
         self._reports = found
         self._invalid = {k: r for k, r in self._invalid.items() if k not in found}
+        for value in invalid:
+            self._skip(value)
         self.listed.set()
         self.on_change()
 
