@@ -55,7 +55,10 @@ async def follow_prefix(
             with trio.fail_after(math.inf if list_timeout_s is None else list_timeout_s):
                 kvs, revision = await etcd.get_prefix(prefix)
         except (EtcdError, trio.TooSlowError) as error:
-            why = str(error) or f"etcd {etcd.description}: no answer in {list_timeout_s:g}s"
+            if isinstance(error, trio.TooSlowError):
+                why = f"etcd {etcd.description}: no answer in {list_timeout_s}s"
+            else:
+                why = str(error) or type(error).__name__
             if why != last_error:
                 last_error = why
                 if on_error is None:
