@@ -71,6 +71,16 @@ CASES: list[tuple[str, MatrixView, list[tuple[str, tuple[str, ...]]]]] = [
      mesh(ABCD, cells={**column("d", ABCD, "down"), **row("d", ABCD, "suspect")}, degraded="d",
           reasons=("loop-lag", "targets-failing")),
      [("ingress-blocked", _n("d"))]),
+    ("node-isolated: 3 of its 4 targets suspect, one ok (targets-failing only)",
+     mesh(ABCDE, cells={**column("d", ABCDE, "down"), **row("d", ABCDE, "suspect"),
+                        ("d", "e"): "ok"}, degraded="d", reasons=("targets-failing",)),
+     [("node-isolated", _n("d"))]),
+    # a suspect row says which side of a blamed node fails, never whom to blame: one
+    # observer failing d is a path, however suspect d's own row
+    ("path: one observer fails d, d's own row suspect (targets-failing only)",
+     mesh(ABCD, cells={("a", "d"): "down", **row("d", ABCD, "suspect")}, degraded="d",
+          reasons=("targets-failing",)),
+     [("path", _n("a", "d"))]),
     ("node-isolated, degraded by its own count",
      mesh(ABCD, cells={**column("d", ABCD, "down"), **row("d", ABCD, "down")}, degraded="d"),
      [("node-isolated", _n("d"))]),
@@ -201,6 +211,22 @@ def test_partition_survives_a_degraded_minority() -> None:
     cut = {(o, t): "down" for o in nodes for t in nodes if (o in "ab") != (t in "ab")}
     summary = _summary(mesh(nodes, cells=cut, degraded="ab"))
     assert summary == [("partition", _n("a", "b"))]
+
+
+def test_node_isolated_evidence_counts_its_own_row() -> None:
+    """A degraded node's row is discounted, so the blame explains none of it: the
+    evidence still says how much of it fails and how much is still suspect."""
+    cells = {**column("d", ABCDE, "down"), **row("d", ABCDE, "suspect"), ("d", "e"): "ok",
+             ("d", "a"): "down"}  # fmt: skip
+    (finding,) = diagnose(mesh(ABCDE, cells=cells, degraded="d", reasons=("targets-failing",)))
+    assert finding.kind is FindingKind.NODE_ISOLATED
+    assert "its own report (degraded) says its probes fail to 3 of 4 targets" in finding.evidence
+    assert "lab1/c, 2 of them still suspect)" in finding.evidence
+    cells = {**column("d", ABCD, "down"), **row("d", ABCD, "down")}
+    (finding,) = diagnose(mesh(ABCD, cells=cells, degraded="d"))
+    assert finding.evidence.endswith(
+        "says its probes fail to 3 of 3 targets (lab1/a, lab1/b, lab1/c)"
+    )
 
 
 def test_node_down_confidence_and_evidence() -> None:

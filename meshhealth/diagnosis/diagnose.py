@@ -183,13 +183,32 @@ def _blame_finding(layer: Layer, blame: Blame, grid: Grid, evidence: LayerEviden
     elif kind is FindingKind.OBSERVER_DEGRADED:
         parts.append(f"its own report says its event loop lags ({REASON_LOOP_LAG}): starved")
     elif kind is FindingKind.NODE_ISOLATED and not blame.row:
-        parts.append("its own report (degraded) says it reaches none of its targets")
+        parts.append(_discounted_row(blame, grid, evidence))
     if one_sided:
         score *= 0.5  # the other side is not known: half as sure which kind it is
     return Finding(
         kind, (blame.node,), score, _since(cells, evidence.own_fails), "; ".join(parts),
         tuple(sorted(cells)),
     )  # fmt: skip
+
+
+def _discounted_row(blame: Blame, grid: Grid, evidence: LayerEvidence) -> str:
+    """What a degraded node's own row says, when only it says so (its failures are
+    discounted, so the blame explains none of them): how many of its targets fail, how
+    many of those are still suspect (counted for targets-failing only)."""
+    node = blame.node
+    unsure = _own_suspect_rows(grid, evidence) - evidence.own_fails.keys()
+    row = {p for p in evidence.own_fails.keys() | unsure if p[0] == node}
+    if not row:  # defensive: its row was judged failing on these very cells
+        return "its own report (degraded) says it reaches none of its targets"
+    still = sum(1 for p in row if p in unsure)
+    targets = sorted(t for _, t in row)
+    return (
+        f"its own report (degraded) says its probes fail to {len(row)} of "
+        f"{len(row) + blame.row_ok} targets ({names(targets)}"
+        + (f", {still} of them still suspect" if still else "")
+        + ")"
+    )
 
 
 def _path_finding(layer: Layer, pair: Pair, evidence: LayerEvidence) -> Finding:
