@@ -244,6 +244,10 @@ ENDPOINT_STDERR_TAIL_LINES: Final = 3
 ENDPOINT_MAX_LINE_BYTES: Final = 4096
 # Host side of the endpoint's veth: Cilium's name, so its users find it.
 ENDPOINT_HOST_IFACE: Final = "lxc_health"
+# One `ip` command (meshhealth.agent.health_endpoint.ip_command) answers in
+# milliseconds; a batch of 100 route changes in well under a second. Ten seconds is
+# only there so that a hung `ip` fails the step with a message instead of hanging it.
+IP_TIMEOUT_S: Final = 10.0
 
 # --- routes to peers' CIDRs (meshhealth.agent.health_endpoint.routes) -----------------
 # Route protocol number marking routes the agent programs (`ip route show proto 164`):

@@ -6,7 +6,7 @@ of RSS for what runs once at start and, for routes, once a minute. `ip -n NAME` 
 network namespace /run/netns/NAME itself; `netns=None` is the agent's own namespace.
 Changes go in batches (`ip -batch -`, one process per batch); reads use `-json`.
 
-Every function blocks (up to `IP_TIMEOUT_S`) and is meant for a worker thread. Failures
+Every function blocks (up to `defaults.IP_TIMEOUT_S`) and is meant for a worker thread. Failures
 raise PlumbingError with the command, where it ran and what `ip` said.
 """
 
@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
-IP_TIMEOUT_S = 10.0
+from meshhealth import defaults
+
 _FAILED_RE = re.compile(r"^Command failed -:(\d+)$")
 # What `ip` says when the object to change or show is not there.
 NOT_FOUND_MARKERS = ("does not exist", "Cannot find device", "No such device")
@@ -56,14 +57,14 @@ def _run(netns: str | None, args: Sequence[str], stdin: str | None = None) -> tu
             input=stdin,
             capture_output=True,
             text=True,
-            timeout=IP_TIMEOUT_S,
+            timeout=defaults.IP_TIMEOUT_S,
             check=False,
         )
     except FileNotFoundError as exc:
         raise PlumbingError("the `ip` command (iproute2) is not installed") from exc
     except subprocess.TimeoutExpired as exc:
         raise PlumbingError(
-            f"`ip {' '.join(args)}` in {_where(netns)} gave no answer in {IP_TIMEOUT_S:g}s"
+            f"`ip {' '.join(args)}` in {_where(netns)} gave no answer in {defaults.IP_TIMEOUT_S:g}s"
         ) from exc
     return done.returncode, done.stdout, done.stderr
 
