@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from meshhealth import defaults
 from meshhealth import wire_fields as wf
 from meshhealth.model import (
+    ADDRESS_FAMILIES,
     PATH_VERDICTS,
     REACHABILITY_PROTOCOLS,
     HealthReport,
@@ -104,6 +105,8 @@ def _target_to_wire(t: TargetHealth) -> dict[str, object]:
     # readers ignore the field and keep reading `paths`.
     if t.secondary_paths:
         wire["secondary_paths"] = _paths_to_wire(t.secondary_paths)
+    if t.secondary_family is not None:  # optional, with secondary_paths
+        wire["secondary_family"] = t.secondary_family
     return wire
 
 
@@ -180,7 +183,19 @@ def _target_health(m: Mapping[str, object], where: str) -> TargetHealth:
         paths.update(_paths(raw_extra, f"{where}.extra_paths", skip_unknown=True))
     raw_secondary = m.get("secondary_paths")
     secondary = {} if raw_secondary is None else _paths(raw_secondary, f"{where}.secondary_paths")
-    return TargetHealth(cluster=cluster, node=node, paths=paths, secondary_paths=secondary)
+    family = m.get("secondary_family")
+    if family is not None and family not in ADDRESS_FAMILIES:
+        raise DecodeError(
+            f"field '{where}.secondary_family': must be one of {', '.join(ADDRESS_FAMILIES)}, "
+            f"got {wf.short(family)}"
+        )
+    return TargetHealth(
+        cluster=cluster,
+        node=node,
+        paths=paths,
+        secondary_paths=secondary,
+        secondary_family=family,
+    )
 
 
 def _paths(raw_paths: object, where: str, *, skip_unknown: bool = False) -> dict[str, PathHealth]:

@@ -183,6 +183,12 @@ class Target:
             return self.health_ip_secondary
         return self.node_ip if target_type is TargetType.NODE else self.health_ip
 
+    @property
+    def secondary_family(self) -> str | None:
+        """`ipv4` or `ipv6`: the family of the secondary addresses; None without."""
+        secondary = self.node_ip_secondary or self.health_ip_secondary
+        return None if secondary is None else ip_family(secondary)
+
 
 @dataclass(frozen=True, slots=True, order=True)
 class PathKey:
@@ -257,6 +263,9 @@ class TargetHealth:
     paths: dict[str, PathHealth]
     # The same names for the secondary addresses (dual stack); empty when none.
     secondary_paths: dict[str, PathHealth] = field(default_factory=dict)
+    # Their family, `ipv4` or `ipv6` (ADDRESS_FAMILIES); None when the target has no
+    # secondary paths or the writer predates the field.
+    secondary_family: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +305,9 @@ def path_label(path: PathKey) -> str:
     named where one flat name is needed (logs, the watch view)."""
     name = path_name(path.target_type, path.protocol)
     return name + SECONDARY_SUFFIX if path.secondary else name
+
+
+ADDRESS_FAMILIES = ("ipv4", "ipv6")
 
 
 def ip_family(ip: str) -> str:

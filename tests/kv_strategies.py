@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from meshhealth.health_wire import PATH_NAMES
 from meshhealth.model import (
+    ADDRESS_FAMILIES,
     ClusterConfig,
     HealthReport,
     IPEntry,
@@ -97,6 +98,7 @@ target_healths = st.builds(
     node=node_names,
     paths=st.dictionaries(st.sampled_from(PATH_NAMES), path_healths, max_size=4),
     secondary_paths=st.dictionaries(st.sampled_from(PATH_NAMES), path_healths, max_size=4),
+    secondary_family=st.none() | st.sampled_from(ADDRESS_FAMILIES),
 )
 
 plan_infos = st.builds(

@@ -16,17 +16,23 @@ ABCD = ("a", "b", "c", "d")
 
 
 def _view(
-    secondary: dict[tuple[str, str], str], *, primary: str = "ok", degraded: str = ""
+    secondary: dict[tuple[str, str], str],
+    *,
+    primary: str = "ok",
+    degraded: str = "",
+    family: dict[str, str | None] | None = None,
 ) -> MatrixView:
     """Every pair probed on both families: primary `primary`, secondary `ok` unless
-    listed in `secondary`."""
+    listed in `secondary`; `family`: what each observer says the secondary family is
+    (default: nothing, as an agent before the field)."""
     cells: list[MatrixCell] = []
     for o in ABCD:
         for t in ABCD:
             if o != t:
                 base = cell(o, t, primary)
                 other = cell(o, t, secondary.get((o, t), "ok")).paths
-                cells.append(replace(base, secondary=other))
+                said = (family or {}).get(o)
+                cells.append(replace(base, secondary=other, secondary_family=said))
     observers = [Observer(node(n), SINCE if n in degraded else None) for n in ABCD]
     return MatrixView.of(cells, observers, [node(n) for n in ABCD])
 
@@ -81,3 +87,33 @@ def test_a_node_down_on_both_families_is_named_once() -> None:
     ]
     found = diagnose(MatrixView.of(cells, view.observers, view.nodes))
     assert [(f.kind.value, f.nodes) for f in found] == [("ingress-blocked", (node("d"),))]
+
+
+UNNAMED = "its secondary addresses (the other address family, dual stack)"
+
+
+@pytest.mark.parametrize(
+    ("family", "words"),
+    [
+        ({o: "ipv6" for o in "abc"}, "its IPv6 addresses (its secondary family, dual stack)"),
+        ({o: "ipv4" for o in "abc"}, "its IPv4 addresses (its secondary family, dual stack)"),
+        # one observer that does not say (an older agent): the family is not claimed
+        ({"a": "ipv6", "b": "ipv6"}, UNNAMED),
+        # observers that disagree: not claimed either
+        ({"a": "ipv6", "b": "ipv4", "c": "ipv6"}, UNNAMED),
+    ],
+    ids=["ipv6", "ipv4", "one-observer-silent", "observers-disagree"],
+)
+def test_the_evidence_names_the_family_when_the_observers_say_it(
+    family: dict[str, str | None], words: str
+) -> None:
+    (finding,) = diagnose(_view({(o, "d"): "down" for o in "abc"}, family=family))
+    assert finding.evidence.startswith(words + " fail from 3 of 3 observers")
+
+
+def test_one_observers_path_names_the_family_it_reports() -> None:
+    (finding,) = diagnose(_view({("a", "d"): "down"}, family={"a": "ipv6"}))
+    assert finding.nodes == (node("a"), node("d"))
+    assert finding.evidence.startswith(
+        "lab1/a -> lab1/d only over IPv6 addresses (its secondary family, dual stack): "
+    )

@@ -192,3 +192,27 @@ def test_unknown_secondary_path_is_refused() -> None:
     wire["targets"][0]["secondary_paths"] = {"node/udp": {"status": "ok", "rtt_s": 0.0, "loss": 0}}  # type: ignore[index]
     with pytest.raises(DecodeError, match=r"targets\[0\].secondary_paths': unknown path"):
         codec.decode_health_report(pack(wire))
+
+
+def test_secondary_family_round_trips_and_is_checked() -> None:
+    target = TargetHealth(
+        "default", "node-2", {"node/icmp": OK}, {"node/icmp": OK}, secondary_family="ipv6"
+    )
+    encoded = codec.encode_health_report(report(target))
+    assert codec.decode_health_report(encoded) == report(target)
+    assert msgpack.unpackb(encoded)["targets"][0]["secondary_family"] == "ipv6"
+    # written before the field: None, and the rest decodes as before
+    wire = codec.to_jsonable(report(target))
+    del wire["targets"][0]["secondary_family"]  # type: ignore[attr-defined]
+    assert codec.decode_health_report(pack(wire)).targets[0].secondary_family is None
+    # anything but ipv4 or ipv6 is refused with the field's place
+    wire["targets"][0]["secondary_family"] = "ipx"  # type: ignore[index]
+    with pytest.raises(
+        DecodeError, match=r"targets\[0\].secondary_family': must be one of ipv4, ipv6, got 'ipx'"
+    ):
+        codec.decode_health_report(pack(wire))
+
+
+def test_single_stack_target_has_no_secondary_family_field() -> None:
+    encoded = codec.encode_health_report(report(TargetHealth("default", "n2", {"node/icmp": OK})))
+    assert "secondary_family" not in msgpack.unpackb(encoded)["targets"][0]

@@ -55,10 +55,32 @@ def test_health_report_has_the_secondary_paths_apart() -> None:
     assert set(target.paths) == {"node/icmp", "node/http", "endpoint/icmp", "endpoint/http"}
     assert target.paths["node/icmp"].status is ProbeStatus.OK
     assert target.secondary_paths["node/icmp"].status is ProbeStatus.TIMEOUT
+    assert target.secondary_family == "ipv6"  # DUAL's secondary addresses
     # A change of a secondary path's status is a change worth a write.
     statuses = change_signature(report)
     assert statuses[("c1", "n2", "node/icmp@secondary")] is ProbeStatus.TIMEOUT
     assert statuses[("c1", "n2", "node/icmp")] is ProbeStatus.OK
+
+
+def test_a_single_stack_target_says_no_family() -> None:
+    single = Target("c1", "n3", "10.0.0.3", "10.1.0.3")
+    paths = tuple(
+        PathReport(PathKey("c1", "n3", t, p), single.address(t) or "", OK)
+        for t in TargetType
+        for p in REACHABILITY_PROTOCOLS
+    )
+    book = StatsBook()
+    book.record(RoundReport(100.0, 0.5, (single,), paths))
+    report = health_report(
+        RoundReport(100.0, 0.5, (single,)),
+        book.summaries(),
+        cluster="c1",
+        node="n1",
+        interval_s=10.0,
+    )
+    (target,) = report.targets
+    assert (target.secondary_paths, target.secondary_family) == ({}, None)
+    assert Target("c1", "n4", "fd77::4", None, "10.0.0.4").secondary_family == "ipv4"
 
 
 def report_of(secondary_status: ProbeStatus) -> HealthReport:
@@ -68,6 +90,7 @@ def report_of(secondary_status: ProbeStatus) -> HealthReport:
         "n2",
         {"node/icmp": ok, "node/http": ok},
         {"node/icmp": PathHealth(secondary_status, None, 1.0), "node/http": ok},
+        secondary_family="ipv6",
     )
     return HealthReport("n1", "c1", 100.0, 10.0, (target,))
 
@@ -82,6 +105,7 @@ def test_matrix_cell_combines_both_families() -> None:
     doc = matrix_document(failing)
     cell_doc = doc["rows"][0]["cells"][1]
     assert cell_doc["secondary_paths"]["node/icmp"]["status"] == "timeout"
+    assert cell_doc["secondary_family"] == "ipv6"
     assert "secondary_paths" not in doc["rows"][0]["cells"][0]  # n2 reported nothing on n1
 
 

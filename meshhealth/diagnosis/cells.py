@@ -63,6 +63,8 @@ class MatrixCell:
     paths: Mapping[PathKind, PathObservation] = field(default_factory=dict)
     # The same kinds over the target's secondary addresses (dual stack); empty when none.
     secondary: Mapping[PathKind, PathObservation] = field(default_factory=dict)
+    # Their address family (`ipv4`, `ipv6`); None when the observer did not say.
+    secondary_family: str | None = None
 
     def state(self, kind: PathKind) -> PathState:
         seen = self.paths.get(kind)

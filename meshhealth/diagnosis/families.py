@@ -10,7 +10,9 @@ path is ok; it is ok when a secondary path is ok. A degraded observer's failures
 discounted, and a target already named by another finding is left to it. A target that
 at least `min_observers` observers fail, `share` of those that assessed it, is one
 `path` finding naming the target (its secondary family); other failing pairs are
-`path` findings naming observer and target, as for the primary addresses.
+`path` findings naming observer and target, as for the primary addresses. The evidence
+names the family (`its IPv6 addresses`) when the failing observers' reports say it and
+agree, else `its secondary addresses (the other address family)`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,18 @@ from collections.abc import Iterable, Set
 from meshhealth.diagnosis.cells import MatrixCell, NodeId, PathKind, PathObservation, PathState
 from meshhealth.diagnosis.findings import Finding, FindingKind, confidence, names
 
-_FAMILY = "its secondary addresses (the other address family, dual stack)"
+_FAMILY_NAMES = {"ipv4": "IPv4", "ipv6": "IPv6"}
+
+
+def family_words(families: Iterable[str | None]) -> str:
+    """`IPv6 addresses` when every report names that one family, else the unnamed
+    `secondary addresses (the other address family, dual stack)`."""
+    named = set(families)
+    if len(named) == 1:
+        (family,) = named
+        if family in _FAMILY_NAMES:
+            return f"{_FAMILY_NAMES[family]} addresses (its secondary family, dual stack)"
+    return "secondary addresses (the other address family, dual stack)"
 
 
 def _reaches(paths: dict[PathKind, PathObservation]) -> bool | None:
@@ -41,7 +54,7 @@ def secondary_findings(
     min_observers: int,
     share: float,
 ) -> list[Finding]:
-    fails: dict[NodeId, dict[NodeId, tuple[float, tuple[str, ...]]]] = {}
+    fails: dict[NodeId, dict[NodeId, tuple[float, tuple[str, ...], str | None]]] = {}
     oks: dict[NodeId, set[NodeId]] = {}
     for cell in cells:
         if cell.observer == cell.target or not cell.secondary or cell.target in named:
@@ -56,20 +69,25 @@ def secondary_findings(
                 if o.state is PathState.UNREACHABLE and k is not PathKind.NODE_ICMP_DF
             )
             since = max(cell.secondary[k].since for k in failing)
-            fails.setdefault(cell.target, {})[cell.observer] = (since, tuple(failing))
+            fails.setdefault(cell.target, {})[cell.observer] = (
+                since,
+                tuple(failing),
+                cell.secondary_family,
+            )
     findings = []
     for target, by_observer in sorted(fails.items()):
         ok = len(oks.get(target, ()))
         observers = sorted(by_observer)
-        kinds = ", ".join(sorted({k for _, ks in by_observer.values() for k in ks}))
+        kinds = ", ".join(sorted({k for _, ks, _ in by_observer.values() for k in ks}))
+        words = family_words(f for _, _, f in by_observer.values())
         if len(observers) >= min_observers and len(observers) / (len(observers) + ok) >= share:
             findings.append(
                 Finding(
                     FindingKind.PATH,
                     (target,),
                     confidence(len(observers), ok),
-                    max(since for since, _ in by_observer.values()),
-                    f"{_FAMILY} fail from {len(observers)} of {len(observers) + ok} "
+                    max(since for since, _, _ in by_observer.values()),
+                    f"its {words} fail from {len(observers)} of {len(observers) + ok} "
                     f"observers ({names(observers)}): {kinds} unreachable while its primary "
                     "addresses answer",
                     tuple((o, target) for o in observers),
@@ -77,14 +95,14 @@ def secondary_findings(
             )
             continue
         for observer in observers:
-            since, kinds_of = by_observer[observer]
+            since, kinds_of, family = by_observer[observer]
             findings.append(
                 Finding(
                     FindingKind.PATH,
                     (observer, target),
                     confidence(1, 0),
                     since,
-                    f"{observer} -> {target} only over {_FAMILY.removeprefix('its ')}: "
+                    f"{observer} -> {target} only over {family_words([family])}: "
                     f"{', '.join(kinds_of)} unreachable while its primary addresses answer; "
                     f"{ok} other observers reach them",
                     ((observer, target),),

@@ -81,7 +81,9 @@ def _cells(row: Row) -> list[MatrixCell]:
         paths = _observations(cell.paths, stale=row.stale, since=row.probe_time)
         secondary = _observations(cell.secondary_paths, stale=row.stale, since=row.probe_time)
         if paths or secondary:
-            cells.append(MatrixCell(observer, NodeId(*cell.target), paths, secondary))
+            cells.append(
+                MatrixCell(observer, NodeId(*cell.target), paths, secondary, cell.secondary_family)
+            )
     return cells
 
 

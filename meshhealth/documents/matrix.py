@@ -86,6 +86,7 @@ class Cell:
     paths: Mapping[str, PathHealth] = field(default_factory=dict)  # as reported
     # A dual-stack target's secondary addresses, same names; they count in `state`.
     secondary_paths: Mapping[str, PathHealth] = field(default_factory=dict)
+    secondary_family: str | None = None  # ipv4, ipv6; None: not said
 
     @property
     def rtt_s(self) -> float | None:
@@ -209,11 +210,13 @@ def _row(
         unknown = tuple(Cell(target, "unknown") for target in columns)
         return Row(source, None, None, None, False, unknown)
     stale = is_stale(report, now)
-    seen = {(t.cluster, t.node): (t.paths, t.secondary_paths) for t in report.targets}
+    seen = {(t.cluster, t.node): t for t in report.targets}
     subset = report.plan is not None and report.plan.subset
     cells = []
     for target in columns:
-        paths, secondary = seen.get(target, ({}, {}))
+        reported = seen.get(target)
+        paths = {} if reported is None else reported.paths
+        secondary = {} if reported is None else reported.secondary_paths
         state: CellState
         if stale:
             state = "stale"
@@ -221,7 +224,8 @@ def _row(
             state = "unassigned"  # not one of the source's targets in its epoch
         else:
             state = cell_state(paths, secondary)
-        cells.append(Cell(target, state, dict(paths), dict(secondary)))
+        family = None if reported is None else reported.secondary_family
+        cells.append(Cell(target, state, dict(paths), dict(secondary), family))
     age = max(0.0, now - report.probe_time)
     return Row(
         source,
@@ -315,6 +319,7 @@ class MatrixCellDocument(TypedDict):
     state: CellState
     paths: dict[str, MatrixPathDocument]  # PATH_ORDER names; a path not reported is absent
     secondary_paths: NotRequired[dict[str, MatrixPathDocument]]  # dual-stack targets only
+    secondary_family: NotRequired[str]  # ipv4 or ipv6, when the source said
 
 
 class MatrixRowDocument(TypedDict):
@@ -412,6 +417,8 @@ def _cell_json(cell: Cell) -> MatrixCellDocument:
     }
     if cell.secondary_paths:
         doc["secondary_paths"] = _paths_json(cell.secondary_paths)
+    if cell.secondary_family is not None:
+        doc["secondary_family"] = cell.secondary_family
     return doc
 
 

@@ -110,7 +110,11 @@ def health_report(
                     )
         targets.append(
             TargetHealth(
-                cluster=target.cluster, node=target.node, paths=paths[0], secondary_paths=paths[1]
+                cluster=target.cluster,
+                node=target.node,
+                paths=paths[0],
+                secondary_paths=paths[1],
+                secondary_family=target.secondary_family if paths[1] else None,
             )
         )
     return HealthReport(
