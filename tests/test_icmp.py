@@ -91,7 +91,7 @@ async def test_early_replies_leave_no_probe_behind() -> None:
         async with trio.open_nursery() as nursery:
             for i in range(200):
                 nursery.start_soon(probe, f"127.0.{i // 250}.{i % 250 + 1}")
-        assert len(pinger._timers) == 200  # the final waits, due in 60 s
+        assert pinger.parking.timer_entries == 200  # the final waits, due in 60 s
         gc.collect()
         alive = [o for o in gc.get_objects() if isinstance(o, EchoProbe)]
         assert alive == []

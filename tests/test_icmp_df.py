@@ -13,6 +13,7 @@ from meshhealth.probe import icmp
 from meshhealth.probe.icmp import open_pinger
 from meshhealth.probe.icmp_match import EchoProbe, ReplyMatcher
 from meshhealth.probe.icmp_packet import build_echo_request, checksum
+from meshhealth.probe.icmp_payload import dont_fragment_payload
 from meshhealth.probe.icmp_socket import IP_MTU_DISCOVER, IP_PMTUDISC_DO, route_mtu
 from meshhealth.probe.scheduler import enumerate_paths, run_round
 from tests.plugins.netns import NetnsFactory
@@ -41,7 +42,8 @@ def test_a_big_request_is_sized_and_its_padded_reply_counts(size: int) -> None:
     # What the pinger sends for a DF probe of `size` bytes: the cookie padded with zeros,
     # so that the IPv4 packet (20-byte header) is exactly `size` bytes.
     cookie = bytes(range(16))
-    payload = cookie + bytes(size - icmp.DF_HEADER_BYTES_V4 - len(cookie))
+    payload, sized = dont_fragment_payload(cookie, size, ipv6=False)
+    assert sized == size
     request = build_echo_request(ipv6=False, identifier=7, sequence=9, payload=payload)
     assert 20 + len(request) == size
     assert checksum(request) == 0

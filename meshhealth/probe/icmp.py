@@ -27,17 +27,16 @@ Lean per-packet path: stdlib sockets in non-blocking mode with
 trio.lowlevel.wait_readable / wait_writable; the receiver drains up to RECV_BATCH
 datagrams per wake-up; a batch parks with trio.lowlevel.wait_task_rescheduled and is
 woken by the receiver (all replies in) or by the pinger's one timer task (its deadline),
-instead of a CancelScope + Event per probe. Cookies are cut from one os.urandom() read of
-COOKIE_POOL_BYTES, replies are matched from the raw bytes, and a batch's timer entry is
-just (deadline, token): an early end drops the only reference to the batch at once.
+instead of a CancelScope + Event per probe. Cookies are cut from one os.urandom() read
+(meshhealth.probe.icmp_payload), replies are matched from the raw bytes, and a batch's
+timer entry is just (deadline, token): an early end drops the only reference to the
+batch at once.
 """
 
 from __future__ import annotations
 
 import errno
-import heapq
 import logging
-import math
 import os
 import socket
 import time
@@ -50,6 +49,13 @@ from meshhealth import defaults
 from meshhealth.model import ProbeResult, ProbeStatus
 from meshhealth.probe.icmp_match import EchoProbe, LocalError, ReplyMatcher, canonical_ip
 from meshhealth.probe.icmp_packet import build_echo_request, echo_request_v4
+from meshhealth.probe.icmp_parking import Batch, BatchParking
+from meshhealth.probe.icmp_payload import (
+    COOKIE_BYTES,
+    CookiePool,
+    RouteMtus,
+    dont_fragment_payload,
+)
 from meshhealth.probe.icmp_socket import (
     PERMISSION_MESSAGE,
     PingerPermissionError,
@@ -62,34 +68,15 @@ __all__ = ["PERMISSION_MESSAGE", "Pinger", "PingerPermissionError", "open_pinger
 
 log = logging.getLogger(__name__)
 
-COOKIE_BYTES = 16  # random payload per probe: a reply must echo it back
-COOKIE_POOL_BYTES = COOKIE_BYTES * 1024  # one os.urandom() read makes 1,024 cookies
 RECV_BATCH = 256  # datagrams handled per wake-up before letting other tasks run
 MAX_DATAGRAM = 65_536  # an IPv4 datagram or an ICMPv6 message: up to 65,535 bytes
-# The IP and ICMP headers in front of the payload of a don't-fragment probe: its IP
-# packet is the payload + these (IPv4 without options; IPv6 without extension headers).
-DF_HEADER_BYTES_V4 = 20 + 8
-DF_HEADER_BYTES_V6 = 40 + 8
-MAX_PACKET_BYTES = 65_535
 # Let the kernel drop ICMP types we never use. The matcher checks types anyway (tests
 # turn this off to prove it).
 KERNEL_ICMP_FILTER = True
 TOO_MANY_IN_FLIGHT = "too many ICMP requests in flight"
-ROUTE_MTU_CACHE_SIZE = 16_384  # targets whose route MTU is remembered
 
 # EMSGSIZE: a don't-fragment request above the MTU the kernel knows for the route.
 _UNREACHABLE_ERRNOS = frozenset({errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EMSGSIZE})
-
-
-class _Batch:
-    """The probes of one ping_batch() call, as the receiver and the timer see them."""
-
-    __slots__ = ("park_token", "sending", "task")
-
-    def __init__(self) -> None:
-        self.sending = True  # more requests to send: replies alone do not end it
-        self.task: trio.lowlevel.Task | None = None  # set while parked
-        self.park_token = 0  # its key in Pinger._parked while parked, else 0
 
 
 class _FamilySocket:
@@ -115,18 +102,14 @@ class Pinger:
         self._netns = netns
         self.identifier = int.from_bytes(os.urandom(2), "big")
         self._sockets: dict[int, _FamilySocket] = {}
-        self._closed = False
-        # Parked batches by token, and a heap of (deadline, token) timer entries. An
-        # entry whose token is gone (the batch was woken by its replies, or cancelled) is
-        # skipped when it comes due: it holds no reference to the batch.
-        self._parked: dict[int, _Batch] = {}
-        self._timers: list[tuple[float, int]] = []
-        self._tokens = 0
-        self._timer_scope: trio.CancelScope | None = None
         self._now = trio.lowlevel.current_clock().current_time  # trio.current_time, direct
-        self._cookie_pool = b""
-        self._cookie_offset = 0
-        self._route_mtus: dict[str, tuple[int, float]] = {}  # ip -> (MTU, valid until)
+        # Where batches wait for replies and deadlines (its timer task: open_pinger).
+        self.parking = BatchParking(self._now)
+        self._park = self.parking.park
+        self._cookies = CookiePool()
+        self._route_mtus = RouteMtus(
+            lambda ip, ipv6: route_mtu(ip, ipv6=ipv6, netns=netns), self._now
+        )
 
     @property
     def in_flight(self) -> int:
@@ -200,11 +183,11 @@ class Pinger:
         if df_sizes is not None and len(df_sizes) != len(ips):
             raise ValueError(f"{len(df_sizes)} don't-fragment sizes for {len(ips)} addresses")
         started_at = time.time()
-        batch = _Batch()
+        batch = Batch()
         results: list[ProbeResult | None] = [None] * len(ips)
         probes: list[tuple[int, EchoProbe, _FamilySocket, float]] = []
         sockets: dict[int, _FamilySocket] = {}
-        cookies = self._new_cookies(len(ips))
+        cookies = self._cookies.take(len(ips))
         bad = False
         for i, ip in enumerate(ips):
             try:
@@ -266,7 +249,7 @@ class Pinger:
 
     async def _send_all(
         self,
-        batch: _Batch,
+        batch: Batch,
         probes: list[tuple[int, EchoProbe, _FamilySocket, float]],
         count: int,
         interval_s: float,
@@ -306,19 +289,6 @@ class Pinger:
                 probe.deadlines[index] = probe.last_deadline = sent_at + probe_timeout_s
                 probe.outstanding += 1  # (EchoProbe.mark_sent, inlined)
 
-    def _new_cookies(self, n: int) -> bytes:
-        """`n` cookies of COOKIE_BYTES unpredictable bytes, end to end (os.urandom, read
-        in bulk: one read per COOKIE_POOL_BYTES, or one per batch larger than that)."""
-        size = n * COOKIE_BYTES
-        if size > COOKIE_POOL_BYTES:
-            return os.urandom(size)
-        offset = self._cookie_offset
-        if offset + size > len(self._cookie_pool):
-            self._cookie_pool = os.urandom(COOKIE_POOL_BYTES)
-            offset = 0
-        self._cookie_offset = offset + size
-        return self._cookie_pool[offset : offset + size]
-
     # --- sending -----------------------------------------------------------------------
     def _dont_fragment_payload(
         self, fs: _FamilySocket, target: str, cookie: bytes, size: int
@@ -327,26 +297,12 @@ class Pinger:
         route's MTU) to `target`: its cookie padded with zeros; and the size. Opens the
         family's don't-fragment socket on first use."""
         if size == defaults.MTU_PROBE_AUTO:
-            size = min(self._route_mtu(fs, target), defaults.MTU_PROBE_AUTO_MAX_BYTES)
-        headers = DF_HEADER_BYTES_V6 if fs.ipv6 else DF_HEADER_BYTES_V4
-        size = min(size, MAX_PACKET_BYTES)
-        if size < headers + COOKIE_BYTES:
-            raise ValueError(f"don't-fragment probe of {size} B: below {headers + COOKIE_BYTES} B")
+            mtu = self._route_mtus.get(target, ipv6=fs.ipv6)
+            size = min(mtu, defaults.MTU_PROBE_AUTO_MAX_BYTES)
+        payload, size = dont_fragment_payload(cookie, size, ipv6=fs.ipv6)
         if fs.df_sock is None:
             fs.df_sock = open_dont_fragment_socket(ipv6=fs.ipv6, netns=self._netns)
-        return cookie + bytes(size - headers - COOKIE_BYTES), size
-
-    def _route_mtu(self, fs: _FamilySocket, target: str) -> int:
-        """The MTU of the route to `target`, looked up at most every MTU_ROUTE_CACHE_S."""
-        now = self._now()
-        known = self._route_mtus.get(target)
-        if known is not None and known[1] > now:
-            return known[0]
-        mtu = route_mtu(target, ipv6=fs.ipv6, netns=self._netns)
-        if len(self._route_mtus) >= ROUTE_MTU_CACHE_SIZE:
-            self._route_mtus.clear()
-        self._route_mtus[target] = (mtu, now + defaults.MTU_ROUTE_CACHE_S)
-        return mtu
+        return payload, size
 
     async def _send_slowly(
         self, sock: socket.socket, packet: bytes, address: tuple[str, int], exc: OSError
@@ -365,57 +321,9 @@ class Pinger:
             return ProbeStatus.UNREACHABLE, detail
         return ProbeStatus.ERROR, detail
 
-    # --- parking batches: woken by the receiver or by the timer -------------------------
-    async def _park(self, batch: _Batch, deadline: float) -> None:
-        """Sleep until `deadline`, or until the receiver has every reply (final wait)."""
-        self._tokens += 1
-        token = self._tokens
-        batch.park_token = token
-        batch.task = trio.lowlevel.current_task()
-        self._parked[token] = batch
-        heapq.heappush(self._timers, (deadline, token))
-        scope = self._timer_scope
-        if scope is not None and deadline < scope.deadline:
-            scope.deadline = deadline
-
-        def abort(_: object) -> trio.lowlevel.Abort:
-            del self._parked[batch.park_token]
-            batch.task = None
-            batch.park_token = 0
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        await trio.lowlevel.wait_task_rescheduled(abort)
-        if self._closed:
-            raise trio.ClosedResourceError("the pinger was closed during the probe")
-
-    def _wake(self, batch: _Batch) -> None:
-        """Reschedule a parked batch (no-op if it is not parked)."""
-        task = batch.task
-        if task is not None:
-            del self._parked[batch.park_token]
-            batch.task = None
-            batch.park_token = 0
-            trio.lowlevel.reschedule(task)
-
-    async def _timer_loop(self) -> None:
-        timers = self._timers
-        parked = self._parked
-        while True:
-            now = self._now()
-            while timers and timers[0][0] <= now:
-                batch = parked.get(heapq.heappop(timers)[1])
-                if batch is not None:
-                    self._wake(batch)
-            batch = None  # hold no batch while asleep
-            next_deadline = timers[0][0] if timers else math.inf
-            with trio.CancelScope(deadline=next_deadline) as scope:
-                self._timer_scope = scope
-                await trio.sleep_forever()
-            self._timer_scope = None
-
     # --- receiving ---------------------------------------------------------------------
     def _socket_for(self, family: int) -> _FamilySocket:
-        if self._closed:
+        if self.parking.closed:
             raise trio.ClosedResourceError("the pinger is closed")
         fs = self._sockets.get(family)
         if fs is None:
@@ -438,9 +346,9 @@ class Pinger:
         match = fs.matcher.match
         match_ipv4 = fs.matcher.match_ipv4
         now = self._now
-        wake = self._wake
+        wake = self.parking.wake
         probe: EchoProbe | None = None
-        batch: _Batch | None = None
+        batch: Batch | None = None
         while True:
             probe = batch = None  # hold no probe while asleep
             await trio.lowlevel.wait_readable(sock)
@@ -465,16 +373,13 @@ class Pinger:
                         wake(batch)  # a probe of it is answered in full
 
     def _close(self) -> None:
-        self._closed = True
         for fs in self._sockets.values():
             for sock in (fs.sock, fs.df_sock):
                 if sock is not None:
                     trio.lowlevel.notify_closing(sock)  # a sender waiting for buffer space
                     sock.close()
         self._sockets.clear()
-        for batch in list(self._parked.values()):  # batches of other tasks: let them go
-            self._wake(batch)
-        self._timers.clear()
+        self.parking.close()  # batches of other tasks: let them go
 
 
 @asynccontextmanager
@@ -488,7 +393,7 @@ async def open_pinger(*, netns: str | None = None) -> AsyncIterator[Pinger]:
     try:
         async with trio.open_nursery() as nursery:
             pinger = Pinger(nursery, netns=netns)
-            nursery.start_soon(pinger._timer_loop, name="icmp-timer")
+            nursery.start_soon(pinger.parking.run_timers, name="icmp-timer")
             try:
                 yield pinger
             finally:
