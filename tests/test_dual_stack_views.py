@@ -5,7 +5,8 @@ from __future__ import annotations
 from meshhealth.agent.membership.publisher import change_signature, health_report
 from meshhealth.cli.watch_state import WatchState, aggregate_paths, apply_feed_message
 from meshhealth.documents.feed import path_message
-from meshhealth.documents.matrix import build_matrix, matrix_document
+from meshhealth.documents.matrix import build_matrix
+from meshhealth.documents.matrix_json import matrix_document
 from meshhealth.model import (
     REACHABILITY_PROTOCOLS,
     HealthReport,

@@ -18,7 +18,8 @@ from meshhealth.cli.format_status import format_status_text
 from meshhealth.diagnosis.diagnose import diagnose
 from meshhealth.diagnosis.findings import findings_json
 from meshhealth.diagnosis.from_matrix import matrix_view
-from meshhealth.documents.matrix import build_matrix, matrix_document
+from meshhealth.documents.matrix import build_matrix
+from meshhealth.documents.matrix_json import matrix_document
 from meshhealth.documents.status import ClusterState, EtcdState, build_status_document
 from meshhealth.model import Target
 from tests import matrix_stories as S

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from meshhealth.documents.matrix import build_matrix, cell_state, is_stale, matrix_document
+from meshhealth.documents.matrix import build_matrix, cell_state, is_stale
+from meshhealth.documents.matrix_json import matrix_document
 from meshhealth.model import PlanInfo, ProbeStatus
 from tests import matrix_stories as S
 

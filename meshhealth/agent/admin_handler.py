@@ -27,7 +27,8 @@ from meshhealth.agent.membership.registrar import Registrar
 from meshhealth.agent.probe_results import ProbeResults
 from meshhealth.agent.prober_loop import ProberLoop
 from meshhealth.agent.serving.admin_api import EncodedJson
-from meshhealth.documents.matrix import Matrix, MatrixDocument, matrix_document
+from meshhealth.documents.matrix import Matrix
+from meshhealth.documents.matrix_json import MatrixDocument, matrix_document
 from meshhealth.documents.status import (
     EtcdState,
     LocalNode,

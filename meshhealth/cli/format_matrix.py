@@ -26,12 +26,8 @@ from collections.abc import Sequence
 
 from meshhealth.cli.format_findings import finding_line
 from meshhealth.diagnosis.findings import FindingJSON
-from meshhealth.documents.matrix import (
-    PATH_ORDER,
-    MatrixCellDocument,
-    MatrixDocument,
-    MatrixRowDocument,
-)
+from meshhealth.documents.matrix import PATH_ORDER
+from meshhealth.documents.matrix_json import MatrixCellDocument, MatrixDocument, MatrixRowDocument
 from meshhealth.timefmt import format_age, format_duration
 
 OK, FAILED, SUSPECT, UNKNOWN, NO_PATH, STALE, UNASSIGNED = "✓", "✗", "◐", "?", "-", "~", "·"

@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     from meshhealth.diagnosis.diagnose import diagnose
     from meshhealth.diagnosis.findings import findings_json
     from meshhealth.diagnosis.from_matrix import matrix_view
-    from meshhealth.documents.matrix import matrix_document
+    from meshhealth.documents.matrix_json import matrix_document
 
     matrix = read_matrix_from_args(args, "matrix")
     if isinstance(matrix, int):

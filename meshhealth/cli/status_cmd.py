@@ -18,7 +18,7 @@ from meshhealth import defaults
 from meshhealth.cli.common import EXIT_UNAVAILABLE, print_error, usage_error
 
 if TYPE_CHECKING:
-    from meshhealth.documents.matrix import MatrixDocument
+    from meshhealth.documents.matrix_json import MatrixDocument
     from meshhealth.documents.status_schema import StatusDocument
 
 DESCRIPTION = """\

@@ -18,7 +18,8 @@ import trio
 from meshhealth import defaults
 from meshhealth.cli.watch_cmd import Event, Notify, WatchError
 from meshhealth.cli.watch_state import WatchState, apply_health_reports
-from meshhealth.documents.matrix import build_matrix, matrix_document
+from meshhealth.documents.matrix import build_matrix
+from meshhealth.documents.matrix_json import matrix_document
 from meshhealth.kvstore import Etcd, EtcdError, open_etcd
 from meshhealth.kvstore.endpoints import parse_endpoints
 from meshhealth.kvstore.etcd_config import EtcdAccess

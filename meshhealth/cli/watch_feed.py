@@ -31,7 +31,7 @@ from meshhealth.admin_client import AdminUnavailable, admin_request, socket_path
 from meshhealth.cli.watch_cmd import Event, Notify, WatchError, first_leaf
 from meshhealth.cli.watch_state import WatchState, apply_feed_message
 from meshhealth.documents.feed import FEED_PATH, feed_socket_path
-from meshhealth.documents.matrix import MatrixDocument
+from meshhealth.documents.matrix_json import MatrixDocument
 
 MATRIX_TIMEOUT_S = defaults.ADMIN_REQUEST_TIMEOUT_S + defaults.MATRIX_READ_TIMEOUT_S
 

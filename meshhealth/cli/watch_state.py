@@ -20,7 +20,7 @@ from typing import Any, Literal, cast
 
 from meshhealth import defaults
 from meshhealth.documents.feed import LaggingMessage, PathMessage, RoundMessage, SnapshotMessage
-from meshhealth.documents.matrix import MatrixDocument
+from meshhealth.documents.matrix_json import MatrixDocument
 from meshhealth.documents.reachability import (
     REACHABILITY_STATES,
     Reachability,

@@ -1,7 +1,7 @@
 """The cluster-wide N x N matrix from the nodes' health reports (pure, no I/O).
 
     matrix = build_matrix(reports, now=time.time(), extra_nodes=[("lab1", "node4")])
-    doc = matrix_document(matrix)          # the JSON of `meshhealth matrix -o json`
+    doc = matrix_document(matrix)          # documents/matrix_json.py: `-o json`
 
 One row per source node (a HealthReport), one column per target node (every node that
 reports or is reported on, grouped by cluster), one cell per (source, target) with the
@@ -34,11 +34,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NotRequired, TypedDict
+from typing import Literal
 
 from meshhealth import defaults
 from meshhealth.documents.coverage import coverage_lines, observer_counts
-from meshhealth.documents.plan import PlanDocument, plan_document
 from meshhealth.documents.reachability import statuses_reachability
 from meshhealth.model import (
     REACHABILITY_PROTOCOLS,
@@ -49,7 +48,7 @@ from meshhealth.model import (
     TargetType,
     path_name,
 )
-from meshhealth.timefmt import format_interval, iso_time
+from meshhealth.timefmt import format_interval
 
 SCHEMA_VERSION = 1
 
@@ -300,154 +299,3 @@ def _unreachable_by_all(
         if len(seen) >= 2 and all(c.state == "unreachable" for c in seen):
             found.append(target)
     return found
-
-
-# --- JSON ------------------------------------------------------------------------------
-
-
-class MatrixPathDocument(TypedDict):
-    status: str  # a ProbeStatus value
-    rtt_s: float | None
-    loss: float
-    state: NotRequired[str]  # the source's verdict on a failing path: suspect, unreachable
-    state_since: NotRequired[str]  # since when (RFC 3339)
-
-
-class MatrixCellDocument(TypedDict):
-    cluster: str  # the target
-    name: str
-    state: CellState
-    paths: dict[str, MatrixPathDocument]  # PATH_ORDER names; a path not reported is absent
-    secondary_paths: NotRequired[dict[str, MatrixPathDocument]]  # dual-stack targets only
-    secondary_family: NotRequired[str]  # ipv4 or ipv6, when the source said
-
-
-class MatrixRowDocument(TypedDict):
-    cluster: str  # the source
-    name: str
-    probe_time: str | None  # None: the node has no report
-    interval_s: float | None
-    age_s: float | None
-    stale_after_s: float | None  # stale_after_s(interval_s); None without a report
-    stale: bool
-    plan: PlanDocument | None  # None: no report, or a report without a plan
-    cells: list[MatrixCellDocument]  # one per entry of `nodes`, in that order
-    health_score: NotRequired[int]  # only when the source is not well (> 0)
-    degraded_since: NotRequired[str]  # only while the source says it is degraded
-    degraded_reasons: NotRequired[list[str]]  # why, as codes (only when the source says)
-
-
-class MatrixNodeDocument(TypedDict):
-    cluster: str
-    name: str
-    observers: int  # fresh reports, other than the node's own, that include it
-
-
-class UnavailableClusterDocument(TypedDict):
-    cluster: str
-    error: str
-
-
-class MatrixSummaryDocument(TypedDict):
-    sources: int
-    stale_sources: int
-    cells: int
-    reachable: int
-    unreachable: int
-    suspect: int  # neither reachable nor unreachable yet
-    stale: int
-    unassigned: int
-    unknown: int
-    lines: list[str]
-
-
-class MatrixDocument(TypedDict):
-    """`GET /v1/matrix`, `meshhealth matrix -o json` (docs/clustermesh.md)."""
-
-    v: int
-    generated_at: str | None
-    nodes: list[MatrixNodeDocument]  # the columns
-    unavailable_clusters: list[UnavailableClusterDocument]
-    rows: list[MatrixRowDocument]
-    summary: MatrixSummaryDocument
-
-
-def _path_json(path: PathHealth) -> MatrixPathDocument:
-    doc: MatrixPathDocument = {"status": path.status.value, "rtt_s": path.rtt_s, "loss": path.loss}
-    if path.state is not None:
-        doc["state"] = path.state
-    since = iso_time(path.state_since)
-    if since is not None:
-        doc["state_since"] = since
-    return doc
-
-
-def _row_json(row: Row) -> MatrixRowDocument:
-    doc: MatrixRowDocument = {
-        "cluster": row.source[0],
-        "name": row.source[1],
-        "probe_time": iso_time(row.probe_time),
-        "interval_s": row.interval_s,
-        "age_s": None if row.age_s is None else round(row.age_s, 3),
-        "stale_after_s": None if row.interval_s is None else stale_after_s(row.interval_s),
-        "stale": row.stale,
-        "plan": plan_document(row.plan),
-        "cells": [_cell_json(cell) for cell in row.cells],
-    }
-    if row.health_score:
-        doc["health_score"] = row.health_score
-    degraded_since = iso_time(row.degraded_since)
-    if degraded_since is not None:
-        doc["degraded_since"] = degraded_since
-    if row.degraded_reasons:
-        doc["degraded_reasons"] = list(row.degraded_reasons)
-    return doc
-
-
-def _paths_json(paths: Mapping[str, PathHealth]) -> dict[str, MatrixPathDocument]:
-    return {name: _path_json(paths[name]) for name in PATH_ORDER if name in paths}
-
-
-def _cell_json(cell: Cell) -> MatrixCellDocument:
-    doc: MatrixCellDocument = {
-        "cluster": cell.target[0],
-        "name": cell.target[1],
-        "state": cell.state,
-        "paths": _paths_json(cell.paths),
-    }
-    if cell.secondary_paths:
-        doc["secondary_paths"] = _paths_json(cell.secondary_paths)
-    if cell.secondary_family is not None:
-        doc["secondary_family"] = cell.secondary_family
-    return doc
-
-
-def matrix_document(matrix: Matrix) -> MatrixDocument:
-    """The JSON document (docs/clustermesh.md, "Matrix JSON"); plain types only."""
-    counts = matrix.counts()
-    return {
-        "v": SCHEMA_VERSION,
-        "generated_at": iso_time(matrix.generated_at),
-        "nodes": [
-            {"cluster": c, "name": n, "observers": observers}
-            for (c, n), observers in zip(
-                matrix.columns, matrix.observers or [0] * len(matrix.columns), strict=True
-            )
-        ],
-        "unavailable_clusters": [
-            {"cluster": name, "error": error} for name, error in sorted(matrix.unavailable.items())
-        ],
-        "rows": [_row_json(row) for row in matrix.rows],
-        "summary": {
-            "sources": sum(1 for row in matrix.rows if row.probe_time is not None),
-            "stale_sources": sum(1 for row in matrix.rows if row.stale),
-            "cells": sum(counts.values()),
-            "reachable": counts["reachable"],
-            "unreachable": counts["unreachable"],
-            "suspect": counts["suspect"],
-            "stale": counts["stale"],
-            "unassigned": counts["unassigned"],
-            "unknown": counts["unknown"],
-            "lines": list(matrix.lines),
-        },
-    }

@@ -27,7 +27,7 @@ import trio
 
 from meshhealth import defaults
 from meshhealth.agent.serving.unix_socket import AdminSocketError, unix_listener
-from meshhealth.documents.matrix import MatrixDocument
+from meshhealth.documents.matrix_json import MatrixDocument
 from meshhealth.documents.status_schema import HealthzDocument, StatusDocument
 from meshhealth.http_server import HttpRequest, HttpResponse, ServerLimits, serve_http
 
