@@ -11,7 +11,8 @@ reading what they know.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 
 from meshhealth import defaults
 from meshhealth import wire_fields as wf
@@ -50,14 +51,27 @@ EXTRA_PATH_NAMES: tuple[str, ...] = (path_name(TargetType.NODE, Protocol.ICMP_DF
 PATH_NAMES: tuple[str, ...] = CORE_PATH_NAMES + EXTRA_PATH_NAMES
 
 
+def shared_secondary_family(targets: Iterable[TargetHealth]) -> str | None:
+    """The family of most dual-stack targets' secondary paths (ties: the first in
+    ADDRESS_FAMILIES), written once in the report; a target of another family says its
+    own. None without a dual-stack target that says one."""
+    counts = Counter(
+        t.secondary_family for t in targets if t.secondary_paths and t.secondary_family
+    )
+    return max(sorted(counts), key=counts.__getitem__) if counts else None
+
+
 def health_to_wire(r: HealthReport) -> dict[str, object]:
     """The report's map, without the schema version."""
+    shared = shared_secondary_family(r.targets)
     return {
         "node": r.node,
         "cluster": r.cluster,
         "probe_time": r.probe_time,
         "interval_s": r.interval_s,
-        "targets": [_target_to_wire(t) for t in r.targets],
+        "targets": [_target_to_wire(t, shared) for t in r.targets],
+        # Optional (dual stack): the family the targets' secondary paths are, once.
+        **({} if shared is None else {"secondary_family": shared}),
         **({} if r.plan is None else {"plan": _plan_to_wire(r.plan)}),
         # Optional (local health awareness): only from an agent that is not well.
         **({} if r.health_score == 0 else {"health_score": r.health_score}),
@@ -91,7 +105,7 @@ def _paths_to_wire(paths: Mapping[str, PathHealth]) -> dict[str, object]:
     return {name: _path_to_wire(p) for name, p in sorted(paths.items())}
 
 
-def _target_to_wire(t: TargetHealth) -> dict[str, object]:
+def _target_to_wire(t: TargetHealth, shared: str | None) -> dict[str, object]:
     core = {name: p for name, p in t.paths.items() if name not in EXTRA_PATH_NAMES}
     wire: dict[str, object] = {
         "cluster": t.cluster,
@@ -105,7 +119,8 @@ def _target_to_wire(t: TargetHealth) -> dict[str, object]:
     # readers ignore the field and keep reading `paths`.
     if t.secondary_paths:
         wire["secondary_paths"] = _paths_to_wire(t.secondary_paths)
-    if t.secondary_family is not None:  # optional, with secondary_paths
+    # Optional: only a target whose family is not the report's says its own.
+    if t.secondary_family != (shared if t.secondary_paths else None):
         wire["secondary_family"] = t.secondary_family
     return wire
 
@@ -120,8 +135,9 @@ def health_from_wire(m: Mapping[str, object]) -> HealthReport:
         raise DecodeError(f"field 'interval_s': must be > 0, got {interval_s}")
     targets: list[TargetHealth] = []
     seen: set[tuple[str, str]] = set()
+    shared = _family(m.get("secondary_family"), "secondary_family")
     for i, raw in enumerate(wf.list_of(m, "targets", dict, MAX_TARGETS)):
-        target = _target_health(raw, f"targets[{i}]")
+        target = _target_health(raw, f"targets[{i}]", shared)
         if (target.cluster, target.node) in seen:
             raise DecodeError(
                 f"field 'targets[{i}]': duplicate target {target.cluster}/{target.node}"
@@ -174,7 +190,16 @@ def _plan_from_wire(raw: object) -> PlanInfo:
     )
 
 
-def _target_health(m: Mapping[str, object], where: str) -> TargetHealth:
+def _family(value: object, where: str) -> str | None:
+    """`ipv4`, `ipv6` or None (nil); anything else is refused."""
+    if value is not None and value not in ADDRESS_FAMILIES:
+        raise DecodeError(
+            f"field '{where}': must be one of {', '.join(ADDRESS_FAMILIES)}, got {wf.short(value)}"
+        )
+    return None if value is None else str(value)
+
+
+def _target_health(m: Mapping[str, object], where: str, shared: str | None) -> TargetHealth:
     cluster = wf.cluster_name(m, "cluster", where)
     node = wf.node_name(m, "node", where)
     paths = _paths(wf.field(m, "paths", where), f"{where}.paths")
@@ -183,12 +208,10 @@ def _target_health(m: Mapping[str, object], where: str) -> TargetHealth:
         paths.update(_paths(raw_extra, f"{where}.extra_paths", skip_unknown=True))
     raw_secondary = m.get("secondary_paths")
     secondary = {} if raw_secondary is None else _paths(raw_secondary, f"{where}.secondary_paths")
-    family = m.get("secondary_family")
-    if family is not None and family not in ADDRESS_FAMILIES:
-        raise DecodeError(
-            f"field '{where}.secondary_family': must be one of {', '.join(ADDRESS_FAMILIES)}, "
-            f"got {wf.short(family)}"
-        )
+    if "secondary_family" in m:
+        family = _family(m["secondary_family"], f"{where}.secondary_family")
+    else:
+        family = shared if secondary else None
     return TargetHealth(
         cluster=cluster,
         node=node,

@@ -194,25 +194,58 @@ def test_unknown_secondary_path_is_refused() -> None:
         codec.decode_health_report(pack(wire))
 
 
-def test_secondary_family_round_trips_and_is_checked() -> None:
-    target = TargetHealth(
-        "default", "node-2", {"node/icmp": OK}, {"node/icmp": OK}, secondary_family="ipv6"
+def _family_report(*families: str | None) -> HealthReport:
+    return HealthReport(
+        "node-1",
+        "default",
+        1_700_000_010.0,
+        10.0,
+        tuple(
+            TargetHealth(f"c{i}", f"n{i}", {"node/icmp": OK}, {"node/icmp": OK}, family)
+            for i, family in enumerate(families)
+        ),
     )
-    encoded = codec.encode_health_report(report(target))
-    assert codec.decode_health_report(encoded) == report(target)
-    assert msgpack.unpackb(encoded)["targets"][0]["secondary_family"] == "ipv6"
-    # written before the field: None, and the rest decodes as before
-    wire = codec.to_jsonable(report(target))
-    del wire["targets"][0]["secondary_family"]  # type: ignore[attr-defined]
-    assert codec.decode_health_report(pack(wire)).targets[0].secondary_family is None
-    # anything but ipv4 or ipv6 is refused with the field's place
-    wire["targets"][0]["secondary_family"] = "ipx"  # type: ignore[index]
-    with pytest.raises(
-        DecodeError, match=r"targets\[0\].secondary_family': must be one of ipv4, ipv6, got 'ipx'"
-    ):
+
+
+@pytest.mark.parametrize(
+    ("families", "shared", "own"),
+    [
+        # the usual report: one family for every dual-stack target, said once
+        (("ipv6", "ipv6", "ipv6"), "ipv6", [None, None, None]),
+        # a meshed cluster of the other primary family: that target says its own
+        (("ipv6", "ipv4", "ipv6"), "ipv6", [None, "ipv4", None]),
+        (("ipv4", "ipv6"), "ipv4", [None, "ipv6"]),  # a tie: the first of ipv4, ipv6
+        ((None, None), None, [None, None]),  # written by an agent that did not say
+    ],
+)
+def test_secondary_family_is_said_once_per_report(
+    families: tuple[str | None, ...], shared: str | None, own: list[str | None]
+) -> None:
+    report = _family_report(*families)
+    encoded = codec.encode_health_report(report)
+    assert codec.decode_health_report(encoded) == report
+    wire = msgpack.unpackb(encoded)
+    assert wire.get("secondary_family") == shared
+    assert [t.get("secondary_family") for t in wire["targets"]] == own
+
+
+def test_secondary_family_of_older_writers_and_bad_values() -> None:
+    wire = codec.to_jsonable(_family_report("ipv6", "ipv6"))
+    del wire["secondary_family"]  # written before the field: None, the rest as before
+    assert [t.secondary_family for t in codec.decode_health_report(pack(wire)).targets] == [
+        None,
+        None,
+    ]
+    wire["secondary_family"] = "ipx"
+    with pytest.raises(DecodeError, match=r"'secondary_family': must be one of ipv4, ipv6, got"):
+        codec.decode_health_report(pack(wire))
+    wire["secondary_family"] = "ipv6"
+    wire["targets"][0]["secondary_family"] = 6  # type: ignore[index]
+    with pytest.raises(DecodeError, match=r"targets\[0\].secondary_family': must be one of"):
         codec.decode_health_report(pack(wire))
 
 
-def test_single_stack_target_has_no_secondary_family_field() -> None:
+def test_single_stack_targets_say_no_family() -> None:
     encoded = codec.encode_health_report(report(TargetHealth("default", "n2", {"node/icmp": OK})))
+    assert "secondary_family" not in msgpack.unpackb(encoded)
     assert "secondary_family" not in msgpack.unpackb(encoded)["targets"][0]

@@ -25,6 +25,8 @@ NODE_LEN = 63
 # What one target costs beyond its two names, and the report beyond its source's names.
 PER_TARGET_BYTES = 270
 PER_REPORT_BYTES = 80
+# A dual-stack report says its targets' secondary family once (`secondary_family`).
+PER_REPORT_FAMILY_BYTES = 24
 
 
 def _name(i: int) -> str:
@@ -45,7 +47,13 @@ def _report(
         probe_time=1_795_000_000.123,
         interval_s=10.0,
         targets=tuple(
-            TargetHealth(cluster, _name(i)[:node_len], paths, dict(paths) if dual_stack else {})
+            TargetHealth(
+                cluster,
+                _name(i)[:node_len],
+                paths,
+                dict(paths) if dual_stack else {},
+                "ipv6" if dual_stack else None,  # said once per report
+            )
             for i in range(targets)
         ),
     )
@@ -63,9 +71,10 @@ def test_size_per_target(node_len: int, cluster: str, dual_stack: bool) -> None:
     empty = _size(_report(0, node_len=node_len, cluster=cluster))
     assert empty <= PER_REPORT_BYTES + node_len + len(cluster)
     paths_bytes = PER_TARGET_BYTES * (2 if dual_stack else 1)
+    once = PER_REPORT_FAMILY_BYTES if dual_stack else 0
     for n in (1, 6, 16, 100):
         report = _report(n, node_len=node_len, cluster=cluster, dual_stack=dual_stack)
-        per_target = (_size(report) - empty) / n
+        per_target = (_size(report) - empty - once) / n
         assert per_target <= paths_bytes + node_len + len(cluster), (n, per_target)
 
 
