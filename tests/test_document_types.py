@@ -11,7 +11,7 @@ from typing import Any, Literal, NotRequired, Required, get_args, get_origin, ge
 
 import pytest
 
-from meshhealth.documents import feed, matrix, status, status_schema
+from meshhealth.documents import feed, matrix, matrix_json, status, status_schema
 from meshhealth.model import PathKey, ProbeResult, ProbeStatus, Protocol, RoundReport, TargetType
 from meshhealth.probe.stats import StatsBook
 from tests import matrix_stories, status_stories
@@ -107,7 +107,7 @@ def test_healthz_matches_its_type() -> None:
 @pytest.mark.parametrize("story", sorted(matrix_stories.STORIES))
 def test_matrix_documents_match_their_type(story: str) -> None:
     built = matrix.build_matrix(matrix_stories.STORIES[story](), now=matrix_stories.NOW)
-    assert_shape(matrix.matrix_document(built), matrix.MatrixDocument)
+    assert_shape(matrix_json.matrix_document(built), matrix_json.MatrixDocument)
 
 
 def test_feed_messages_match_their_types() -> None:

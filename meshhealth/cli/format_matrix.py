@@ -13,10 +13,10 @@
 A suspect path (failing, not for long enough: the source agent's verdict) is `◐`; a
 source whose agent says it is degraded reads `DEGRADED` after its report's age.
 
-Input: the document of meshhealth.documents.matrix.matrix_document (docs/clustermesh.md), so the
-text is a function of the document alone ("ago" is relative to `generated_at`), and
-optionally diagnosis's findings (`meshhealth matrix`), one `Finding:` line each after
-the summary lines.
+Input: the document of meshhealth.documents.matrix_json.matrix_document
+(docs/clustermesh.md), so the text is a function of the document alone ("ago" is
+relative to `generated_at`), and optionally diagnosis's findings (`meshhealth matrix`),
+one `Finding:` line each after the summary lines.
 """
 
 from __future__ import annotations

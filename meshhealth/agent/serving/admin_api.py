@@ -78,7 +78,7 @@ class AdminHandler(Protocol):
     async def probe_now(self) -> StatusDocument | EncodedJson: ...
 
     async def matrix(self) -> MatrixDocument:
-        """The cluster-wide matrix document (meshhealth.documents.matrix.matrix_document), read
+        """The cluster-wide matrix document (meshhealth.documents.matrix_json.matrix_document), read
         from the health entries in etcd of this cluster and every meshed one."""
         ...
 
