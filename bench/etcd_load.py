@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -104,13 +105,17 @@ def start_etcd(port: int, data_dir: str) -> subprocess.Popen[bytes]:
     raise SystemExit("etcd did not start")
 
 
-def sample_puts(url: str, until: float) -> list[float]:
-    """etcd's puts in each second until `until` (the peaks of the steady rhythm)."""
+def sample_puts(url: str, until: float, workers: list[subprocess.Popen[bytes]]) -> list[float]:
+    """etcd's puts in each second until `until` (the peaks of the steady rhythm); stops
+    the run at once when a worker has failed."""
     per_s: list[float] = []
     last = etcd_metrics(url).get("etcd_mvcc_put_total", 0.0)
     next_at = time.time() + 1
     while next_at <= until:
         time.sleep(max(0.0, next_at - time.time()))
+        for worker in workers:
+            if worker.poll() not in (None, 0):
+                raise SystemExit(f"a worker failed (exit {worker.returncode})")
         now = etcd_metrics(url).get("etcd_mvcc_put_total", 0.0)
         per_s.append(now - last)
         last, next_at = now, next_at + 1
@@ -167,6 +172,8 @@ def main() -> None:
 
         run_worker(args, json.loads(args.plan))
         return
+    # SIGTERM ends the run through `finally`: workers and etcd stopped, data removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     data_dir = tempfile.mkdtemp(prefix="mh-etcd-load-", dir=args.data_parent)
     etcd = start_etcd(args.port, data_dir)
     url = f"http://127.0.0.1:{args.port}"
@@ -179,7 +186,7 @@ def main() -> None:
             workers.append(subprocess.Popen(argv, cwd=ROOT))
         time.sleep(max(0.0, plan["steady_start"] - time.time()))
         before, cpu_before, at_before = etcd_metrics(url), proc_cpu_s(etcd.pid), time.time()
-        puts_per_s = sample_puts(url, plan["steady_end"])
+        puts_per_s = sample_puts(url, plan["steady_end"], workers)
         after, cpu_after, at_after = etcd_metrics(url), proc_cpu_s(etcd.pid), time.time()
         window = Window(
             before, after, at_after - at_before,

@@ -35,9 +35,9 @@ from meshhealth.model import (
     Protocol,
     RoundReport,
     Target,
-    TargetType,
 )
 from meshhealth.probe.assignment import ProbePlan, build_plan, epoch_at, epoch_length_s
+from meshhealth.probe.scheduler import enumerate_paths
 
 CLUSTER = "bench"
 SUMMARY_KEY = keys.summary_key(CLUSTER)  # the aggregator's one key
@@ -261,11 +261,9 @@ class SimAgent:
         elif down is None and started < w.sched["steady_end"] and random.random() < w.fail_p:
             down = random.choice(names[:-1])  # fails this round only
         summaries: dict[PathKey, PathSummary] = {}
-        for name in names:
-            for target_type in TargetType:
-                for protocol in Protocol:
-                    key = PathKey(CLUSTER, name, target_type, protocol)
-                    summaries[key] = _summary(started, ok=name != down)
+        # the paths an agent probes (the scheduler's rule: the DF probe to NodeIPs only)
+        for key, _ in enumerate_paths([w.targets[name] for name in names], frozenset(Protocol)):
+            summaries[key] = _summary(started, ok=key.node != down)
         report = RoundReport(
             started_at=started, duration_s=0.05,
             targets=tuple(w.targets[name] for name in names),
