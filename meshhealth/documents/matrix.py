@@ -45,6 +45,7 @@ from meshhealth.model import (
     PathHealth,
     PlanInfo,
     ProbeStatus,
+    TargetHealth,
     TargetType,
     path_name,
 )
@@ -72,6 +73,8 @@ PATH_ORDER: tuple[str, ...] = tuple(
 _REACHABILITY_PATHS = frozenset(PATH_ORDER)
 
 NodeRef = tuple[str, str]  # (cluster, node)
+# What a report says of a target it does not list: no paths, no family.
+_NOT_REPORTED = TargetHealth("", "", {})
 
 
 def label(ref: NodeRef) -> str:
@@ -213,18 +216,23 @@ def _row(
     subset = report.plan is not None and report.plan.subset
     cells = []
     for target in columns:
-        reported = seen.get(target)
-        paths = {} if reported is None else reported.paths
-        secondary = {} if reported is None else reported.secondary_paths
+        reported = seen.get(target, _NOT_REPORTED)
         state: CellState
         if stale:
             state = "stale"
         elif subset and target not in seen:
             state = "unassigned"  # not one of the source's targets in its epoch
         else:
-            state = cell_state(paths, secondary)
-        family = None if reported is None else reported.secondary_family
-        cells.append(Cell(target, state, dict(paths), dict(secondary), family))
+            state = cell_state(reported.paths, reported.secondary_paths)
+        cells.append(
+            Cell(
+                target,
+                state,
+                dict(reported.paths),
+                dict(reported.secondary_paths),
+                reported.secondary_family,
+            )
+        )
     age = max(0.0, now - report.probe_time)
     return Row(
         source,
