@@ -17,6 +17,7 @@ field), unknown extra fields are ignored, encoding validates through the decoder
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -34,6 +35,13 @@ MAX_FAILING_TARGETS = health_wire.MAX_TARGETS
 MAX_COUNT = 10_000_000
 MAX_EVIDENCE_CHARS = 1_000
 MAX_KIND_CHARS = 64
+# The node states a summary names (every node that is not reachable) and the observers
+# it discounts: one per node at most, bounded like the targets of a report.
+MAX_NODE_STATES = health_wire.MAX_TARGETS
+MAX_DISCOUNTED = health_wire.MAX_TARGETS
+NODE_STATES = ("unreachable", "suspect", "unknown")
+# A discounted observer's reason: a finding kind or `degraded`, printed as it is.
+_REASON = re.compile(rf"[a-z][a-z0-9-]{{0,{MAX_KIND_CHARS - 1}}}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +55,7 @@ class AggregatorClaim:
 
 @dataclass(frozen=True, slots=True)
 class NodeCounts:
-    """The cluster's nodes by verdict (documents.reachability `observed_reachability`)."""
+    """The cluster's nodes by verdict (documents.reachability `node_consensus`)."""
 
     reachable: int = 0
     unreachable: int = 0
@@ -72,6 +80,20 @@ class SummaryFinding:
 
 
 @dataclass(frozen=True, slots=True)
+class DiscountedObserver:
+    """An observer whose own row explains its failures, so they do not count against the
+    nodes it fails to reach: why (a finding's kind, or `degraded` from its own report),
+    how many of the targets it observed it fails, and how many of its own observers
+    reach it."""
+
+    reason: str
+    fails: int = 0
+    targets: int = 0
+    reached_by: int = 0
+    observers: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSummary:
     cluster: str
     aggregator: str  # the node name of the agent that wrote it
@@ -82,6 +104,10 @@ class ClusterSummary:
     # "cluster/node" -> fresh observers that fail to reach it (only targets with failures)
     failing_observers: Mapping[str, int] = field(default_factory=dict)
     findings: tuple[SummaryFinding, ...] = ()
+    # "cluster/node" -> its state, for every node of the cluster that is not reachable
+    node_states: Mapping[str, str] = field(default_factory=dict)
+    # "cluster/node" -> the observers the verdict left out, and why
+    discounted: Mapping[str, DiscountedObserver] = field(default_factory=dict)
 
     def same_content(self, other: ClusterSummary | None) -> bool:
         """Equal but for `generated_at`: nothing a reader would act on changed."""
@@ -145,6 +171,17 @@ def summary_to_wire(s: ClusterSummary) -> dict[str, object]:
         "observers": {"min": s.observers_min, "median": s.observers_median},
         "failing_observers": dict(sorted(s.failing_observers.items())),
         "findings": [_finding_to_wire(f) for f in s.findings],
+        "node_states": dict(sorted(s.node_states.items())),
+        "discounted": {
+            name: {
+                "reason": d.reason,
+                "fails": d.fails,
+                "targets": d.targets,
+                "reached_by": d.reached_by,
+                "observers": d.observers,
+            }
+            for name, d in sorted(s.discounted.items())
+        },
     }
 
 
@@ -226,6 +263,8 @@ def _summary(m: Mapping[str, object]) -> ClusterSummary:
     }
     raw_findings = wf.list_of(m, "findings", dict, MAX_FINDINGS)
     findings = tuple(_finding(raw, f"findings[{i}]") for i, raw in enumerate(raw_findings))
+    node_states = _node_states(m)
+    discounted = _discounted(m)
     return ClusterSummary(
         cluster=cluster,
         aggregator=aggregator,
@@ -235,7 +274,60 @@ def _summary(m: Mapping[str, object]) -> ClusterSummary:
         observers_median=observers_median,
         failing_observers=dict(sorted(failing_observers.items())),
         findings=findings,
+        node_states=node_states,
+        discounted=discounted,
     )
+
+
+def _optional_map(m: Mapping[str, object], name: str, limit: int) -> Mapping[str, object]:
+    """A map field that older writers do not send (absent: empty), at most `limit` items."""
+    if m.get(name) is None:
+        return {}
+    value = _map(m, name)
+    if len(value) > limit:
+        raise DecodeError(f"field '{name}': {len(value)} items, at most {limit}")
+    return value
+
+
+def _node_states(m: Mapping[str, object]) -> dict[str, str]:
+    states = _optional_map(m, "node_states", MAX_NODE_STATES)
+    out = {}
+    for name, state in states.items():
+        ref = _node_ref(name, "node_states")
+        if state not in NODE_STATES:
+            raise DecodeError(
+                f"field 'node_states.{ref}': must be one of {', '.join(NODE_STATES)}, "
+                f"got {wf.short(state)}"
+            )
+        out[ref] = str(state)
+    return dict(sorted(out.items()))
+
+
+_DISCOUNTED_COUNTS = ("fails", "targets", "reached_by", "observers")
+
+
+def _discounted(m: Mapping[str, object]) -> dict[str, DiscountedObserver]:
+    entries = _optional_map(m, "discounted", MAX_DISCOUNTED)
+    out = {}
+    for name, entry in entries.items():
+        ref = _node_ref(name, "discounted")
+        where = f"discounted.{ref}"
+        if not isinstance(entry, dict):
+            raise DecodeError(f"field '{where}': must be a map, got {wf.type_name(entry)}")
+        reason = wf.string(entry, "reason", where)
+        if not _REASON.fullmatch(reason):
+            raise DecodeError(
+                f"field '{where}.reason': must be a code like 'egress-blocked' "
+                f"(a-z, 0-9, '-', at most {MAX_KIND_CHARS}), got {wf.short(reason)}"
+            )
+        out[ref] = DiscountedObserver(
+            reason,
+            *(
+                _count(entry, name, where)
+                for name in ("fails", "targets", "reached_by", "observers")
+            ),
+        )
+    return dict(sorted(out.items()))
 
 
 _COUNT_NAMES = ("reachable", "unreachable", "suspect", "unknown")

@@ -137,6 +137,73 @@ def suspect_and_degraded() -> list[HealthReport]:
     ]  # fmt: skip
 
 
+def _failed(state: str = "unreachable") -> dict[str, PathHealth]:
+    """Every path times out, with the source's suspicion verdict `state`."""
+    return {
+        name: replace(p, state=state, state_since=NOW - 30)
+        for name, p in paths((TIMEOUT,) * 4).items()
+    }
+
+
+def full_mesh(
+    fails: Callable[[str, str], bool],
+    *,
+    degraded: Iterable[str] = (),
+    nodes: Iterable[str] = NODES6,
+) -> list[HealthReport]:
+    """`nodes` probing each other; `fails(source, target)` says which cells fail (past
+    suspicion); the `degraded` sources say so in their reports (targets-failing)."""
+    nodes = tuple(nodes)
+    reports = []
+    for source in nodes:
+        targets = {t: _failed() if t != source and fails(source, t) else paths() for t in nodes}
+        r = report(source, targets)
+        if source in degraded:
+            r = replace(
+                r, health_score=4, degraded_since=NOW - 25, degraded_reasons=("targets-failing",)
+            )
+        reports.append(r)
+    return reports
+
+
+def egress_blocked() -> list[HealthReport]:
+    """node3 cannot send new traffic out: its own probes fail to every target, while the
+    other five reach it (its replies still leave)."""
+    return full_mesh(lambda s, t: s == "lab1/node3", degraded=["lab1/node3"])
+
+
+def isolated() -> list[HealthReport]:
+    """node4 is cut off: it reaches nobody, nobody reaches it."""
+    return full_mesh(lambda s, t: "lab1/node4" in (s, t), degraded=["lab1/node4"])
+
+
+GROUP_A = ("lab1/node1", "lab1/node2")
+
+
+def two_groups() -> list[HealthReport]:
+    """A partition into {node1, node2} and {node3 .. node6}."""
+    return full_mesh(lambda s, t: (s in GROUP_A) != (t in GROUP_A), degraded=GROUP_A)
+
+
+def agent_down_and_path_drop() -> list[HealthReport]:
+    """node2's agent is killed (its last report, 100 s old, is stale; its NodeIP answers
+    ICMP, HTTP is refused), and node4's path to node6 drops everything."""
+    agent_gone = dict(paths((OK, REFUSED, OK, REFUSED)))
+    agent_gone = {
+        name: replace(p, state="unreachable", state_since=NOW - 30) if p.status is not OK else p
+        for name, p in agent_gone.items()
+    }
+    reports = []
+    for source in NODES6:
+        targets = {t: paths() for t in NODES6}
+        if source != "lab1/node2":
+            targets["lab1/node2"] = agent_gone
+        if source == "lab1/node4":
+            targets["lab1/node6"] = _failed()
+        reports.append(report(source, targets, age_s=100.0 if source == "lab1/node2" else 2.0))
+    return reports
+
+
 # name -> reports; tests/golden/matrix_NAME.txt is the text of each
 STORIES: dict[str, Callable[[], list[HealthReport]]] = {
     "healthy": healthy,
@@ -146,4 +213,5 @@ STORIES: dict[str, Callable[[], list[HealthReport]]] = {
     "meshed": meshed,
     "subset": subset,
     "suspect_and_degraded": suspect_and_degraded,
+    "egress_blocked": egress_blocked,
 }

@@ -4,6 +4,7 @@ rule, and building it from the matrix and diagnosis (pure)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 import msgpack
@@ -16,12 +17,15 @@ from meshhealth.agent.cluster_view.aggregator import summarise
 from meshhealth.diagnosis.cluster_summary import build_summary, keep_since
 from meshhealth.diagnosis.diagnose import diagnose
 from meshhealth.diagnosis.from_matrix import matrix_view
+from meshhealth.documents.cluster_health import discounted_text, this_node_text
 from meshhealth.documents.matrix import build_matrix, stale_after_s
-from meshhealth.documents.reachability import observed_reachability
+from meshhealth.documents.reachability import node_consensus
+from meshhealth.model import HealthReport
 from meshhealth.summary_codec import (
     AggregatorClaim,
     ClusterSummary,
     DecodeError,
+    DiscountedObserver,
     NodeCounts,
     SummaryFinding,
 )
@@ -99,6 +103,8 @@ def test_summary_round_trip_and_wire_fields() -> None:
     assert wire["nodes"] == {"reachable": 2, "unreachable": 1, "suspect": 0, "unknown": 0}
     assert wire["observers"] == {"min": 2, "median": 2.0}
     assert wire["failing_observers"] == {"lab1/node3": 2}
+    # fields older writers do not send: absent reads as empty
+    assert summary_codec.decode_summary(_wire(node_states=None, discounted=None)) == SUMMARY
     assert "groups" not in wire["findings"][0] and len(wire["findings"][1]["groups"]) == 2
     assert summary_codec.decode_cluster_value(keys.summary_key("lab1"), data) == SUMMARY
 
@@ -136,6 +142,15 @@ def _wire(**changes: object) -> bytes:
         (_wire(failing_observers={"node3": 1}), "is not cluster/node"),
         (_wire(failing_observers={"lab1/node3": 1.5}), "field 'failing_observers.lab1/node3'"),
         (_wire(findings=[{"kind": "node-down"}]), "missing field 'findings[0].nodes'"),
+        (_wire(node_states={"lab1/node3": "gone"}), "field 'node_states.lab1/node3': must be"),
+        (_wire(node_states={"node3": "unreachable"}), "is not cluster/node"),
+        (_wire(node_states=[1]), "field 'node_states': must be a map"),
+        (_wire(discounted={"lab1/node3": 1}), "field 'discounted.lab1/node3': must be a map"),
+        (_wire(discounted={"lab1/node3": {"reason": "x"}}),
+         "missing field 'discounted.lab1/node3.fails'"),
+        (_wire(discounted={"lab1/node3": {"reason": "\x1b[31m", "fails": 0, "targets": 0,
+                                          "reached_by": 0, "observers": 0}}),
+         "field 'discounted.lab1/node3.reason'"),
         (_wire(findings=[{**summary_codec._finding_to_wire(FINDING), "confidence": 1.5}]),
          "confidence': must be 0..1"),
         (_wire(findings=[{**summary_codec._finding_to_wire(FINDING), "nodes": ["x"]}]),
@@ -198,6 +213,21 @@ summaries = st.builds(
         lambda d: dict(sorted(d.items()))
     ),
     findings=st.lists(findings, max_size=4).map(tuple),
+    node_states=st.dictionaries(
+        node_refs, st.sampled_from(summary_codec.NODE_STATES), max_size=5
+    ).map(lambda d: dict(sorted(d.items()))),
+    discounted=st.dictionaries(
+        node_refs,
+        st.builds(
+            DiscountedObserver,
+            st.sampled_from(["egress-blocked", "node-isolated", "degraded"]),
+            counts,
+            counts,
+            counts,
+            counts,
+        ),
+        max_size=3,
+    ).map(lambda d: dict(sorted(d.items()))),
 )
 
 
@@ -220,31 +250,79 @@ def test_garbage_is_a_decode_error_never_a_crash(data: bytes) -> None:
 # --- the cross-observer rule --------------------------------------------------------------
 
 
+def _votes(states: list[str]) -> list[tuple[str, str]]:
+    return [(f"lab1/o{i}", state) for i, state in enumerate(states)]
+
+
 @pytest.mark.parametrize(
     ("cells", "verdict"),
     [
         ([], "unknown"),
         (["stale", "unknown"], "unknown"),
         (["reachable", "reachable"], "reachable"),
-        (["reachable", "unreachable", "reachable"], "suspect"),  # one observer alone
-        (["unreachable", "reachable"], "suspect"),  # half is not most
+        (["reachable", "unreachable", "reachable"], "reachable"),  # one observer alone
+        (["unreachable", "reachable"], "suspect"),  # split evenly: no majority
         (["unreachable", "unreachable", "reachable"], "unreachable"),
         (["unreachable", "stale", "unknown"], "unreachable"),  # the one that knows
         (["suspect", "suspect", "suspect"], "suspect"),  # in suspicion: no verdict yet
         (["suspect", "unreachable", "unreachable"], "unreachable"),
+        (["suspect", "suspect", "unreachable"], "suspect"),  # most still in suspicion
+        (["reachable", "suspect", "suspect"], "suspect"),
     ],
 )
-def test_observed_reachability(cells: list[str], verdict: str) -> None:
-    assert observed_reachability(cells) == verdict
+def test_node_consensus(cells: list[str], verdict: str) -> None:
+    assert node_consensus(_votes(cells)).state == verdict
+
+
+@pytest.mark.parametrize(
+    ("cells", "discounted", "verdict", "counting", "left_out"),
+    [
+        # an egress-blocked observer's failure does not count: the node stays reachable
+        (["unreachable", "reachable"], {"lab1/o0"}, "reachable", 1, 1),
+        # a discounted observer that reaches the node counts
+        (["reachable", "unreachable"], {"lab1/o0"}, "suspect", 2, 0),
+        # every observer discounted: no evidence, never "reachable"
+        (["suspect", "unreachable"], {"lab1/o0", "lab1/o1"}, "unknown", 0, 2),
+        # the isolated node: the healthy observers still fail it
+        (["unreachable", "unreachable", "unreachable"], {"lab1/o9"}, "unreachable", 3, 0),
+    ],
+)
+def test_node_consensus_leaves_discounted_failures_out(
+    cells: list[str], discounted: set[str], verdict: str, counting: int, left_out: int
+) -> None:
+    consensus = node_consensus(_votes(cells), discounted)
+    assert (consensus.state, consensus.counting, consensus.discounted) == (
+        verdict,
+        counting,
+        left_out,
+    )
+
+
+_ORDER = {"reachable": 0, "unknown": 0, "suspect": 1, "unreachable": 2}
+_CELLS = st.lists(st.sampled_from(["reachable", "unreachable", "suspect", "stale", "unknown"]))
 
 
 @settings(deadline=None)
-@given(st.lists(st.sampled_from(["reachable", "unreachable", "suspect", "stale", "unknown"])))
+@given(_CELLS)
 def test_one_more_failing_observer_never_makes_a_node_look_better(cells: list[str]) -> None:
-    order = {"reachable": 0, "unknown": 0, "suspect": 1, "unreachable": 2}
-    before = observed_reachability(cells)
-    after = observed_reachability([*cells, "unreachable"])
-    assert order[after] >= order[before] or before == "unknown"
+    before = node_consensus(_votes(cells)).state
+    after = node_consensus([*_votes(cells), ("lab1/new", "unreachable")]).state
+    assert _ORDER[after] >= _ORDER[before] or before == "unknown"
+
+
+@settings(deadline=None)
+@given(_CELLS, st.sets(st.integers(0, 20)))
+def test_discounting_leaves_out_only_failures(cells: list[str], left: set[int]) -> None:
+    """A discounted observer loses its failing votes only: a reachable node stays
+    reachable, and the reaching votes are the same."""
+    votes = _votes(cells)
+    discounted = {f"lab1/o{i}" for i in left}
+    before = node_consensus(votes)
+    after = node_consensus(votes, discounted)
+    assert after.reaching == before.reaching
+    assert after.counting + after.discounted == before.counting
+    if before.state == "reachable":
+        assert after.state == "reachable"
 
 
 # --- building it from the matrix --------------------------------------------------------------
@@ -265,12 +343,18 @@ def test_healthy_cluster() -> None:
 
 def test_node_unreachable_by_all_names_it_with_its_failing_observers() -> None:
     summary = _summary(S.node_unreachable_by_all())
-    # node3 fails from node1 and node2 (2 of 2); node3 itself fails to reach both, one
-    # observer alone against one that reaches them: suspect, not unreachable.
-    assert summary.nodes == NodeCounts(reachable=0, unreachable=1, suspect=2)
-    assert summary.failing_observers == {"lab1/node1": 1, "lab1/node2": 1, "lab1/node3": 2}
+    # node3 fails from node1 and node2 (2 of 2); node3 itself fails to reach both, but
+    # it is isolated: its own row explains its failures, so they count against nobody.
+    assert summary.nodes == NodeCounts(reachable=2, unreachable=1, suspect=0)
+    assert summary.node_states == {"lab1/node3": "unreachable"}
+    assert summary.failing_observers == {"lab1/node3": 2}
     assert [(f.kind, f.nodes) for f in summary.findings] == [("node-isolated", ("lab1/node3",))]
     assert 0.5 < summary.findings[0].confidence <= 1.0
+    assert summary.discounted == {
+        "lab1/node3": DiscountedObserver(
+            "node-isolated", fails=2, targets=2, reached_by=0, observers=2
+        )
+    }
 
 
 def test_stale_rows_say_nothing_and_remote_targets_are_counted_apart() -> None:
@@ -301,3 +385,73 @@ def test_a_finding_that_goes_on_keeps_its_first_since() -> None:
     assert kept.findings[0].since == first.findings[0].since
     assert kept.same_content(first)  # nothing to write
     assert keep_since(later, None) == later
+
+
+# --- the headline follows the diagnosis (one broken observer never sinks others) ----------
+
+
+@pytest.mark.parametrize(
+    ("story", "counts", "node_states", "discounted", "headline"),
+    [
+        (
+            S.egress_blocked,
+            NodeCounts(reachable=6),
+            {},
+            {"lab1/node3": "egress-blocked"},
+            "lab1/node3 cannot reach out (egress-blocked)",
+        ),
+        (
+            S.isolated,
+            NodeCounts(reachable=5, unreachable=1),
+            {"lab1/node4": "unreachable"},
+            {"lab1/node4": "node-isolated"},
+            "lab1/node4 is cut off (node-isolated)",
+        ),
+        (
+            S.two_groups,
+            NodeCounts(reachable=4, unreachable=2),
+            {"lab1/node1": "unreachable", "lab1/node2": "unreachable"},
+            {"lab1/node1": "partition", "lab1/node2": "partition"},
+            "lab1/node1, lab1/node2 are cut off from the main group (partition)",
+        ),
+        (
+            # node6 is reached by 3 of the 4 fresh observers: reachable, the path is a finding
+            S.agent_down_and_path_drop,
+            NodeCounts(reachable=5, unreachable=1),
+            {"lab1/node2": "unreachable"},
+            {},
+            None,
+        ),
+    ],
+)
+def test_the_verdict_agrees_with_the_findings(
+    story: Callable[[], list[HealthReport]],
+    counts: NodeCounts,
+    node_states: dict[str, str],
+    discounted: dict[str, str],
+    headline: str | None,
+) -> None:
+    summary = _summary(story())
+    assert summary.nodes == counts
+    assert summary.node_states == node_states
+    assert {name: d.reason for name, d in summary.discounted.items()} == discounted
+    assert discounted_text(summary.discounted) == headline
+    # every discounted observer is named by a finding of the same kind
+    named = {(f.kind, node) for f in summary.findings for node in f.nodes}
+    assert all((reason, name) in named for name, reason in discounted.items())
+
+
+def test_the_discounted_node_is_told_what_is_wrong_with_it() -> None:
+    summary = _summary(S.egress_blocked())
+    assert this_node_text(summary.discounted["lab1/node3"]) == (
+        "This node (egress-blocked): its own probes fail to 5 of 5 targets while 5 of 5 "
+        "observers reach it: look at this node's egress (output firewall rules, routes, "
+        "its NIC)"
+    )
+
+
+def test_many_discounted_observers_are_named_up_to_three() -> None:
+    many = {f"lab1/node{i}": DiscountedObserver("degraded") for i in range(1, 6)}
+    assert discounted_text(many) == (
+        "lab1/node1, lab1/node2, lab1/node3 and 2 more are degraded (degraded)"
+    )

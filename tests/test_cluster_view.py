@@ -201,7 +201,7 @@ async def test_the_aggregator_publishes_what_followers_read(etcd_server: EtcdSer
                     return False
                 if a.follower.failing_observers("lab1", "node3") != 2:
                     return False  # a summary of some of the reports only
-                if a.follower.failing_observers("lab1", "node1") != 1:
+                if "lab1/node3" not in summary.discounted:
                     return False  # node3's own report not in yet
             return True
 
@@ -215,6 +215,9 @@ async def test_the_aggregator_publishes_what_followers_read(etcd_server: EtcdSer
             assert summary.findings[0].nodes == ("lab1/node3",)
             assert a.follower.failing_observers("lab1", "node3") == 2
             assert a.follower.failing_observers("lab1", "nobody") == 0
+            # node3 reaches nobody: isolated, its failures count against nobody
+            assert a.follower.failing_observers("lab1", "node1") == 0
+            assert summary.discounted["lab1/node3"].reason == "node-isolated"
         # The summary lives under the holder's lease; only it wrote it.
         kv, _ = await a1.etcd.get(keys.summary_key("lab1"))
         assert kv is not None and kv.lease_id == holder.lease.lease_id

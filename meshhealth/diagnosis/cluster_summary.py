@@ -6,13 +6,19 @@
     summary_codec.encode_summary(summary)         # what the aggregator publishes
 
 - the verdict counts the nodes of `cluster` (the matrix's columns of that cluster) by
-  `observed_reachability` (meshhealth.documents.reachability) over the cells of the
-  fresh rows (a stale row says nothing), a node's own row left out;
+  the observers' consensus (`node_consensus`, meshhealth.documents.reachability) over
+  the cells of the fresh rows (a stale row says nothing), a node's own row left out;
+  the observers whose own row explains their failures (`discount_reasons`: the findings
+  that name them egress-blocked, isolated, cut off by a partition, unwell or down, or
+  their own report's word that they are degraded) do not count against the nodes they
+  fail to reach; `node_states` names every node that is not reachable, `discounted`
+  every observer left out, with why and its own figures;
 - a node's observers are the fresh rows that probed it; `observers_min` and
   `observers_median` are over the nodes of `cluster` (0 when it has none);
 - `failing_observers` names every target (of any cluster: the cluster's agents probe
-  meshed remotes too) that at least one fresh observer fails to reach (a cell
-  `unreachable` or `suspect`), with how many do;
+  meshed remotes too) that at least one fresh, counting observer fails to reach (a cell
+  `unreachable` or `suspect`), with how many do: what other observers read as
+  confirmations of their own suspicion;
 - the findings are diagnosis's, in its order, as `SummaryFinding`s; `keep_since` gives
   a finding that was in the previous summary (same kind and nodes) its earlier `since`,
   so a finding that goes on is not a change (reports carry only their own probe time).
@@ -21,7 +27,7 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from meshhealth.diagnosis.findings import Finding, FindingKind
@@ -29,11 +35,12 @@ from meshhealth.documents.matrix import Matrix, NodeRef, Row
 from meshhealth.documents.reachability import (
     FAILING_CELL_STATES,
     OBSERVED_CELL_STATES,
-    observed_reachability,
+    node_consensus,
 )
 from meshhealth.summary_codec import (
     MAX_EVIDENCE_CHARS,
     ClusterSummary,
+    DiscountedObserver,
     NodeCounts,
     SummaryFinding,
     node_label,
@@ -44,16 +51,71 @@ def _fresh(row: Row) -> bool:
     return row.probe_time is not None and not row.stale
 
 
-def column_states(matrix: Matrix) -> dict[NodeRef, list[str]]:
-    """target -> the states of the fresh cells that probed it (its own row left out)."""
-    states: dict[NodeRef, list[str]] = {ref: [] for ref in matrix.columns}
+# Why an observer's own row explains its failures: the findings that say so, strongest
+# first, then its own report's word that it is degraded (DEGRADED).
+DISCOUNTING_KINDS: tuple[FindingKind, ...] = (
+    FindingKind.NODE_ISOLATED,
+    FindingKind.EGRESS_BLOCKED,
+    FindingKind.PARTITION,  # its culprits: the side cut off from the main group
+    FindingKind.OBSERVER_DEGRADED,
+    FindingKind.NODE_DOWN,  # a dead observer's last report
+    FindingKind.AGENT_DOWN,
+)
+DEGRADED = "degraded"
+
+
+def column_cells(matrix: Matrix) -> dict[NodeRef, list[tuple[str, str]]]:
+    """target -> (observer, state) of the fresh cells that say something of it (its own
+    row left out)."""
+    cells: dict[NodeRef, list[tuple[str, str]]] = {ref: [] for ref in matrix.columns}
     for row in matrix.rows:
         if not _fresh(row):
             continue
+        source = node_label(*row.source)
         for cell in row.cells:
             if cell.target != row.source and cell.state in OBSERVED_CELL_STATES:
-                states[cell.target].append(cell.state)
-    return states
+                cells[cell.target].append((source, cell.state))
+    return cells
+
+
+def discount_reasons(matrix: Matrix, findings: Iterable[Finding]) -> dict[str, str]:
+    """observer ("cluster/node") -> why its failures do not count (see DISCOUNTING_KINDS)."""
+    rank = {kind: i for i, kind in enumerate(DISCOUNTING_KINDS)}
+    reasons: dict[str, FindingKind] = {}
+    for finding in findings:
+        if finding.kind not in rank:
+            continue
+        for node in finding.nodes:
+            name = str(node)
+            if name not in reasons or rank[finding.kind] < rank[reasons[name]]:
+                reasons[name] = finding.kind
+    out: dict[str, str] = {name: kind.value for name, kind in reasons.items()}
+    for row in matrix.rows:
+        if _fresh(row) and row.degraded_since is not None:
+            out.setdefault(node_label(*row.source), DEGRADED)
+    return out
+
+
+def _discounted(
+    matrix: Matrix, reasons: Mapping[str, str], columns: Mapping[NodeRef, list[tuple[str, str]]]
+) -> dict[str, DiscountedObserver]:
+    """Each discounted observer that has a fresh row, with its own figures."""
+    out = {}
+    for row in matrix.rows:
+        name = node_label(*row.source)
+        if name not in reasons or not _fresh(row):
+            continue
+        own = [c.state for c in row.cells if c.target != row.source]
+        seen = [state for state in own if state in OBSERVED_CELL_STATES]
+        observers = [state for _, state in columns.get(row.source, ())]
+        out[name] = DiscountedObserver(
+            reason=reasons[name],
+            fails=sum(1 for state in seen if state in FAILING_CELL_STATES),
+            targets=len(seen),
+            reached_by=sum(1 for state in observers if state == "reachable"),
+            observers=len(observers),
+        )
+    return out
 
 
 def summary_finding(finding: Finding) -> SummaryFinding:
@@ -77,19 +139,26 @@ def build_summary(
     matrix: Matrix, findings: Iterable[Finding], *, cluster: str, aggregator: str
 ) -> ClusterSummary:
     """The summary `aggregator` publishes for `cluster` (see the module docstring)."""
-    states = column_states(matrix)
+    findings = tuple(findings)
+    columns = column_cells(matrix)
+    reasons = discount_reasons(matrix, findings)
     counts = {"reachable": 0, "unreachable": 0, "suspect": 0, "unknown": 0}
+    node_states: dict[str, str] = {}
     observers: list[int] = []
-    for ref, seen in states.items():
+    failing: dict[str, int] = {}
+    for ref, cells in columns.items():
+        verdict = node_consensus(cells, reasons)
+        failed = sum(
+            1 for source, state in cells if state in FAILING_CELL_STATES and source not in reasons
+        )
+        if failed:
+            failing[node_label(*ref)] = failed
         if ref[0] != cluster:
             continue
-        counts[observed_reachability(seen)] += 1
-        observers.append(len(seen))
-    failing = {
-        node_label(*ref): n
-        for ref, seen in states.items()
-        if (n := sum(1 for state in seen if state in FAILING_CELL_STATES))
-    }
+        counts[verdict.state] += 1
+        observers.append(len(cells))
+        if verdict.state != "reachable":
+            node_states[node_label(*ref)] = verdict.state
     return ClusterSummary(
         cluster=cluster,
         aggregator=aggregator,
@@ -99,7 +168,20 @@ def build_summary(
         observers_median=float(statistics.median(observers)) if observers else 0.0,
         failing_observers=dict(sorted(failing.items())),
         findings=tuple(summary_finding(f) for f in findings),
+        node_states=dict(sorted(node_states.items())),
+        discounted=dict(sorted(_discounted(matrix, reasons, columns).items())),
     )
+
+
+def summaries_of(matrix: Matrix, findings: Iterable[Finding]) -> dict[str, ClusterSummary]:
+    """The summary of every cluster whose reports `matrix` read, as a reader that is no
+    aggregator builds them (`watch --etcd`): `aggregator` is empty."""
+    findings = tuple(findings)
+    clusters = dict.fromkeys(row.source[0] for row in matrix.rows)
+    return {
+        cluster: build_summary(matrix, findings, cluster=cluster, aggregator="")
+        for cluster in clusters
+    }
 
 
 def keep_since(summary: ClusterSummary, previous: ClusterSummary | None) -> ClusterSummary:

@@ -1,6 +1,6 @@
-"""The one reachability rule, shared by `status`, the matrix, `watch` and the metrics.
-
-It is the rule behind cilium-health's `Cluster health: X/Y reachable`:
+"""The reachability rules, shared by `status`, the matrix, the page, `watch`, the cluster
+summary and the metrics: one path's state, several paths as one, and one node's state
+for the cluster (the observers' consensus, `node_consensus`, behind `Cluster health`).
 
 - one path (host or endpoint, ICMP or HTTP) is `unknown` before its first result
   (status `unknown`, or no result at all). After that, its agent's suspicion verdict
@@ -21,7 +21,8 @@ failure; a verdict it does not know is ignored (the status decides).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
+from dataclasses import dataclass
 from typing import Literal
 
 from meshhealth.model import ProbeStatus
@@ -75,40 +76,57 @@ def statuses_reachability(
     )
 
 
-# --- one node as the cluster sees it ----------------------------------------------------
+# --- one node as the cluster sees it: the observers' consensus ---------------------------
 
-ObservedReachability = Literal["reachable", "unreachable", "suspect", "unknown"]
-OBSERVED_STATES: tuple[ObservedReachability, ...] = (
-    "reachable",
-    "unreachable",
-    "suspect",
-    "unknown",
-)
-# An observer's view of a node that says it fails (a matrix cell's state).
+# What an observer's cell says of a target: it fails (suspect or unreachable), or it says
+# something at all (it probed the target, recently). `stale`, `unassigned` and `unknown`
+# cells say nothing and are left out.
 FAILING_CELL_STATES = frozenset({"unreachable", "suspect"})
-# An observer's view of a node that says something: it probed the node, recently.
 OBSERVED_CELL_STATES = frozenset({"reachable"}) | FAILING_CELL_STATES
 
 
-def observed_reachability(cell_states: Iterable[str]) -> ObservedReachability:
-    """One node from its observers' fresh cells (each cell by the rule above; `stale` and
-    `unknown` cells say nothing and are left out), the rule of the cluster verdict:
+@dataclass(frozen=True, slots=True)
+class NodeConsensus:
+    """One node's state for the cluster, and the votes behind it."""
 
-    - `unknown` when no observer probed it;
-    - `unreachable` when more than half of those that did find it unreachable;
-    - `suspect` when some fail (or suspect it) but not most: one observer alone, whose own
-      path or own health may be at fault, never makes a node unreachable for the cluster,
-      and a path still in suspicion is not a verdict yet;
-    - `reachable` when every observer that probed it reaches it.
+    state: Reachability
+    counting: int = 0  # observers whose cell counts
+    reaching: int = 0  # ... of them that reach the node on every path
+    unreachable: int = 0  # ... that fail it past suspicion
+    discounted: int = 0  # failing observers left out: their own row explains the failure
+
+
+def node_consensus(
+    cells: Iterable[tuple[str, str]], discounted: Container[str] = ()
+) -> NodeConsensus:
+    """One node from its observers' fresh cells, `(observer, cell state)`, the rule of the
+    cluster verdict (docs/diagnosis.md "The cluster verdict"):
+
+    - an observer in `discounted` (its own row explains its failures: degraded,
+      egress-blocked, isolated, the minority side of a partition, its agent down) does
+      not count for a node it fails to reach; where it reaches the node, it counts;
+    - `reachable` when more than half of the counting observers reach the node on every
+      path; `unreachable` when more than half fail it past suspicion; otherwise
+      `suspect`: the counting observers' evidence is still suspicion, or split evenly;
+    - `unknown` when no observer counts: never "reachable" without evidence.
     """
-    observed = failing = unreachable = 0
-    for state in cell_states:
-        if state in OBSERVED_CELL_STATES:
-            observed += 1
-            failing += state in FAILING_CELL_STATES
-            unreachable += state == "unreachable"
-    if observed == 0:
-        return "unknown"
-    if unreachable * 2 > observed:
-        return "unreachable"
-    return "suspect" if failing else "reachable"
+    counting = reaching = unreachable = left_out = 0
+    for observer, state in cells:
+        if state not in OBSERVED_CELL_STATES:
+            continue
+        if state in FAILING_CELL_STATES and observer in discounted:
+            left_out += 1
+            continue
+        counting += 1
+        reaching += state == "reachable"
+        unreachable += state == "unreachable"
+    verdict: Reachability
+    if counting == 0:
+        verdict = "unknown"
+    elif reaching * 2 > counting:
+        verdict = "reachable"
+    elif unreachable * 2 > counting:
+        verdict = "unreachable"
+    else:
+        verdict = "suspect"
+    return NodeConsensus(verdict, counting, reaching, unreachable, left_out)
