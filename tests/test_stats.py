@@ -96,24 +96,34 @@ CASES = [
         id="http-two-failures-after-ok",
     ),
     pytest.param(
-        [res(TIMEOUT, sent=1), res(OK, 3.0), res(OK, 1.0)],
-        1 / 3,
-        1.0,
+        [res(OK, 5.0), res(TIMEOUT, sent=1), res(OK, 3.0), res(OK, 1.0)],
+        1 / 4,
         3.0,
-        3.0,
+        5.0,
+        5.0,
         1.0,
         0,
         id="recovered",
     ),
     pytest.param(
-        [res(TIMEOUT, sent=3), res(OK, 1.0, 1.0, 1.0)],
+        [res(OK, 1.0, 1.0, 1.0), res(TIMEOUT, sent=3)],
         0.5,
         1.0,
         1.0,
         1.0,
-        1.0,
-        0,
+        None,
+        1,
         id="icmp-packets-not-probes",
+    ),
+    pytest.param(
+        [res(TIMEOUT, sent=1), res(TIMEOUT, sent=3), res(OK, 2.0)],
+        0.0,
+        2.0,
+        2.0,
+        2.0,
+        2.0,
+        0,
+        id="failures-before-the-first-answer-are-not-loss",
     ),
     pytest.param(
         [res(model.ProbeStatus.ERROR, sent=0)],
@@ -126,13 +136,13 @@ CASES = [
         id="nothing-sent-counts-as-lost",
     ),
     pytest.param(
-        [res(model.ProbeStatus.ERROR, sent=0), res(OK, 2.0)],
+        [res(OK, 2.0), res(model.ProbeStatus.ERROR, sent=0)],
         0.0,
         2.0,
         2.0,
         2.0,
-        2.0,
-        0,
+        None,
+        1,
         id="unsent-adds-nothing",
     ),
     pytest.param(
@@ -161,7 +171,8 @@ def test_summary(results: list[model.ProbeResult], expected: tuple[object, ...])
     def ms(x: float | None) -> float | None:
         return None if x is None else round(x * 1000, 9)
 
-    assert s.samples == len(results)
+    first_ok = next((i for i, r in enumerate(results) if r.ok), 0)
+    assert s.samples == len(results) - first_ok  # the window starts at the first answer
     assert s.last is results[-1]
     assert s.loss == pytest.approx(loss)
     assert (ms(s.rtt_p50_s), ms(s.rtt_p95_s), ms(s.rtt_max_s)) == (p50_ms, p95_ms, max_ms)
@@ -223,7 +234,9 @@ def test_summary_invariants(results: list[model.ProbeResult], window: int) -> No
     for r in results:
         stats.add(r)
     s = stats.summary()
-    in_window = results[-window:]
+    # the window starts at the first answer, if any (failures before it are not loss)
+    first_ok = next((i for i, r in enumerate(results) if r.ok), 0)
+    in_window = results[first_ok:][-window:]
     rtts = [x for r in in_window for x in r.rtts_s]
     assert s.samples == len(in_window)
     assert 0.0 <= s.loss <= 1.0

@@ -7,7 +7,10 @@ Definitions (what `PathStats.summary()` reports):
   probe's worth); for HTTP (``sent=1`` per probe) it is the fraction of failed probes.
   A result with ``sent == 0`` (a probe that could not send at all, e.g. ICMP disabled)
   adds nothing to either sum; if nothing in the window was sent, loss is 1.0. With no
-  results yet, loss is 0.0 (``samples == 0`` says "not probed yet").
+  results yet, loss is 0.0 (``samples == 0`` says "not probed yet"). Loss counts from
+  the path's first answer: the failures before it (probes sent while the target or its
+  endpoint was still starting) leave the window when it first answers; a path that never
+  answered keeps them (loss 1.0).
 - **rtt_last_s**: the newest result's RTT (the mean of its replies), None if it got none.
 - **rtt_p50_s / rtt_p95_s / rtt_max_s**: over every individual RTT of every result in
   the window (one per reply), nearest-rank percentile: the value at rank
@@ -61,6 +64,8 @@ class PathStats:
         return self._results[-1] if self._results else None
 
     def add(self, result: model.ProbeResult) -> None:
+        if result.ok and self._last_success is None:
+            self._results.clear()  # not ready yet, not lost: see the module docstring
         self._results.append(result)
         if result.ok:
             self._consecutive_failures = 0
