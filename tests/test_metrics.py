@@ -21,6 +21,7 @@ from meshhealth.metrics import (
 )
 from meshhealth.model import (
     REACHABILITY_PROTOCOLS,
+    HealthReport,
     PathKey,
     PathReport,
     ProbeResult,
@@ -31,6 +32,7 @@ from meshhealth.model import (
     TargetType,
 )
 from meshhealth.probe.stats import StatsBook
+from meshhealth.summary_codec import ClusterSummary
 from tests import status_stories
 
 # One sample line of the text format 0.0.4: name, optional {labels}, value.
@@ -410,3 +412,40 @@ def test_agent_metrics_follow_the_probe_plan() -> None:
     samples = parse_exposition(registry.expose())
     assert samples["meshhealth_probe_plan_targets"] == 11  # a full mesh below 17 nodes
     assert samples["meshhealth_probe_plan_epoch"] == 29_458_124
+
+
+def test_the_cluster_verdict_per_node_and_the_discounted_observers() -> None:
+    """From the summaries the agent follows: one series per node that is not reachable
+    and per discounted observer (a healthy cluster has none), gone when they are."""
+    from meshhealth.diagnosis.cluster_summary import build_summary
+    from meshhealth.diagnosis.diagnose import diagnose
+    from meshhealth.diagnosis.from_matrix import matrix_view
+    from meshhealth.documents.matrix import build_matrix
+    from tests import matrix_stories
+
+    def summary_of(reports: list[HealthReport]) -> ClusterSummary:
+        matrix = build_matrix(reports, now=matrix_stories.NOW, source_clusters=["lab1"])
+        findings = diagnose(matrix_view(matrix))
+        return build_summary(matrix, findings, cluster="lab1", aggregator="node1")
+
+    registry = Registry()
+    metrics = agent_metrics(registry, source_cluster="lab1", source_node="node1")
+    metrics.sync_summaries({"lab1": summary_of(matrix_stories.isolated())})
+    samples = parse_exposition(registry.expose())
+    state = 'meshhealth_cluster_node_state{cluster="lab1",node="lab1/node4",state="unreachable"}'
+    discounted = (
+        'meshhealth_discounted_observer{source_cluster="lab1",source_node="node4",'
+        'reason="node-isolated"}'
+    )
+    assert samples[state] == 1 and samples[discounted] == 1
+    assert [k for k in samples if k.startswith("meshhealth_cluster_node_state")] == [state]
+    assert samples['meshhealth_cluster_nodes{cluster="lab1",state="reachable"}'] == 5
+    metrics.sync_summaries({"lab1": summary_of(matrix_stories.egress_blocked())})
+    samples = parse_exposition(registry.expose())
+    assert not [k for k in samples if k.startswith("meshhealth_cluster_node_state")]
+    assert [k for k in samples if k.startswith("meshhealth_discounted_observer")] == [
+        'meshhealth_discounted_observer{source_cluster="lab1",source_node="node3",'
+        'reason="egress-blocked"}'
+    ]
+    metrics.sync_summaries({})
+    assert "meshhealth_discounted_observer{" not in registry.expose()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from meshhealth import __version__, defaults
@@ -130,6 +131,8 @@ class AgentMetrics:
     indirect: IndirectCounters
     finding: Gauge  # {kind, node}: 1 per current finding of a followed cluster summary
     cluster_nodes: Gauge  # {cluster, state}: the cluster verdict of its summary
+    node_state: Gauge  # {cluster, node, state}: 1 per node of a summary not reachable
+    discounted_observer: Gauge  # {source_cluster, source_node, reason}: 1 per discounted
     aggregating: Gauge  # 1 while this agent is its cluster's aggregator
     plan_targets: Gauge  # the probe plan (docs/scale.md): own targets this epoch
     plan_nodes: Gauge  # nodes in the plan
@@ -233,10 +236,7 @@ class AgentMetrics:
         for summary in summaries.values():
             for finding in summary.findings:
                 findings.update((finding.kind, node) for node in finding.nodes)
-        for kind, node in findings:
-            self.finding.labels(kind=kind, node=node).set(1)
-        for kind, node in [key for key in self.finding.series() if key not in findings]:
-            self.finding.remove(kind=kind, node=node)
+        _set_exactly(self.finding, findings, ("kind", "node"))
         for summary in summaries.values():
             counts = summary.nodes
             for state, count in (
@@ -248,6 +248,20 @@ class AgentMetrics:
                 self.cluster_nodes.labels(cluster=summary.cluster, state=state).set(count)
         for cluster in {key[0] for key in self.cluster_nodes.series()} - set(summaries):
             self.cluster_nodes.remove_matching(cluster=cluster)
+        states = {
+            (summary.cluster, node, state)
+            for summary in summaries.values()
+            for node, state in summary.node_states.items()
+        }
+        _set_exactly(self.node_state, states, ("cluster", "node", "state"))
+        discounted = {
+            (*name.split("/", 1), observer.reason)
+            for summary in summaries.values()
+            for name, observer in summary.discounted.items()
+        }
+        _set_exactly(
+            self.discounted_observer, discounted, ("source_cluster", "source_node", "reason")
+        )
 
     def _remove_series_except(self, wanted: set[tuple[str, str, str, str]]) -> None:
         # Label order of TARGET_LABELS: target_cluster, target_node, target_type at 2..4,
@@ -404,6 +418,21 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
             "its aggregator's summary.",
             ("cluster", "state"),
         ),
+        node_state=registry.gauge(
+            "meshhealth_cluster_node_state",
+            "1 per node that the cluster's verdict does not find reachable (state: "
+            "unreachable, suspect, unknown), from its aggregator's summary; reachable nodes "
+            "have no series, so the count stays with the faults, not the cluster's size.",
+            ("cluster", "node", "state"),
+        ),
+        discounted_observer=registry.gauge(
+            "meshhealth_discounted_observer",
+            "1 per observer whose own row explains its failures (reason: the finding that "
+            "names it, or degraded), from its cluster's summary: its failures do not count "
+            "against the nodes it fails to reach. Join it on source_cluster, source_node to "
+            "leave its per-path series out of alerts.",
+            ("source_cluster", "source_node", "reason"),
+        ),
         aggregating=registry.gauge(
             "meshhealth_cluster_aggregator",
             "1 while this agent is its cluster's aggregator (reads every health report and "
@@ -422,3 +451,13 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
             "Epoch of the probe plan the last round followed (rotation x interval long).",
         ),
     )
+
+
+def _set_exactly(
+    gauge: Gauge, series: AbstractSet[tuple[str, ...]], label_names: tuple[str, ...]
+) -> None:
+    """`gauge` is 1 for each label tuple of `series` and has no other series."""
+    for values in series:
+        gauge.labels(**dict(zip(label_names, values, strict=True))).set(1)
+    for values in [key for key in gauge.series() if key not in series]:
+        gauge.remove(**dict(zip(label_names, values, strict=True)))
