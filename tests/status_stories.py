@@ -16,6 +16,10 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from meshhealth.agent.path_verdicts import PathVerdicts
+from meshhealth.diagnosis.cluster_summary import build_summary
+from meshhealth.diagnosis.diagnose import diagnose
+from meshhealth.diagnosis.from_matrix import matrix_view
+from meshhealth.documents.matrix import build_matrix
 from meshhealth.documents.status import (
     EtcdState,
     LocalNode,
@@ -36,6 +40,7 @@ from meshhealth.model import (
 )
 from meshhealth.probe.stats import StatsBook
 from meshhealth.summary_codec import ClusterSummary, NodeCounts, SummaryFinding
+from tests import matrix_stories
 
 NOW = 1_795_341_603.0  # 2026-11-22T10:00:03Z
 PROBE_TIME = 1_795_341_600.0  # 2026-11-22T10:00:00Z
@@ -347,6 +352,38 @@ def one_node() -> StatusInputs:
     )
 
 
+def egress_blocked_here() -> StatusInputs:
+    """This node (node1) cannot reach out: its own probes of node2 and node3 time out on
+    every path, while both reach it; the aggregator's summary, built from such reports
+    by the real matrix, diagnosis and summary, discounts node1 and names it."""
+    everything = {
+        (node, target_type, protocol): TIMEOUT
+        for node in ("node2", "node3")
+        for target_type in TargetType
+        for protocol in REACHABILITY_PROTOCOLS
+    }
+    reports = matrix_stories.full_mesh(
+        lambda source, _: source == "lab1/node1",
+        degraded=["lab1/node1"],
+        nodes=matrix_stories.NODES3,
+    )
+    matrix = build_matrix(reports, now=matrix_stories.NOW, source_clusters=["lab1"])
+    summary = build_summary(
+        matrix, diagnose(matrix_view(matrix)), cluster="lab1", aggregator="node2"
+    )
+    shift = NOW - 2 - matrix_stories.NOW  # the matrix stories' time -> this story's
+    summary = replace(
+        summary,
+        generated_at=summary.generated_at + shift,
+        findings=tuple(replace(f, since=f.since + shift) for f in summary.findings),
+    )
+    return replace(
+        _inputs(everything),
+        cluster_summaries={"lab1": summary},
+        verdict_clusters=("lab1",),
+    )
+
+
 STORIES: dict[str, Callable[[], StatusInputs]] = {
     "healthy": healthy,
     "endpoint_forward_drop": endpoint_forward_drop,
@@ -362,4 +399,5 @@ STORIES: dict[str, Callable[[], StatusInputs]] = {
     "small_full_mesh": small_full_mesh,
     "mtu_blackhole": mtu_blackhole,
     "one_node": one_node,
+    "egress_blocked_here": egress_blocked_here,
 }

@@ -15,9 +15,11 @@ import pytest
 
 from meshhealth.cli.format_matrix import cell_text, format_matrix_json, format_matrix_text
 from meshhealth.cli.format_status import format_status_text
+from meshhealth.diagnosis.cluster_summary import summaries_of
 from meshhealth.diagnosis.diagnose import diagnose
 from meshhealth.diagnosis.findings import findings_json
 from meshhealth.diagnosis.from_matrix import matrix_view
+from meshhealth.documents.cluster_health import SOURCE_REPORTS, summary_verdict_document
 from meshhealth.documents.matrix import build_matrix
 from meshhealth.documents.matrix_json import matrix_document
 from meshhealth.documents.status import ClusterState, EtcdState, build_status_document
@@ -35,13 +37,25 @@ def test_matrix_text_matches_golden(story: str) -> None:
     matrix = build_matrix(
         STORIES[story](), now=S.NOW, unavailable=unavailable if story == "meshed" else None
     )
-    findings = findings_json(diagnose(matrix_view(matrix)), generated_at=S.NOW)["findings"]
-    text = format_matrix_text(matrix_document(matrix), findings)
+    diagnosed = diagnose(matrix_view(matrix))
+    findings = findings_json(diagnosed, generated_at=S.NOW)["findings"]
+    verdicts = [
+        summary_verdict_document(summary, S.NOW, source=SOURCE_REPORTS)
+        for _, summary in sorted(summaries_of(matrix, diagnosed).items())
+    ]
+    text = format_matrix_text(matrix_document(matrix), findings, verdicts)
     check_golden(f"matrix_{story}.txt", text)
     # A fault story shows its findings after the summary lines; a healthy one none.
     assert text.count("\nFinding:   ") == len(findings)
     assert bool(findings) == (
-        story in ("endpoint_forward_drop", "node_unreachable", "subset", "suspect_and_degraded")
+        story
+        in (
+            "endpoint_forward_drop",
+            "node_unreachable",
+            "subset",
+            "suspect_and_degraded",
+            "egress_blocked",
+        )
     )
 
 

@@ -36,6 +36,7 @@ CASES = [
     ("mtu_blackhole", False),
     ("mtu_blackhole", True),
     ("one_node", False),
+    ("egress_blocked_here", False),
 ]
 
 
@@ -203,3 +204,38 @@ def test_single_stack_document_has_no_secondary_fields() -> None:
     doc = build_status_document(status_stories.healthy())
     assert all("secondary_addresses" not in node["host"] for node in doc["nodes"])
     assert "node_ip_secondary" not in doc["local"]
+
+
+def test_a_finding_contradicted_by_newer_probes_is_marked_stale() -> None:
+    """After `lab fault clear`, `status --probe` passes again while the summary still
+    carries the finding: the finding says so instead of standing beside the OK."""
+    from dataclasses import replace
+
+    from meshhealth.summary_codec import SummaryFinding
+
+    inputs = status_stories.mtu_blackhole()
+    summary = status_stories.AGENT_DOWN_SUMMARY
+    old = replace(
+        summary,
+        generated_at=status_stories.PROBE_TIME - 60,  # before this node's newest round
+        findings=(
+            SummaryFinding("mtu-blackhole", ("lab1/node2",), 0.8, 0.0, "big probes lost"),
+            SummaryFinding("mtu-blackhole", ("lab1/node3",), 0.8, 0.0, "big probes lost"),
+        ),
+    )
+    doc = build_status_document(
+        replace(inputs, cluster_summaries={"lab1": old}, verdict_clusters=("lab1",))
+    )
+    by_node = {f["nodes"][0]: f for f in doc["findings"]}
+    # node2's big probes pass in the newest round: stale; node3's fail: it stands
+    assert by_node["lab1/node2"].get("stale") is True
+    assert by_node["lab1/node2"]["evidence"].endswith(
+        "(stale: this node's newer probes of lab1/node2 pass)"
+    )
+    assert "stale" not in by_node["lab1/node3"]
+    # a summary newer than the probes: nothing is contradicted
+    fresh = replace(old, generated_at=status_stories.PROBE_TIME + 5)
+    doc = build_status_document(
+        replace(inputs, cluster_summaries={"lab1": fresh}, verdict_clusters=("lab1",))
+    )
+    assert not any(f.get("stale") for f in doc["findings"])

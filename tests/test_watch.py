@@ -229,9 +229,15 @@ def test_the_banner_shows_the_cluster_verdict_and_the_findings() -> None:
     state = WatchState(source="unix:///tmp/n1.feed.sock")
     apply_feed_message(state, {"v": 1, "type": "snapshot", "seq": 0, "status": status}, now=T0)
     text = frame_text(state, now=T0, width=200)
-    assert "Cluster verdict lab1: 2/3 reachable   (every observer, aggregator lab1/node2)" in text
+    # one label, one meaning: the cluster's verdict as `status` prints it, and this
+    # node's own probes labelled apart
+    assert (
+        "Cluster health: 2/3 reachable (2 observers each), 1 unreachable   "
+        "(aggregator lab1/node2, updated" in text
+    )
+    assert "Direct targets: 1/3 reachable" in text
     assert "Finding:   agent-down lab1/node3 (confidence 0.75): its NodeIP answers" in text
-    assert "Cluster verdict lab2" not in text  # no summary: nothing to claim for it
+    assert "Cluster health lab2" not in text  # no summary: nothing to claim for it
     healthy = build_status_document(status_stories.healthy())
     apply_feed_message(state, dict(round_message(healthy, 1.0, seq=1)), now=T0 + 10)
     assert "Finding:" not in frame_text(state, now=T0 + 10, width=200)
@@ -244,8 +250,8 @@ def test_the_banner_says_a_cluster_of_one() -> None:
     state = WatchState(source="unix:///tmp/n1.feed.sock")
     apply_feed_message(state, {"v": 1, "type": "snapshot", "seq": 0, "status": status}, now=T0)
     text = frame_text(state, now=T0, width=200)
-    assert "Cluster verdict lab1: 1 node, no other node to probe or to observe it" in text
-    assert "Cluster verdict lab1: 0/1" not in text
+    assert "Cluster health: 1 node, no other node to probe or to observe it" in text
+    assert "Cluster health: 0/1" not in text
 
 
 # --- the command, against real agents -------------------------------------------------
@@ -278,7 +284,8 @@ def test_plain_once_and_reconnect_after_agent_restart(
         wait_healthy(n1, ["n1", "n2"])
         once = run_watch("-H", f"unix://{n1.socket}", "--once")
         assert once.returncode == 0, once.stderr
-        assert "Cluster health: 2/2 reachable" in once.stdout
+        # this node's own count, labelled apart once the cluster's verdict is there
+        assert re.search(r"^(Cluster health|Direct targets): 2/2 reachable", once.stdout, re.M)
         assert re.search(r"● n2 +OK", once.stdout)
         out_path = tmp_path / "plain.txt"
         with open(out_path, "w") as out:
@@ -320,7 +327,13 @@ async def test_etcd_once_list_and_matrix(etcd_server: EtcdServer) -> None:
         watch_argv("--etcd", etcd_server.endpoint, "--once"), capture_stdout=True, cwd=ROOT
     )
     text = listing.stdout.decode()
-    assert "Cluster health: 1/3 reachable" in text
+    # the aggregator's rule, from every report: node2 fails its targets' endpoints while
+    # node1 reaches node2's: node2's failures are its own, node1 has no other observer
+    assert (
+        "Cluster health: 2/3 reachable (1 observer each), 1 unknown; lab1/node2 cannot "
+        "reach out (egress-blocked)" in " ".join(text.split())
+    )
+    assert "Finding:   egress-blocked lab1/node2" in text
     assert "node3" in text
     matrix = await trio.run_process(
         watch_argv("--etcd", etcd_server.endpoint, "--once", "--view", "matrix"),

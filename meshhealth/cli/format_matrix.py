@@ -11,12 +11,15 @@
     Reachable:   5/6 cells   (0 stale, 0 unknown)
 
 A suspect path (failing, not for long enough: the source agent's verdict) is `◐`; a
-source whose agent says it is degraded reads `DEGRADED` after its report's age.
+source whose agent says it is degraded reads `DEGRADED` after its report's age; a source
+the cluster verdict discounts (its own row explains its failures) is marked `⊘`: its
+cells count in `Reachable`, not in `Cluster health`.
 
 Input: the document of meshhealth.documents.matrix_json.matrix_document
 (docs/clustermesh.md), so the text is a function of the document alone ("ago" is
-relative to `generated_at`), and optionally diagnosis's findings (`meshhealth matrix`),
-one `Finding:` line each after the summary lines.
+relative to `generated_at`), and optionally each cluster's verdict (a `Cluster health:`
+line each, before `Reachable`) and diagnosis's findings (`meshhealth matrix`), one
+`Finding:` line each after the summary lines.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ import json
 from collections.abc import Sequence
 
 from meshhealth.cli.format_findings import finding_line
+from meshhealth.cli.format_status import summary_verdict_text
 from meshhealth.diagnosis.findings import FindingJSON
 from meshhealth.documents.matrix import PATH_ORDER
 from meshhealth.documents.matrix_json import MatrixCellDocument, MatrixDocument, MatrixRowDocument
-from meshhealth.timefmt import format_age, format_duration
+from meshhealth.documents.status_schema import ClusterHealthDocument
+from meshhealth.timefmt import format_age, format_duration, parse_iso_time
 
 OK, FAILED, SUSPECT, UNKNOWN, NO_PATH, STALE, UNASSIGNED = "✓", "✗", "◐", "?", "-", "~", "·"
 LEGEND = (
@@ -40,6 +45,12 @@ LEGEND = (
 LEGEND_UNASSIGNED = (
     f"      {UNASSIGNED * len(PATH_ORDER)} not assigned to this source this epoch "
     "(subset probing): neither failed nor stale"
+)
+DISCOUNTED = "⊘"
+# Added when the verdict discounts some source.
+LEGEND_DISCOUNTED = (
+    f"{DISCOUNTED} after a report: the cluster verdict discounts that source (its own row "
+    "explains its failures):\n  its cells count in Reachable, not in Cluster health"
 )
 MIN_CELL_WIDTH = 12  # 4 path marks, a space, an RTT like 412.5µs
 GAP = "  "
@@ -102,8 +113,14 @@ def _pad(text: str, width: int) -> str:
     return text + " " * max(0, width - len(text))
 
 
-def format_matrix_text(doc: MatrixDocument, findings: Sequence[FindingJSON] = ()) -> str:
-    """The whole text, ending with a newline; `findings` after the summary lines."""
+def format_matrix_text(
+    doc: MatrixDocument,
+    findings: Sequence[FindingJSON] = (),
+    verdicts: Sequence[ClusterHealthDocument] = (),
+) -> str:
+    """The whole text, ending with a newline; the `verdicts` before the cell count,
+    `findings` after the summary lines."""
+    discounted = {d["node"] for v in verdicts for d in v["discounted_observers"]}
     nodes = [(n["cluster"], n["name"]) for n in doc["nodes"]]
     summary = doc["summary"]
     unassigned = summary.get("unassigned", 0)
@@ -122,7 +139,10 @@ def format_matrix_text(doc: MatrixDocument, findings: Sequence[FindingJSON] = ()
             for i, cell in enumerate(row["cells"]):
                 widths[i] = max(widths[i], len(cell_text(cell)))
         sources = [f"{row['cluster']}/{row['name']}" for row in rows]
-        reports = [report_text(row) for row in rows]
+        reports = [
+            f"{report_text(row)} {DISCOUNTED}" if source in discounted else report_text(row)
+            for row, source in zip(rows, sources, strict=True)
+        ]
         source_w = max([len("source"), *map(len, sources)])
         report_w = max([len("report"), *map(len, reports)])
         lead = " " * (source_w + len(GAP) + report_w + len(GAP))
@@ -142,6 +162,13 @@ def format_matrix_text(doc: MatrixDocument, findings: Sequence[FindingJSON] = ()
             lines.append(
                 (_pad(source, source_w) + GAP + _pad(report, report_w) + GAP + cells).rstrip()
             )
+    if discounted:
+        lines.append(LEGEND_DISCOUNTED)
+    now = parse_iso_time(doc["generated_at"]) if doc["generated_at"] else None
+    for verdict in verdicts:
+        named = len(verdicts) > 1
+        head = f"Cluster health {verdict['cluster']}:" if named else "Cluster health:"
+        lines.append(f"{head}   {summary_verdict_text(verdict, now)}")
     suspect = summary.get("suspect", 0)
     suspects = f"{suspect} suspect, " if suspect else ""
     if unassigned:

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from meshhealth.cli.format_findings import finding_line
 from meshhealth.cli.format_probe import format_loss
-from meshhealth.documents.cluster_health import ALONE_TEXT, is_alone
+from meshhealth.documents.cluster_health import ALONE_TEXT, SOURCE_LOCAL, is_alone
 from meshhealth.documents.status_schema import (
     AddressDocument,
     ClusterDocument,
@@ -217,30 +217,48 @@ def _observers(verdict: ClusterHealthDocument) -> str:
     return f" ({low}+ observers each, median {median:g})"
 
 
+def _counts(verdict: ClusterHealthDocument) -> tuple[str, str]:
+    """`2/3 reachable`, and `, 1 unreachable, 1 suspect, 1 unknown` (empty when none)."""
+    others = [
+        f"{count} {state}"
+        for state, count in (
+            ("unreachable", verdict["unreachable"]),
+            ("suspect", verdict["suspect"]),
+            ("unknown", verdict["unknown"]),
+        )
+        if count
+    ]
+    more = f", {', '.join(others)}" if others else ""
+    return f"{verdict['reachable']}/{verdict['total']} reachable", more
+
+
+def summary_verdict_text(verdict: ClusterHealthDocument, now: float | None) -> str:
+    """`998/1000 reachable (5 observers each); lab1/node3 cannot reach out
+    (egress-blocked)   (aggregator lab1/node2, updated 3s ago)`: an aggregator's verdict,
+    as `status` and `watch` print it after their `Cluster health:` label."""
+    if verdict["aggregator"] is None:  # built by this reader from the reports in etcd
+        by = f"every node's report in etcd, {_ago(verdict['updated_at'], now)}"
+    else:
+        by = f"aggregator {verdict['aggregator']}, updated {_ago(verdict['updated_at'], now)}"
+    if is_alone(verdict):
+        return f"{ALONE_TEXT}   ({by})"
+    reachable, more = _counts(verdict)
+    discounted = verdict.get("discounted_text")
+    note = f"; {discounted}" if discounted else ""
+    return f"{reachable}{_observers(verdict)}{more}{note}   ({by})"
+
+
 def verdict_line(
     verdict: ClusterHealthDocument, doc: StatusDocument, *, local: bool, now: float | None
 ) -> str:
     """`Cluster health:   998/1000 reachable (5 observers each)   (aggregator lab1/node2,
     updated 3s ago)`; without a summary, this node's own view, labelled as such."""
     head = "Cluster health:" if local else f"Cluster health {verdict['cluster']}:"
-    counts = f"{verdict['reachable']}/{verdict['total']} reachable"
-    others = [
-        f"{count} {state}"
-        for state, count in (
-            ("unreachable", verdict["unreachable"]),
-            ("suspect", verdict["suspect"]),
-        )
-        if count
-    ]
-    more = f", {', '.join(others)}" if others else ""
-    if verdict["source"] == "summary":
-        updated = _ago(verdict["updated_at"], now)
-        by = f"aggregator {verdict['aggregator']}, updated {updated}"
-        if is_alone(verdict):
-            return f"{head}   {ALONE_TEXT}   ({by})"
-        return f"{head}   {counts}{_observers(verdict)}{more}   ({by})"
+    if verdict["source"] != SOURCE_LOCAL:
+        return f"{head}   {summary_verdict_text(verdict, now)}"
     when = doc["probe_time"] or "never probed"
-    return f"{head}   {counts}{more}   (this node's own probes: no cluster summary yet; {when})"
+    reachable, more = _counts(verdict)
+    return f"{head}   {reachable}{more}   (this node's own probes: no cluster summary yet; {when})"
 
 
 def direct_targets_line(doc: StatusDocument, head: str) -> str:
@@ -284,7 +302,9 @@ def format_status_text(doc: StatusDocument, *, verbose: bool) -> str:
     """The whole text of `meshhealth status`, ending with a newline."""
     generated_at = doc.get("generated_at")
     now = parse_iso_time(generated_at) if generated_at else None
-    lines = _header_lines(doc, verbose=verbose, now=now)
+    # What is wrong with this node, when the cluster's verdict discounts it, comes first.
+    lines = [own for v in doc.get("cluster_health") or () if (own := v.get("this_node"))]
+    lines += _header_lines(doc, verbose=verbose, now=now)
     degraded = degraded_line(doc)
     if degraded is not None:
         lines.append(degraded)

@@ -146,9 +146,11 @@ def read_matrix_from_args(args: argparse.Namespace, command: str) -> Matrix | in
 
 def run(args: argparse.Namespace) -> int:
     from meshhealth.cli.format_matrix import format_matrix_json, format_matrix_text
+    from meshhealth.diagnosis.cluster_summary import summaries_of
     from meshhealth.diagnosis.diagnose import diagnose
     from meshhealth.diagnosis.findings import findings_json
     from meshhealth.diagnosis.from_matrix import matrix_view
+    from meshhealth.documents.cluster_health import SOURCE_REPORTS, summary_verdict_document
     from meshhealth.documents.matrix_json import matrix_document
 
     matrix = read_matrix_from_args(args, "matrix")
@@ -158,8 +160,13 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "json":
         text = format_matrix_json(doc)
     else:
-        found = findings_json(diagnose(matrix_view(matrix)), generated_at=matrix.generated_at)
-        text = format_matrix_text(doc, found["findings"])
+        findings = diagnose(matrix_view(matrix))
+        found = findings_json(findings, generated_at=matrix.generated_at)
+        verdicts = [
+            summary_verdict_document(summary, matrix.generated_at, source=SOURCE_REPORTS)
+            for _, summary in sorted(summaries_of(matrix, findings).items())
+        ]
+        text = format_matrix_text(doc, found["findings"], verdicts)
     sys.stdout.write(text)
     sys.stdout.flush()
     counts = matrix.counts()

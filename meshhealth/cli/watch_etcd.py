@@ -2,8 +2,10 @@
 
 The reports are listed once, then followed with a prefix watch that resumes after etcd
 restarts (meshhealth.matrix_source.HealthReports): etcd sends what changes, nothing is
-polled. The list view aggregates what every source sees of each node; the matrix view
-is the matrix of meshhealth.documents.matrix. Both are rebuilt from the reports held in
+polled. The list view aggregates what every source sees of each node; the header's
+`Cluster health` is each cluster's verdict and findings by the aggregator's own rule
+(diagnosis/cluster_summary.py); the matrix view is the matrix of
+meshhealth.documents.matrix. Both are rebuilt from the reports held in
 memory every `rebuild_s` as well, so a report that stops being refreshed turns stale
 on screen. A value that does not decode is skipped, counted in the header and reported
 once (a line in the plain output; one line on stderr with `--once`).
@@ -18,6 +20,14 @@ import trio
 from meshhealth import defaults
 from meshhealth.cli.watch_cmd import Event, Notify, WatchError
 from meshhealth.cli.watch_state import WatchState, apply_health_reports
+from meshhealth.diagnosis.cluster_summary import summaries_of, summary_finding
+from meshhealth.diagnosis.diagnose import diagnose
+from meshhealth.diagnosis.from_matrix import matrix_view
+from meshhealth.documents.cluster_health import (
+    SOURCE_REPORTS,
+    finding_document,
+    summary_verdict_document,
+)
 from meshhealth.documents.matrix import build_matrix
 from meshhealth.documents.matrix_json import matrix_document
 from meshhealth.kvstore import Etcd, EtcdError, open_etcd
@@ -28,9 +38,18 @@ from meshhealth.model import HealthReport
 
 
 def show_reports(state: WatchState, reports: list[HealthReport], notify: Notify) -> None:
+    """The list and matrix views, and each cluster's verdict and findings by the
+    aggregator's rule, from every node's report."""
     now = time.time()
-    matrix = matrix_document(build_matrix(reports, now=now))
-    notify(apply_health_reports(state, reports, now=now, matrix=matrix))
+    matrix = build_matrix(reports, now=now)
+    findings = diagnose(matrix_view(matrix))
+    summaries = summaries_of(matrix, findings)
+    state.cluster_health = [
+        summary_verdict_document(summary, now, source=SOURCE_REPORTS)
+        for _, summary in sorted(summaries.items())
+    ]
+    state.findings = [finding_document(summary_finding(f)) for f in findings]
+    notify(apply_health_reports(state, reports, now=now, matrix=matrix_document(matrix)))
 
 
 def _connected(state: WatchState, etcd: Etcd, event: Event) -> None:

@@ -23,8 +23,9 @@ from rich.table import Table
 from rich.text import Text
 
 from meshhealth.cli.format_findings import finding_line
+from meshhealth.cli.format_status import summary_verdict_text
 from meshhealth.cli.watch_state import PATH_NAMES, Change, NodeView, PathView, WatchState
-from meshhealth.documents.cluster_health import ALONE_TEXT, is_alone
+from meshhealth.documents.cluster_health import SOURCE_LOCAL, SOURCE_REPORTS, is_alone
 from meshhealth.documents.matrix import stale_after_s
 from meshhealth.model import ProbeStatus
 from meshhealth.timefmt import format_age_short, format_duration, iso_time
@@ -150,8 +151,16 @@ def header(state: WatchState, *, now: float) -> Text:
     else:
         detail = f" ({state.connection_detail})" if state.connection_detail else ""
         text.append(f"disconnected, retrying…{detail}", style="bold red")
-    text.append("\nDirect targets: " if state.subset_plan else "\nCluster health: ")
-    text.append(f"{reachable}/{total} reachable", style="green" if reachable == total else "red")
+    verdicts = [v for v in state.cluster_health if v["source"] != SOURCE_LOCAL]
+    # One label, one meaning (as in `status`): `Cluster health` is the cluster's verdict
+    # when there is one; this node's own probes are then its `Direct targets`.
+    own = "Direct targets: " if verdicts or state.subset_plan else "Cluster health: "
+    from_reports = any(v["source"] == SOURCE_REPORTS for v in verdicts)
+    if not from_reports:  # --etcd: no node of its own
+        text.append(f"\n{own}")
+        text.append(
+            f"{reachable}/{total} reachable", style="green" if reachable == total else "red"
+        )
     text.append("   etcd: ")
     if state.etcd_up is None:
         text.append("?", style="grey50")
@@ -167,19 +176,13 @@ def header(state: WatchState, *, now: float) -> Text:
         text.append(
             f"   {count} invalid entr{'y' if count == 1 else 'ies'} skipped", style="yellow"
         )
-    for verdict in state.cluster_health:
-        if verdict["source"] != "summary":
-            continue
-        good = verdict["reachable"] == verdict["total"]
-        text.append(f"\nCluster verdict {verdict['cluster']}: ")
-        if is_alone(verdict):
-            text.append(ALONE_TEXT, style="yellow")
-        else:
-            text.append(
-                f"{verdict['reachable']}/{verdict['total']} reachable",
-                style="green" if good else "red",
-            )
-        text.append(f"   (every observer, aggregator {verdict['aggregator']})", style="grey50")
+    local = next((cluster for (cluster, _), n in state.nodes.items() if n.is_local), None)
+    for verdict in verdicts:
+        good = verdict["reachable"] == verdict["total"] and not is_alone(verdict)
+        named = len(verdicts) > 1 and verdict["cluster"] != local
+        label = f"Cluster health {verdict['cluster']}" if named else "Cluster health"
+        text.append(f"\n{label}: ")
+        text.append(summary_verdict_text(verdict, now), style="green" if good else "red")
     for finding in state.findings:  # the banner: whose fault it is
         text.append(f"\n{finding_line(finding)}", style="bold red")
     if state.note:

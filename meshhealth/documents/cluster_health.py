@@ -9,7 +9,9 @@ the cluster's aggregator) the counts are the cluster's verdict over every observ
 results (`source: "summary"`); without one yet (no aggregator, or it just changed) they
 are this node's own probes of that cluster's nodes (`source: "local"`), and say so.
 A summary of a cluster of one node that nobody observes has `alone: true` (its counts,
-0/1, are no verdict; the texts say ALONE_TEXT).
+0/1, are no verdict; the texts say ALONE_TEXT). The observers the verdict discounted
+(their own row explains their failures) are listed, and said in the findings' words
+once here (`discounted_text`, `this_node`), for every view to print as they are.
 `findings` are every summary's findings, cluster by cluster, in diagnosis's order, in
 the shape of `meshhealth diagnose -o json`.
 """
@@ -20,28 +22,125 @@ from collections.abc import Mapping, Sequence
 
 from meshhealth.documents.status_schema import (
     ClusterHealthDocument,
+    DiscountedObserverDocument,
     FindingDocument,
     SummaryDocument,
 )
-from meshhealth.summary_codec import ClusterSummary, SummaryFinding
+from meshhealth.summary_codec import ClusterSummary, DiscountedObserver, SummaryFinding
 from meshhealth.timefmt import iso_time
 
 SOURCE_SUMMARY = "summary"
 SOURCE_LOCAL = "local"
+# Built by a reader (`watch --etcd`, `matrix`) from every node's report in etcd, by the
+# aggregator's own rule: no aggregator wrote it.
+SOURCE_REPORTS = "reports"
 # A cluster of one node nobody observes: "0/1 reachable (0 observers)" would be no verdict.
 ALONE_TEXT = "1 node, no other node to probe or to observe it (a cluster of one)"
+
+
+# Why an observer does not count against the nodes it fails to reach, in words: one node
+# and several, then what to look at when it is the node the status runs on.
+_DISCOUNT_WORDS: dict[str, tuple[str, str, str]] = {
+    "node-isolated": (
+        "is cut off",
+        "are cut off",
+        "nobody reaches it either: look at this node's link, firewall and routes",
+    ),
+    "egress-blocked": (
+        "cannot reach out",
+        "cannot reach out",
+        "look at this node's egress (output firewall rules, routes, its NIC)",
+    ),
+    "partition": (
+        "is cut off from the main group",
+        "are cut off from the main group",
+        "look at the links between the groups of the partition",
+    ),
+    "observer-degraded": (
+        "is unwell",
+        "are unwell",
+        "its own probes are not trusted while it is unwell",
+    ),
+    "degraded": (
+        "is degraded",
+        "are degraded",
+        "its own probes are not trusted while it is degraded",
+    ),
+    "node-down": ("is down", "are down", "its last report is not trusted"),
+    "agent-down": (
+        "has its agent down",
+        "have their agents down",
+        "its last report is not trusted",
+    ),
+}
+_UNKNOWN_REASON = ("is discounted", "are discounted", "its own probes are not trusted")
+# The headline names at most this many discounted observers (then "and N more").
+_NAMED_IN_HEADLINE = 3
 
 
 def is_alone(verdict: ClusterHealthDocument) -> bool:
     return bool(verdict.get("alone"))
 
 
-def _from_summary(summary: ClusterSummary, now: float) -> ClusterHealthDocument:
+def discounted_text(discounted: Mapping[str, DiscountedObserver]) -> str | None:
+    """`lab1/node3 cannot reach out (egress-blocked)`: the discounted observers grouped by
+    why, in the findings' words (None: none)."""
+    by_reason: dict[str, list[str]] = {}
+    for name, observer in sorted(discounted.items()):
+        by_reason.setdefault(observer.reason, []).append(name)
+    parts = []
+    for reason, names in by_reason.items():
+        one, many, _ = _DISCOUNT_WORDS.get(reason, _UNKNOWN_REASON)
+        shown = ", ".join(names[:_NAMED_IN_HEADLINE])
+        if len(names) > _NAMED_IN_HEADLINE:
+            shown += f" and {len(names) - _NAMED_IN_HEADLINE} more"
+        parts.append(f"{shown} {one if len(names) == 1 else many} ({reason})")
+    return "; ".join(parts) or None
+
+
+def this_node_text(observer: DiscountedObserver) -> str:
+    """What is wrong with the node the status runs on, when the verdict discounts it."""
+    _, _, advice = _DISCOUNT_WORDS.get(observer.reason, _UNKNOWN_REASON)
+    return (
+        f"This node ({observer.reason}): its own probes fail to {observer.fails} of "
+        f"{observer.targets} targets while {observer.reached_by} of {observer.observers} "
+        f"observers reach it: {advice}"
+    )
+
+
+def _discounted_document(
+    discounted: Mapping[str, DiscountedObserver],
+) -> list[DiscountedObserverDocument]:
+    return [
+        {
+            "node": name,
+            "reason": observer.reason,
+            "text": discounted_text({name: observer}) or "",
+            "fails": observer.fails,
+            "targets": observer.targets,
+            "reached_by": observer.reached_by,
+            "observers": observer.observers,
+        }
+        for name, observer in sorted(discounted.items())
+    ]
+
+
+def summary_verdict_document(
+    summary: ClusterSummary,
+    now: float,
+    local_node: str | None = None,
+    *,
+    source: str = SOURCE_SUMMARY,
+) -> ClusterHealthDocument:
+    """The verdict of `summary`: an aggregator's (SOURCE_SUMMARY), or one a reader built
+    from the reports itself (SOURCE_REPORTS: no aggregator)."""
     counts = summary.nodes
     doc: ClusterHealthDocument = {
         "cluster": summary.cluster,
-        "source": SOURCE_SUMMARY,
-        "aggregator": f"{summary.cluster}/{summary.aggregator}",
+        "source": source,
+        "aggregator": (
+            f"{summary.cluster}/{summary.aggregator}" if source == SOURCE_SUMMARY else None
+        ),
         "updated_at": iso_time(summary.generated_at),
         "age_s": round(max(0.0, now - summary.generated_at), 3),
         "reachable": counts.reachable,
@@ -51,7 +150,14 @@ def _from_summary(summary: ClusterSummary, now: float) -> ClusterHealthDocument:
         "total": counts.total,
         "observers_min": summary.observers_min,
         "observers_median": summary.observers_median,
+        "node_states": dict(summary.node_states),
+        "discounted_observers": _discounted_document(summary.discounted),
+        "discounted_text": discounted_text(summary.discounted),
+        "this_node": None,
     }
+    own = summary.discounted.get(local_node) if local_node is not None else None
+    if own is not None:
+        doc["this_node"] = this_node_text(own)
     if counts.total == 1 and summary.observers_min == 0:
         doc["alone"] = True
     return doc
@@ -71,6 +177,10 @@ def _from_local(cluster: str, counts: SummaryDocument | None) -> ClusterHealthDo
         "total": counts["total"] if counts else 0,
         "observers_min": None,
         "observers_median": None,
+        "node_states": {},
+        "discounted_observers": [],
+        "discounted_text": None,
+        "this_node": None,
     }
 
 
@@ -80,14 +190,17 @@ def cluster_health_document(
     local_counts: Mapping[str, SummaryDocument],
     *,
     now: float,
+    local_node: str | None = None,
 ) -> list[ClusterHealthDocument]:
     """One entry per cluster of `clusters` (in that order): its summary's verdict, else
-    this node's own counts of it (`local_counts`: cluster -> counts)."""
+    this node's own counts of it (`local_counts`: cluster -> counts). `local_node`
+    ("cluster/node"): the node the document is for, told what is wrong with it when the
+    verdict discounts it."""
     out = []
     for cluster in dict.fromkeys(clusters):
         summary = summaries.get(cluster)
         if summary is not None:
-            out.append(_from_summary(summary, now))
+            out.append(summary_verdict_document(summary, now, local_node))
         else:
             out.append(_from_local(cluster, local_counts.get(cluster)))
     return out

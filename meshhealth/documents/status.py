@@ -71,6 +71,7 @@ from meshhealth.documents.status_schema import (
     StatusTailDocument,
     SummaryDocument,
 )
+from meshhealth.model import REACHABILITY_PROTOCOLS, PathKey, Protocol, TargetType
 from meshhealth.timefmt import iso_time
 
 # The status document's builders and inputs, wherever they are written: importers use
@@ -191,12 +192,62 @@ def _verdict_clusters(inputs: StatusInputs) -> Sequence[str]:
 
 def _cluster_health(inputs: StatusInputs, part: NodesPart) -> list[ClusterHealthDocument]:
     return cluster_health_document(
-        _verdict_clusters(inputs), inputs.cluster_summaries, part.cluster_counts, now=inputs.now
+        _verdict_clusters(inputs),
+        inputs.cluster_summaries,
+        part.cluster_counts,
+        now=inputs.now,
+        local_node=f"{inputs.local.cluster}/{inputs.local.name}",
     )
 
 
+# The paths of this node's own probes that a finding of each kind rests on (for `path`:
+# when this node is its observer). Probes of these, all OK and newer than the summary
+# that carries the finding, contradict it.
+_FINDING_PATHS: dict[str, tuple[tuple[TargetType, Protocol], ...]] = {
+    "mtu-blackhole": ((TargetType.NODE, Protocol.ICMP_DF),),
+    "agent-down": ((TargetType.NODE, Protocol.HTTP),),
+    "endpoint-down": ((TargetType.ENDPOINT, Protocol.ICMP), (TargetType.ENDPOINT, Protocol.HTTP)),
+    "node-down": ((TargetType.NODE, Protocol.ICMP), (TargetType.NODE, Protocol.HTTP)),
+    "ingress-blocked": ((TargetType.NODE, Protocol.ICMP), (TargetType.NODE, Protocol.HTTP)),
+    "path": tuple((t, p) for t in TargetType for p in REACHABILITY_PROTOCOLS),
+}
+
+
+def _contradicted_by(inputs: StatusInputs, finding: FindingDocument, since: float) -> str | None:
+    """`lab1/node2` when this node's own probes of it on the finding's paths all passed
+    after `since` (the summary's time); None when they do not contradict it."""
+    paths = _FINDING_PATHS.get(finding["kind"])
+    if paths is None or not finding["nodes"]:
+        return None
+    target = finding["nodes"][-1]
+    if finding["kind"] == "path" and finding["nodes"][0] != (
+        f"{inputs.local.cluster}/{inputs.local.name}"
+    ):
+        return None
+    cluster, _, node = target.partition("/")
+    seen = [
+        inputs.summaries.get(PathKey(cluster, node, target_type, protocol))
+        for target_type, protocol in paths
+    ]
+    probed = [s for s in seen if s is not None and s.last is not None]
+    newer = all(s.last is not None and s.last.ok and s.last.started_at > since for s in probed)
+    return target if probed and newer else None
+
+
 def _findings(inputs: StatusInputs) -> list[FindingDocument]:
-    return findings_document(_verdict_clusters(inputs), inputs.cluster_summaries)
+    """The followed summaries' findings; one that this node's newer probes contradict
+    (`lab fault clear`, then `status --probe`) is marked `stale` and says why."""
+    docs = findings_document(_verdict_clusters(inputs), inputs.cluster_summaries)
+    for doc in docs:
+        cluster = doc["nodes"][0].partition("/")[0] if doc["nodes"] else ""
+        summary = inputs.cluster_summaries.get(cluster)
+        if summary is None:
+            continue
+        target = _contradicted_by(inputs, doc, summary.generated_at)
+        if target is not None:
+            doc["stale"] = True
+            doc["evidence"] += f" (stale: this node's newer probes of {target} pass)"
+    return docs
 
 
 def clusters_document(

@@ -128,11 +128,26 @@ class SummaryDocument(TypedDict):
     total: int
 
 
+class DiscountedObserverDocument(TypedDict):
+    """An observer whose own row explains its failures: they do not count against the
+    nodes it fails to reach (docs/diagnosis.md "The cluster verdict")."""
+
+    node: str  # cluster/node
+    reason: str  # the finding that names it (egress-blocked, ...) or `degraded`
+    text: str  # the reason in words: `lab1/node3 cannot reach out (egress-blocked)`
+    fails: int  # targets it fails to reach ...
+    targets: int  # ... of those it probed
+    reached_by: int  # its observers that reach it ...
+    observers: int  # ... of those that probed it
+
+
 class ClusterHealthDocument(TypedDict):
     """One cluster's verdict: its aggregator's summary, else this node's own probes."""
 
     cluster: str
-    source: str  # "summary" (every observer, via the aggregator) | "local" (this node's)
+    # "summary" (every observer, via the aggregator) | "local" (this node's own probes) |
+    # "reports" (every observer, from the reports in etcd, by a reader: `watch --etcd`)
+    source: str
     aggregator: str | None  # cluster/node of the agent that wrote the summary
     updated_at: str | None  # when the summary last changed
     age_s: float | None  # generated_at - updated_at
@@ -143,6 +158,14 @@ class ClusterHealthDocument(TypedDict):
     total: int
     observers_min: int | None  # fewest observers of any node (summary only)
     observers_median: float | None
+    # cluster/node -> state of every node that is not reachable (summary only)
+    node_states: dict[str, str]
+    # The observers the verdict left out for the nodes they fail to reach (summary only)
+    discounted_observers: list[DiscountedObserverDocument]
+    # Those observers in the findings' words, as the headline prints them; None: none
+    discounted_text: str | None
+    # When this node is one of them: what is wrong with it, the status's first line
+    this_node: str | None
     # Only when true: a cluster of one node that nobody observes (no other node to probe
     # it): its counts say nothing, and the texts say so (ALONE_TEXT).
     alone: NotRequired[bool]
@@ -157,6 +180,9 @@ class FindingDocument(TypedDict):
     since: str | None
     evidence: str
     groups: NotRequired[list[list[str]]]  # partition only
+    # Only when true: this node's own probes, newer than the summary that carries the
+    # finding, pass on the paths it rests on (the evidence says so too)
+    stale: NotRequired[bool]
 
 
 class StatusHeadDocument(TypedDict):

@@ -196,12 +196,18 @@ function renderSummary() {
     : `   probing all ${plan.nodes} nodes`;
   if (verdict) {
     const extra = (verdict.unreachable ? `, ${verdict.unreachable} unreachable` : "") +
-      (verdict.suspect ? `, ${verdict.suspect} suspect` : "");
-    const observers = verdict.observers_min !== null ? ` (${verdict.observers_min}+ observers each)` : "";
+      (verdict.suspect ? `, ${verdict.suspect} suspect` : "") +
+      (verdict.unknown ? `, ${verdict.unknown} unknown` : "");
+    const low = verdict.observers_min, median = verdict.observers_median;
+    const observers = low === null ? ""
+      : low === median ? ` (${low} observer${low === 1 ? "" : "s"} each)`
+      : ` (${low}+ observers each, median ${median})`;
+    // The observers the verdict discounted, in the findings' words (cluster_health.py).
+    const discounted = verdict.discounted_text ? `; ${verdict.discounted_text}` : "";
     // A cluster of one node nobody observes: its 0/1 is no verdict (cluster_health.py ALONE_TEXT).
     const counts = verdict.alone
       ? "1 node, no other node to probe or to observe it (a cluster of one)"
-      : `${verdict.reachable}/${verdict.total} reachable${observers}${extra}`;
+      : `${verdict.reachable}/${verdict.total} reachable${observers}${extra}${discounted}`;
     $("health").textContent =
       `Cluster health: ${counts}` +
       `   (aggregator ${verdict.aggregator}, updated ${fmtAgo(verdict.updated_at)})` + probing;
@@ -224,9 +230,20 @@ function renderSummary() {
   for (const l of S.matrix?.lines || []) lines.push(l);
   $("findings").innerHTML = lines.map((l) => `<li>${esc(l)}</li>`).join("");
   const warns = [];
+  // What is wrong with this node, when the cluster's verdict discounts it, comes first.
+  for (const v of st.cluster_health || []) if (v.this_node) warns.push(v.this_node);
   if (st.etcd && st.etcd.up === false) warns.push(`etcd unreachable since ${st.etcd.since ?? "?"}: the node list may be stale`);
   for (const u of S.matrix?.unavailable || []) warns.push(`cluster ${u.cluster}: ${u.error}`);
   $("warnings").innerHTML = warns.map((l) => `<li>${esc(l)}</li>`).join("");
+}
+
+// Why the cluster verdict discounts an observer ("cluster/node"), from the status's
+// cluster_health entries (cluster_health.py); undefined when it counts.
+function discountedReason(source) {
+  for (const v of S.status?.cluster_health || []) {
+    for (const d of v.discounted_observers || []) if (d.node === source) return d.reason;
+  }
+  return undefined;
 }
 
 function renderLegend() {
@@ -406,7 +423,9 @@ function drawAxes(ctx, v) {
   ctx.textAlign = "right";
   for (let r = 0; r < nr; r += step) {
     const n = m.nodes[v.rows[r].node];
-    const name = v.showNames ? n.name : String(v.rows[r].node + 1);
+    // An observer the cluster verdict discounts (its own row explains its failures).
+    const mark = discountedReason(key(n)) ? "⊘ " : "";
+    const name = mark + (v.showNames ? n.name : String(v.rows[r].node + 1));
     const own = key(n) === S.local;
     ctx.font = own ? "bold 11px system-ui, sans-serif" : "11px system-ui, sans-serif";
     ctx.fillText(name, v.left - 4, v.top + (r + 0.5) * v.cell);
@@ -500,7 +519,11 @@ function showDetail(doc, note) {
   $("detail-title").textContent = `${doc.source} → ${doc.target}`;
   const code = CODE_OF[doc.state] || "X";
   $("detail-state").innerHTML = `<span class="state st-${esc(doc.state)}">${esc(STATES[code].glyph)} ${esc(doc.state)}</span>` +
-    (doc.probe_time ? ` <span class="muted">observer's round ${esc(doc.probe_time)}${doc.stale ? " (stale)" : ""}</span>` : "");
+    (doc.probe_time ? ` <span class="muted">observer's round ${esc(doc.probe_time)}${doc.stale ? " (stale)" : ""}</span>` : "") +
+    (discountedReason(doc.source)
+      ? ` <span class="discounted">⊘ from a discounted observer (${esc(discountedReason(doc.source))}): ` +
+        "it counts in the cells, not in the node verdict</span>"
+      : "");
   $("detail-paths").querySelector("tbody").innerHTML = doc.paths.map((p) => `<tr>
     <td>${esc(PATH_LABELS[p.name] || p.name)}${p.ip ? `<br><span class="muted small">${esc(p.ip)}</span>` : ""}</td>
     <td>${esc(p.text || p.status)}${p.detail ? ` <span class="muted">${esc(p.detail)}</span>` : ""}</td>
