@@ -1,6 +1,8 @@
 """One story per lab fault: a real 5-node lab, the fault, and the finding
-`meshhealth diagnose -o json` (run inside the lab, against the lab's etcd) names; then
-`lab fault clear` and the finding goes away (root; CI runs these).
+`meshhealth diagnose -o json` (run inside the lab, against the lab's etcd) names, with
+the headline (`Cluster health` of node1's `status -o json` and its text) and node1's
+metrics agreeing with it; then `lab fault clear`, the finding goes away and the
+headline returns to 5/5 (root; CI runs these).
 
 Findings take a probe interval + timeout (+ the agents' suspicion time) to show: every
 wait polls with a generous deadline. The lab is shared by the tests of this module and
@@ -12,8 +14,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -77,6 +80,106 @@ def top_is(kinds: tuple[str, ...], nodes: list[str], evidence: str = "") -> Any:
     )
 
 
+def own_status(story: StoryLab, node: str) -> dict[str, Any] | None:
+    """`meshhealth status -o json` run on `node` (its own agent); None on errors."""
+    done = story.cli("exec", node, "--", "meshhealth", "status", "-o", "json")
+    if done.returncode != 0:
+        return None
+    doc: dict[str, Any] = json.loads(done.stdout)
+    return doc
+
+
+def headline(story: StoryLab, node: str = "node1") -> dict[str, Any] | None:
+    """The cluster verdict `node` shows (its aggregator's summary); None before one."""
+    doc = own_status(story, node)
+    for verdict in (doc or {}).get("cluster_health") or []:
+        if verdict["source"] == "summary" and verdict["cluster"] == "lab1":
+            found: dict[str, Any] = verdict
+            return found
+    return None
+
+
+_SCRAPE = (
+    "import sys, urllib.request as u; sys.stdout.write(u.urlopen(sys.argv[1]).read().decode())"
+)
+
+
+def exported(story: StoryLab, node: str = "node1") -> tuple[set[str], dict[str, str]] | None:
+    """What `node`'s /metrics says of the verdict: the unreachable nodes
+    (meshhealth_cluster_node_state) and the discounted observers with their reasons."""
+    url = f"http://{story.plan.node(node).metrics_listen}/metrics"
+    done = story.cli("exec", node, "--", sys.executable, "-c", _SCRAPE, url)
+    if done.returncode != 0:
+        return None
+    unreachable = set(
+        re.findall(
+            r'^meshhealth_cluster_node_state\{cluster="lab1",node="([^"]+)",'
+            r'state="unreachable"\} 1$',
+            done.stdout,
+            re.M,
+        )
+    )
+    discounted = {
+        f"lab1/{node}": reason
+        for node, reason in re.findall(
+            r'^meshhealth_discounted_observer\{source_cluster="lab1",source_node="([^"]+)",'
+            r'reason="([^"]+)"\} 1$',
+            done.stdout,
+            re.M,
+        )
+    }
+    return unreachable, discounted
+
+
+def verdict_disagrees(
+    story: StoryLab, unreachable: set[str], discounted: Mapping[str, str | None]
+) -> str | None:
+    """Why node1's headline or metrics do not (yet) say: `unreachable` are the nodes
+    the verdict finds unreachable (every other one reachable), `discounted` the
+    observers it leaves out (a reason of None: may be left out, or not); None: they do."""
+    verdict = headline(story)
+    if verdict is None:
+        return "no cluster summary on node1"
+    states = {n: s for n, s in verdict["node_states"].items()}
+    left_out = {d["node"]: d["reason"] for d in verdict["discounted_observers"]}
+    total = verdict["total"]
+
+    def discount_ok(seen: Mapping[str, str]) -> bool:
+        must = {n: r for n, r in discounted.items() if r is not None}
+        return all(seen.get(n) == r for n, r in must.items()) and set(seen) <= set(discounted)
+
+    if total != 5 or verdict["reachable"] != 5 - len(unreachable):
+        return f"headline {verdict['reachable']}/{total}, states {states}"
+    if states != dict.fromkeys(unreachable, "unreachable"):
+        return f"node states {states}"
+    if not discount_ok(left_out):
+        return f"discounted {left_out}"
+    metrics = exported(story)
+    if metrics is None:
+        return "no metrics from node1"
+    if metrics[0] != unreachable or not discount_ok(metrics[1]):
+        return f"metrics say unreachable {metrics[0]}, discounted {metrics[1]}"
+    return None
+
+
+def wait_verdict(
+    story: StoryLab,
+    unreachable: set[str],
+    discounted: Mapping[str, str | None],
+    what: str,
+    timeout_s: float = FINDING_S,
+) -> float:
+    """Poll until node1's headline and metrics agree with the expectation; seconds taken."""
+    started = time.monotonic()
+    why: str | None = "not asked yet"
+    while time.monotonic() < started + timeout_s:
+        why = verdict_disagrees(story, unreachable, discounted)
+        if why is None:
+            return time.monotonic() - started
+        time.sleep(0.5)
+    pytest.fail(f"the headline never said {what} within {timeout_s:g}s: {why}")
+
+
 def story_of(
     story: StoryLab,
     fault: list[str],
@@ -85,21 +188,36 @@ def story_of(
     *,
     evidence: str = "",
     clear_s: float = FINDING_S,
+    unreachable: tuple[str, ...] = (),
+    discounted: Mapping[str, str | None] | None = None,
+    headline_text: str = "",
 ) -> Finding:
     """Inject `fault`, wait until the top finding is one of `kinds` naming `nodes` (and,
-    when given, with evidence matching the regex `evidence`), clear the fault, wait until
-    no finding names those nodes; the finding seen."""
+    when given, with evidence matching the regex `evidence`) while node1's headline and
+    metrics find exactly `unreachable` unreachable and leave out the `discounted`
+    observers (and its status text says `headline_text`); clear the fault, wait until
+    no finding names those nodes and the headline is back to 5/5; the finding seen."""
     healthy(story)
+    wait_verdict(story, set(), {}, "5/5 before the fault")
     done = story.cli("fault", *fault)
     assert done.returncode == 0, done.stderr
     try:
         top = wait_findings(
             story, top_is(kinds, nodes, evidence), f"{kinds} on {nodes} ({evidence!r})"
         )[0]
+        wait_verdict(
+            story, set(unreachable), discounted or {}, f"{sorted(unreachable)} unreachable"
+        )
+        if headline_text:
+            text = story.cli("exec", "node1", "--", "meshhealth", "status").stdout
+            assert headline_text in text, text
+        assert top_is(kinds, nodes, evidence)(findings(story) or [])  # still the same
     finally:
         cleared = story.cli("fault", "clear")
         assert cleared.returncode == 0, cleared.stderr
     wait_findings(story, lambda f: all(x["nodes"] != nodes for x in f), f"{nodes} cleared", clear_s)
+    back_s = wait_verdict(story, set(), {}, "5/5 after the fault", clear_s)
+    print(f"\n{' '.join(fault)}: headline 5/5 again {back_s:.1f}s after the finding went")
     assert 0 < top["confidence"] <= 1 and top["evidence"]
     return top
 
@@ -115,6 +233,8 @@ def test_egress_drop_is_egress_blocked(story: StoryLab) -> None:
         ("egress-blocked",),
         ["lab1/node2"],
         evidence=r"its own probes fail to [34] of 4 targets",
+        discounted={"lab1/node2": "egress-blocked"},
+        headline_text="5/5 reachable (4 observers each); lab1/node2 cannot reach out",
     )
 
 
@@ -127,16 +247,24 @@ def test_ingress_drop_is_ingress_blocked(story: StoryLab) -> None:
         ("ingress-blocked",),
         ["lab1/node3"],
         evidence=r"from [34] of 4 observers",
+        unreachable=("lab1/node3",),
+        discounted={"lab1/node3": None},  # its own probes fail too: degraded, in time
     )
 
 
 def test_path_drop_is_one_path(story: StoryLab) -> None:
+    # node4 is reached by 3 of its 4 observers: reachable; the path is the finding
     story_of(story, ["path-drop", "node1", "node4"], ("path",), ["lab1/node1", "lab1/node4"])
 
 
 def test_partition_of_two_groups(story: StoryLab) -> None:
     top = story_of(
-        story, ["partition", "node1,node2"], ("partition",), ["lab1/node1", "lab1/node2"]
+        story,
+        ["partition", "node1,node2"],
+        ("partition",),
+        ["lab1/node1", "lab1/node2"],
+        unreachable=("lab1/node1", "lab1/node2"),
+        discounted={"lab1/node1": "partition", "lab1/node2": "partition"},
     )
     assert sorted(map(sorted, top["groups"])) == [
         ["lab1/node1", "lab1/node2"],
@@ -145,11 +273,25 @@ def test_partition_of_two_groups(story: StoryLab) -> None:
 
 
 def test_partition_of_one_node_is_node_isolated(story: StoryLab) -> None:
-    story_of(story, ["partition", "node5"], ("node-isolated",), ["lab1/node5"])
+    story_of(
+        story,
+        ["partition", "node5"],
+        ("node-isolated",),
+        ["lab1/node5"],
+        unreachable=("lab1/node5",),
+        discounted={"lab1/node5": "node-isolated"},
+        headline_text="4/5 reachable (4 observers each), 1 unreachable; lab1/node5 is cut off",
+    )
 
 
 def test_endpoint_forward_drop_is_endpoint_down(story: StoryLab) -> None:
-    story_of(story, ["endpoint-forward-drop", "node2"], ("endpoint-down",), ["lab1/node2"])
+    story_of(
+        story,
+        ["endpoint-forward-drop", "node2"],
+        ("endpoint-down",),
+        ["lab1/node2"],
+        unreachable=("lab1/node2",),
+    )
 
 
 def test_kill_agent_is_agent_down(story: StoryLab) -> None:
@@ -157,7 +299,35 @@ def test_kill_agent_is_agent_down(story: StoryLab) -> None:
     story_of(
         story, ["kill-agent", "node4"], ("agent-down",), ["lab1/node4"],
         clear_s=defaults.LEASE_TTL_S + FINDING_S,
+        unreachable=("lab1/node4",), discounted={"lab1/node4": None},
     )  # fmt: skip
+
+
+def test_kill_agent_and_a_path_drop_at_once(story: StoryLab) -> None:
+    """Two faults at once: node2's agent is killed and node4's path to node5 drops
+    everything. Both are named; node5, which 3 of its 4 observers reach, stays reachable
+    (a dead observer's last report, or one broken path, never sinks a healthy node)."""
+    healthy(story)
+    wait_verdict(story, set(), {}, "5/5 before the faults")
+    for fault in (["kill-agent", "node2"], ["path-drop", "node4", "node5"]):
+        done = story.cli("fault", *fault)
+        assert done.returncode == 0, done.stderr
+    try:
+
+        def both(f: list[Finding]) -> bool:
+            named = {(x["kind"], tuple(x["nodes"])) for x in f}
+            return {("agent-down", ("lab1/node2",)), ("path", ("lab1/node4", "lab1/node5"))} <= (
+                named
+            )
+
+        wait_findings(story, both, "agent-down lab1/node2 and path lab1/node4 -> lab1/node5")
+        wait_verdict(story, {"lab1/node2"}, {"lab1/node2": None}, "only node2 unreachable")
+    finally:
+        cleared = story.cli("fault", "clear")
+        assert cleared.returncode == 0, cleared.stderr
+    clear_s = defaults.LEASE_TTL_S + FINDING_S
+    healthy(story, clear_s)
+    wait_verdict(story, set(), {}, "5/5 after the faults", clear_s)
 
 
 def agent_state(story: StoryLab, node: str) -> str:
@@ -166,15 +336,6 @@ def agent_state(story: StoryLab, node: str) -> str:
     pid = state["processes"][f"agent/{node}"]["pid"]
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[0]
-
-
-def own_status(story: StoryLab, node: str) -> dict[str, Any] | None:
-    """`meshhealth status -o json` run on `node` (its own agent); None on errors."""
-    done = story.cli("exec", node, "--", "meshhealth", "status", "-o", "json")
-    if done.returncode != 0:
-        return None
-    doc: dict[str, Any] = json.loads(done.stdout)
-    return doc
 
 
 def lagging(doc: dict[str, Any] | None) -> bool:
@@ -206,6 +367,10 @@ def test_starve_names_the_starved_node(story: StoryLab) -> None:
             return top_is(("observer-degraded",), ["lab1/node3"], r"loop-lag")(f)
 
         wait_findings(story, named, "the starved node named observer-degraded")
+        # The headline never holds another node against the starved one's failures.
+        verdict = headline(story)
+        assert verdict is not None
+        assert set(verdict["node_states"]) <= {"lab1/node3"}, verdict
     finally:
         cleared = story.cli("fault", "clear")
     assert cleared.returncode == 0 and "agent of lab1/node3 runs freely again" in cleared.stdout
@@ -213,6 +378,7 @@ def test_starve_names_the_starved_node(story: StoryLab) -> None:
     assert "starve/" not in story.cli("status").stdout
     assert agent_state(story, "lab1/node3") != "T"
     healthy(story)
+    wait_verdict(story, set(), {}, "5/5 after the starved agent runs freely")
 
 
 def test_mtu_is_mtu_blackhole(story: StoryLab) -> None:
