@@ -9,12 +9,13 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from meshhealth import defaults
 from meshhealth.cli.invocation import this_program
 from meshhealth.lab import plan as P
 from meshhealth.lab import state as S
+from meshhealth.timefmt import parse_iso_time
 
 DESCRIPTION = """\
 Build a multi-node meshhealth lab on this Linux host (as root) from network namespaces:
@@ -307,11 +308,39 @@ def run_status(args: argparse.Namespace) -> int:
 
     try:
         st, plan = _load(args.prefix)
-        lines = control.status_lines(st, plan, set(netns_ops.list_netns()))
+        verdicts = cluster_health_lines(plan) if st.agents else []
+        lines = control.status_lines(st, plan, set(netns_ops.list_netns()), verdicts)
     except _errors() as exc:
         return _err(str(exc))
     print("\n".join(lines))
     return 0
+
+
+def cluster_health_lines(plan: P.LabPlan) -> list[str]:
+    """Each cluster's verdict, as `meshhealth status` prints it, from its first node's
+    agent (the same on every node: its aggregator's summary)."""
+    from meshhealth.cli.format_status import verdict_line
+    from meshhealth.documents.status_schema import StatusDocument
+    from meshhealth.lab.control import fetch_status
+
+    lines = []
+    for cluster in plan.clusters:
+        node = next(n for n in plan.nodes if n.cluster == cluster.name)
+        try:
+            doc = fetch_status(node.socket)
+        except (OSError, ValueError) as exc:
+            lines.append(f"Cluster health {cluster.name}:   no answer on {node.socket}: {exc}")
+            continue
+        now = parse_iso_time(doc["generated_at"]) if doc.get("generated_at") else None
+        for verdict in doc.get("cluster_health") or ():
+            if verdict.get("cluster") == cluster.name and verdict.get("source") == "summary":
+                local = len(plan.clusters) == 1
+                status = cast("StatusDocument", doc)
+                lines.append(verdict_line(verdict, status, local=local, now=now))
+                break
+        else:
+            lines.append(f"Cluster health {cluster.name}:   no cluster summary yet")
+    return lines
 
 
 def _exec(plan: P.LabPlan, node: P.NodePlan, cmd: list[str], st: S.LabState | None = None) -> int:

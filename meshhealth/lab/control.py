@@ -8,6 +8,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from meshhealth.lab import fault_targets as T
 from meshhealth.lab import plan as P
 from meshhealth.lab import state as S
 from meshhealth.lab.build import LabError, start_agent
+from meshhealth.timefmt import iso_time
 
 STATUS_PATH = "/v1/status"
 STARVE_KEY = "starve/"  # + lab1/node2: the helper of `fault starve` in st.processes
@@ -227,7 +229,8 @@ def _path_bad(addr: dict[str, Any] | None) -> list[str]:
 
 
 def health_line(doc: dict[str, Any]) -> str:
-    """One line per node for `lab status`: `4/4 reachable` plus what fails. Pure."""
+    """One line per node for `lab status`: its own probes, `4/4 reachable` plus what
+    fails (the cluster's verdict is the `Cluster health:` line above them). Pure."""
     s = doc["summary"]
     text = f"{s['reachable']}/{s['total']} reachable"
     plan = doc.get("probe_plan")
@@ -259,7 +262,14 @@ def process_lines(st: S.LabState) -> list[str]:
     return lines
 
 
-def status_lines(st: S.LabState, plan: P.LabPlan, present_netns: set[str]) -> list[str]:
+def status_lines(
+    st: S.LabState,
+    plan: P.LabPlan,
+    present_netns: set[str],
+    verdict_lines: Sequence[str] = (),
+) -> list[str]:
+    """What `lab status` prints; `verdict_lines`: each cluster's `Cluster health:` line
+    (the caller formats them as `meshhealth status` does), before each node's own."""
     ns_ok = sum(1 for n in plan.netns_names if n in present_netns)
     lines = [
         f"lab {st.prefix}: {st.phase}, {len(plan.clusters)} cluster(s) x {st.nodes} node(s), "
@@ -279,11 +289,12 @@ def status_lines(st: S.LabState, plan: P.LabPlan, present_netns: set[str]) -> li
     ]
     if st.faults:
         lines.append("faults:")
-        lines += [f"  {f.kind} on {f.target} (since {time.ctime(f.since)})" for f in st.faults]
+        lines += [f"  {f.kind} on {f.target} (since {iso_time(f.since)})" for f in st.faults]
     else:
         lines.append("faults: none")
     if st.agents:
-        lines.append("health (as each node sees it):")
+        lines += verdict_lines
+        lines.append("direct targets (each node's own probes):")
         for node in plan.nodes:
             try:
                 line = health_line(fetch_status(node.socket))
