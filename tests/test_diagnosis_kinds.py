@@ -55,6 +55,10 @@ CASES: list[tuple[str, MatrixView, list[tuple[str, tuple[str, ...]]]]] = [
      [("agent-down", _n("d"))]),
     ("agent-down, report still fresh", mesh(ABCD, cells=column("d", ABCD, "agent")),
      [("agent-down", _n("d"))]),
+    # its dying round lost its probe of a: the dead agent's last report, not a path
+    ("agent-down, its last report fails one path", mesh(ABCD, cells={
+        **column("d", ABCD, "agent"), ("d", "a"): "down"}),
+     [("agent-down", _n("d"))]),
     # host paths fine, the health endpoint fails
     ("endpoint-down", mesh(ABCD, cells=column("d", ABCD, "endpoint")),
      [("endpoint-down", _n("d"))]),

@@ -13,7 +13,8 @@ In order:
    target whose secondary addresses fail while its primary ones answer is a `path`
    finding too (families.py); but HTTP to an
    agent whose own report says `loop-lag` failing from one observer is its starvation
-   (named below), not that path's fault;
+   (named below), not that path's fault, and a path from an observer named
+   agent-down or node-down is its dead agent's last report, not a path;
 4. observers whose own report says they are unwell, or whose report is stale while
    their agent answers, are `observer-degraded` (unless already named); but one whose
    only reason is `targets-failing` while others reach it (ICMP and HTTP to its agent)
@@ -81,6 +82,12 @@ def diagnose(
         if layer is Layer.AGENT:  # a starved agent answers late: not the path's fault
             paths = tuple(p for p in paths if p[1] not in lagging)
         findings += [_path_finding(layer, pair, evidence) for pair in paths]
+    # A dead observer's last report (its agent named down) is not evidence of a path: the
+    # probes its dying round lost are its own.
+    down = {
+        f.nodes[0] for f in findings if f.kind in (FindingKind.AGENT_DOWN, FindingKind.NODE_DOWN)
+    }
+    findings = [f for f in findings if f.kind is not FindingKind.PATH or f.nodes[0] not in down]
     named = {node for finding in findings for node in finding.nodes}
     findings += secondary_findings(
         view.cells, degraded=grid.degraded.keys(), named=named,
