@@ -65,6 +65,28 @@ class Lease:
         await self.etcd.lease_revoke(self.lease_id)
 
 
+class Health:
+    """An agent's own health as the election reads it (the agent's LocalHealthMonitor
+    flips `fit` after a round; here the test does)."""
+
+    def __init__(self) -> None:
+        self.fit = True
+        self.changes = 0
+        self._changed = trio.Event()
+
+    def set_fit(self, fit: bool) -> None:
+        if fit != self.fit:
+            self.fit = fit
+            self.changes += 1
+            self._changed.set()
+            self._changed = trio.Event()
+
+    async def wait_changed(self, seen: int) -> int:
+        while self.changes == seen:
+            await self._changed.wait()
+        return self.changes
+
+
 @dataclass
 class Agent:
     """The cluster view of one agent: its own etcd client, lease, election, aggregator
@@ -73,6 +95,7 @@ class Agent:
     name: str
     etcd: Etcd
     lease: Lease
+    health: Health
     election: AggregatorElection
     aggregator: Aggregator
     follower: SummaryFollower
@@ -99,11 +122,14 @@ async def agent(
         watched: list[str] = []
         _record_watches(etcd, watched)
         lease = Lease(etcd)
-        election = AggregatorElection(etcd, lease, cluster=cluster, node=name)
+        health = Health()
+        election = AggregatorElection(
+            etcd, lease, health, cluster=cluster, node=name, unfit_grace_s=UNFIT_GRACE_S
+        )
         aggregator = Aggregator(etcd, election, cluster=cluster, node=name, debounce_s=0.1)
         follower = SummaryFollower(lambda: [(cluster, etcd)])
         scope = trio.CancelScope()
-        me = Agent(name, etcd, lease, election, aggregator, follower, watched, scope)
+        me = Agent(name, etcd, lease, health, election, aggregator, follower, watched, scope)
 
         async def run() -> None:
             with scope:
@@ -164,6 +190,41 @@ async def test_one_holder_and_a_takeover_when_it_crashes(etcd_server: EtcdServer
             what="the other agent learns the new holder",
         )
         assert new.election.terms == 1
+        nursery.cancel_scope.cancel()
+
+
+UNFIT_GRACE_S = 1.0
+
+
+async def test_an_unwell_holder_hands_over_and_a_lone_unwell_agent_still_aggregates(
+    etcd_server: EtcdServer,
+) -> None:
+    """A holder that turns unwell (degraded: its own probes fail, a cut-off node) gives
+    the claim up and a healthy agent takes it at once, not after the lease TTL; an
+    unwell agent waits its grace before it claims, and claims when nobody else does."""
+    async with (
+        trio.open_nursery() as nursery,
+        agent(nursery, etcd_server.endpoint, "node1") as a1,
+        agent(nursery, etcd_server.endpoint, "node2") as a2,
+    ):
+        await poll_until(lambda: len(leaders([a1, a2])) == 1, 20, what="a holder")
+        holder, other = (a1, a2) if a1.election.leading else (a2, a1)
+        start = trio.current_time()
+        holder.health.set_fit(False)
+        await poll_until(lambda: other.election.leading, 10, what="the healthy agent takes over")
+        assert trio.current_time() - start < TTL_S  # given up, not expired
+        assert holder.election.resignations == 1 and not holder.election.leading
+        await poll_until(
+            lambda: holder.election.holder == other.name, 10, what="the unwell one knows"
+        )
+        # The healthy one leaves; the unwell one is alone and aggregates after its grace.
+        other.scope.cancel()
+        await other.lease.leave()
+        start = trio.current_time()
+        await poll_until(lambda: holder.election.leading, 10, what="the lone unwell agent")
+        assert trio.current_time() - start >= UNFIT_GRACE_S * 0.9
+        # Held while unwell: no hand-over loop without a change of health.
+        assert holder.election.resignations == 1
         nursery.cancel_scope.cancel()
 
 

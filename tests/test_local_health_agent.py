@@ -85,6 +85,21 @@ def test_the_score_the_stretch_and_the_degraded_time() -> None:
     }  # fmt: skip
 
 
+async def test_fitness_changes_only_when_degraded_flips() -> None:
+    """What the aggregator election waits on: `fit` and one change per flip."""
+    monitor = LocalHealthMonitor(etcd_up=lambda: True, own=("c", "n1"), interval_s=10.0)
+    monitor.after_round(_round(set()), now=NOW)
+    assert monitor.fit and monitor.changes == 0
+    failing = {"n2", "n3", "n4", "n5"}
+    monitor.after_round(_round(failing), now=NOW + 10)
+    assert not monitor.fit and monitor.changes == 1
+    monitor.after_round(_round(failing), now=NOW + 20)  # still degraded: no change
+    assert monitor.changes == 1
+    assert await monitor.wait_changed(0) == 1  # a change already seen returns at once
+    monitor.after_round(_round(set()), now=NOW + 30)
+    assert monitor.fit and monitor.changes == 2
+
+
 class _Publisher:
     def __init__(self) -> None:
         self.marks: list[LocalHealthMark] = []

@@ -249,7 +249,12 @@ def build_components(
 
     verdicts = PathVerdicts(interval_s=config.interval_s)
     results = ProbeResults(local, window=config.stats_window, verdicts=verdicts)
-    election = AggregatorElection(etcd, registrar, cluster=config.cluster, node=config.node)
+    health = LocalHealthMonitor(
+        etcd_up=lambda: etcd.health.up,
+        own=(config.cluster, config.node),
+        interval_s=config.interval_s,
+    )
+    election = AggregatorElection(etcd, registrar, health, cluster=config.cluster, node=config.node)
     aggregator = Aggregator(
         etcd,
         election,
@@ -273,11 +278,6 @@ def build_components(
     history = PathHistory()
     sink = RoundSink(results, metrics, publisher, feed, history)
     verdicts.on_change = sink.on_verdicts
-    health = LocalHealthMonitor(
-        etcd_up=lambda: etcd.health.up,
-        own=(config.cluster, config.node),
-        interval_s=config.interval_s,
-    )
     sink.local_health = health
     probe_round = partial(
         run_round,

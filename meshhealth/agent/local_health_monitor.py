@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import trio
+
 from meshhealth import defaults
 from meshhealth.diagnosis.local_health import (
     LocalSignals,
@@ -105,6 +107,8 @@ class LocalHealthMonitor:
         self.interval_s = interval_s
         self.state = LocalHealthState()
         self._lag_s = 0.0
+        self.changes = 0  # moves when `degraded` flips (`fit`, for the aggregator claim)
+        self._changed = trio.Event()
 
     def note_lag(self, lag_s: float) -> None:
         """How late the loop woke up (the worst since the last round counts)."""
@@ -114,8 +118,24 @@ class LocalHealthMonitor:
         targets, failing = failing_targets(report, self.own)
         signals = LocalSignals(self._lag_s, targets, failing, self._etcd_up())
         self._lag_s = 0.0
-        self.state = local_health(signals, now=now, before=self.state)
+        before = self.state
+        self.state = local_health(signals, now=now, before=before)
+        if self.state.degraded != before.degraded:
+            self.changes += 1
+            self._changed.set()
+            self._changed = trio.Event()
         return self.state
+
+    @property
+    def fit(self) -> bool:
+        """This agent may aggregate its cluster: it is not degraded."""
+        return not self.state.degraded
+
+    async def wait_changed(self, seen: int) -> int:
+        """Wait until `changes` differs from `seen` (`degraded` flipped); the new count."""
+        while self.changes == seen:
+            await self._changed.wait()
+        return self.changes
 
     def timeout_s(self, timeout_s: float) -> float:
         """`timeout_s` stretched by the multiplier, within the interval's bound."""

@@ -10,8 +10,11 @@ The claim is written with a put-if-absent transaction under this node's lease (t
 registrar's), so it vanishes with the holder: a clean shutdown revokes the lease (the
 key goes at once), a crash lets it expire (within the lease TTL). Every agent that does
 not hold it watches that one key and tries again when it is deleted; the holder watches
-it too, and tries again with its new lease when the registrar re-registers. Nothing is
-polled: the watch, the registrar's `wait_changed` and etcd's health say when to act.
+it too, and tries again with its new lease when the registrar re-registers. An agent
+that becomes unwell (its local health: degraded) deletes its claim, and an unwell agent
+waits AGGREGATOR_UNFIT_GRACE_S before it claims a free key, so a healthy one aggregates.
+Nothing is polled: the watch, the registrar's and the local health's `wait_changed` and
+etcd's health say when to act.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ import trio
 from meshhealth import defaults, keys, summary_codec
 from meshhealth.kvstore import (
     Backoff,
+    Delete,
     Etcd,
     EtcdError,
     EventKind,
     Get,
     KeyAbsent,
+    LeaseIs,
     Put,
     ResyncNeeded,
     WatchEvent,
@@ -54,6 +59,21 @@ class LeaseHolder(Protocol):
         ...
 
 
+class Fitness(Protocol):
+    """What the election needs of the agent's own health: whether it may aggregate (it is
+    not degraded), and word when that changes."""
+
+    @property
+    def fit(self) -> bool: ...
+
+    @property
+    def changes(self) -> int: ...
+
+    async def wait_changed(self, seen: int) -> int:
+        """Return (the new change count) once `fit` may have changed."""
+        ...
+
+
 class AggregatorElection:
     """Campaigns for this cluster's aggregator claim as long as it runs.
 
@@ -66,13 +86,17 @@ class AggregatorElection:
         self,
         etcd: Etcd,
         registrar: LeaseHolder,
+        fitness: Fitness,
         *,
         cluster: str,
         node: str,
         clock: Callable[[], float] = time.time,
+        unfit_grace_s: float = defaults.AGGREGATOR_UNFIT_GRACE_S,
     ) -> None:
         self.etcd = etcd
         self.registrar = registrar
+        self.fitness = fitness
+        self.unfit_grace_s = unfit_grace_s
         self.cluster = cluster
         self.node = node
         self.key = keys.aggregator_key(cluster)
@@ -82,6 +106,7 @@ class AggregatorElection:
         self.holder: str | None = None
         self.holder_since: float | None = None
         self.terms = 0
+        self.resignations = 0  # claims given up because this agent became unwell
         self.changes = 0
         self._changed = trio.Event()
 
@@ -119,10 +144,17 @@ class AggregatorElection:
                     seen = await self.registrar.wait_changed(seen)
                     continue
                 seen = self.registrar.changes
+                fitness_seen = self.fitness.changes
                 try:
+                    if not self.fitness.fit:
+                        if self.leading:  # unwell now: a healthy agent takes over
+                            await self._resign(lease_id)
+                        with trio.move_on_after(self.unfit_grace_s):
+                            await self.fitness.wait_changed(fitness_seen)
+                        fitness_seen = self.fitness.changes
                     revision = await self._campaign(lease_id)
                     backoff.reset()
-                    await self._hold_or_watch(revision, seen)
+                    await self._hold_or_watch(revision, seen, fitness_seen)
                 except (EtcdError, ResyncNeeded) as error:
                     log.warning("aggregator claim of %s: %s (retrying)", self.cluster, error)
                     with trio.move_on_after(backoff.next_delay_s()):
@@ -165,8 +197,9 @@ class AggregatorElection:
             log.warning("aggregator claim %s does not decode: %s", self.key, error)
             return None
 
-    async def _hold_or_watch(self, revision: int, registrar_seen: int) -> None:
-        """Return when the claim is deleted (or nobody held it) or our lease changed."""
+    async def _hold_or_watch(self, revision: int, registrar_seen: int, fitness_seen: int) -> None:
+        """Return when the claim is deleted (or nobody held it), our lease changed, or
+        (while we hold it) our health changed."""
         if self.holder is None and not self.leading:
             return
         async with trio.open_nursery() as nursery:
@@ -179,8 +212,24 @@ class AggregatorElection:
                 await self.registrar.wait_changed(registrar_seen)
                 nursery.cancel_scope.cancel()
 
+            async def until_unwell() -> None:  # it turns unwell while holding the claim
+                seen, was_fit = fitness_seen, self.fitness.fit
+                while not (self.leading and was_fit and not self.fitness.fit):
+                    was_fit = self.fitness.fit
+                    seen = await self.fitness.wait_changed(seen)
+                nursery.cancel_scope.cancel()
+
             nursery.start_soon(until_deleted)
             nursery.start_soon(until_new_lease)
+            nursery.start_soon(until_unwell)
+
+    async def _resign(self, lease_id: int) -> None:
+        """Delete our claim (only while it is still under our lease)."""
+        result = await self.etcd.txn([LeaseIs(self.key, lease_id)], [Delete(self.key)])
+        if result.succeeded:
+            self.resignations += 1
+            log.info("giving up the aggregator claim of %s: this agent is unwell", self.cluster)
+        self._set(leading=False, holder=None, since=None)
 
     async def _watch_claim(self, revision: int) -> None:
         async with self.etcd.watch_prefix(self.key, start_revision=revision + 1) as watch:
