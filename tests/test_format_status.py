@@ -221,6 +221,8 @@ def test_a_finding_contradicted_by_newer_probes_is_marked_stale() -> None:
         findings=(
             SummaryFinding("mtu-blackhole", ("lab1/node2",), 0.8, 0.0, "big probes lost"),
             SummaryFinding("mtu-blackhole", ("lab1/node3",), 0.8, 0.0, "big probes lost"),
+            # this node itself: its probes of itself do not cross the network
+            SummaryFinding("endpoint-down", ("lab1/node1",), 0.8, 0.0, "endpoint fails"),
         ),
     )
     doc = build_status_document(
@@ -233,6 +235,7 @@ def test_a_finding_contradicted_by_newer_probes_is_marked_stale() -> None:
         "(stale: this node's newer probes of lab1/node2 pass)"
     )
     assert "stale" not in by_node["lab1/node3"]
+    assert "stale" not in by_node["lab1/node1"]
     # a summary newer than the probes: nothing is contradicted
     fresh = replace(old, generated_at=status_stories.PROBE_TIME + 5)
     doc = build_status_document(

@@ -220,10 +220,9 @@ def _contradicted_by(inputs: StatusInputs, finding: FindingDocument, since: floa
     if paths is None or not finding["nodes"]:
         return None
     target = finding["nodes"][-1]
-    if finding["kind"] == "path" and finding["nodes"][0] != (
-        f"{inputs.local.cluster}/{inputs.local.name}"
-    ):
-        return None
+    me = f"{inputs.local.cluster}/{inputs.local.name}"
+    if target == me or (finding["kind"] == "path" and finding["nodes"][0] != me):
+        return None  # its own probes of itself do not cross the network
     cluster, _, node = target.partition("/")
     seen = [
         inputs.summaries.get(PathKey(cluster, node, target_type, protocol))
