@@ -15,6 +15,7 @@ from meshhealth.diagnosis.suspicion import (
     SuspicionParams,
     confirm,
     observe,
+    path_broken,
     remaining_suspicion_s,
     suspicion_floor_s,
     suspicion_params,
@@ -193,6 +194,21 @@ def test_confirm_never_settles_after_one_failure_nor_touches_ok() -> None:
     assert later.verdict is PathVerdict.SUSPECT
     ok = observe(PathSuspicion(), ok=True, now=T0, params=P)
     assert confirm(ok, now=T0 + 100, params=P, confirmers={"x"}) == ok
+
+
+def test_a_helper_that_reaches_the_target_settles_a_path_that_failed_twice() -> None:
+    """The second opinion for a one-observer path: two failures in a row and a helper
+    that reaches the target make it unreachable at once (not after the ceiling); one
+    lost probe, an ok or an already unreachable path stay as they are."""
+    once = observe(PathSuspicion(), ok=False, now=T0, params=P)
+    assert path_broken(once, now=T0 + 1, params=P) == once
+    twice = observe(once, ok=False, now=T0 + 2, params=P)
+    assert twice.verdict is PathVerdict.SUSPECT  # 2 s < the floor: no verdict yet
+    broken = path_broken(twice, now=T0 + 3, params=P)
+    assert (broken.verdict, broken.since) == (PathVerdict.UNREACHABLE, T0 + 3)
+    assert path_broken(broken, now=T0 + 9, params=P) == broken
+    ok = observe(PathSuspicion(), ok=True, now=T0, params=P)
+    assert path_broken(ok, now=T0 + 1, params=P) == ok
 
 
 def test_ok_keeps_its_since() -> None:

@@ -191,3 +191,15 @@ def confirm(
         return state
     more = replace(state, confirmers=state.confirmers | frozenset(confirmers))
     return _settle(more, now, params, possible_confirmers)
+
+
+def path_broken(state: PathSuspicion, *, now: float, params: SuspicionParams) -> PathSuspicion:
+    """A second opinion for a path only this node observes: a helper's indirect probe
+    reached the target while this path failed `min_failures` times in a row, so the
+    path from this node is broken, not the target: `unreachable` now, without waiting
+    for confirmations no other observer can give. Fewer failures (one lost probe, this
+    node's own noise) or a path that is not suspect: unchanged. The caller asks only
+    while this agent is well (an unwell observer's failures are its own)."""
+    if state.verdict is not PathVerdict.SUSPECT or state.failures < params.min_failures:
+        return state
+    return replace(state, verdict=PathVerdict.UNREACHABLE, since=now)
