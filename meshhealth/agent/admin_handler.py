@@ -99,7 +99,7 @@ class AgentAdminHandler:
         return doc
 
     def _status_inputs(self) -> StatusInputs:
-        report = self.loop.last_report
+        report = self.loop.progress.last_report
         now = time.time()
         if report is not None:
             targets, plan = report.targets, report.plan
@@ -114,17 +114,17 @@ class AgentAdminHandler:
             probe_interval_s=self.identity.interval_s,
             etcd=etcd_state(self.members.etcd),
             round=RoundState(
-                running=self.loop.running,
+                running=self.loop.progress.running,
                 last_started_at=report.started_at if report is not None else None,
                 last_duration_s=report.duration_s if report is not None else None,
-                completed=self.loop.rounds_finished,
+                completed=self.loop.progress.rounds_finished,
             ),
             now=now,
             clusters=cluster_states(self.mesh),
             verdicts=self.results.verdict_states(),
             local_health=(
                 None
-                if self.local_health is None or self.loop.last_report is None
+                if self.local_health is None or self.loop.progress.last_report is None
                 else self.local_health.document()
             ),
             cluster_summaries=self.summaries.summaries() if self.summaries else {},

@@ -59,7 +59,7 @@ from meshhealth.agent.metric_readings import read_at_scrape
 from meshhealth.agent.path_history import PathHistory
 from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.agent.probe_results import ProbeResults
-from meshhealth.agent.prober_loop import ProberLoop
+from meshhealth.agent.prober_loop import ProberLoop, RoundProgress
 from meshhealth.agent.round_sink import RoundSink
 from meshhealth.agent.serving.feed_server import FeedHub
 from meshhealth.documents.status import LocalNode
@@ -295,6 +295,7 @@ def build_components(
         return await probe_round(targets, timeout_s=health.timeout_s(config.timeout_s))
 
     loop = ProberLoop(
+        RoundProgress(),
         probe_set=members.for_round,
         run_round=stretched_round,
         interval_s=config.interval_s,
