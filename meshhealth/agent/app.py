@@ -82,8 +82,8 @@ def web_data(parts: AgentComponents) -> WebData:
     return WebData(
         local=(parts.config.cluster, parts.config.node),
         interval_s=parts.config.interval_s,
-        status=parts.admin.status_document,
-        read_matrix=parts.admin.read_matrix,
+        status=parts.status.document,
+        read_matrix=parts.matrix.read,
         history=parts.history,
         feed=parts.feed,
     )

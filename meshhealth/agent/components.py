@@ -13,7 +13,9 @@ Who holds what:
   of results), `verdicts` (each path's suspicion: ok, suspect, unreachable; fed through
   `results`, confirmed by other observers and indirect probes), `sink` (what follows
   each result and each round);
-- serving: `admin` (the admin API's answers), `feed` (the live feed's hub), `registry`
+- serving: `status` (the status document, from what the others hold), `admin` (the
+  admin API's answers), `matrix` (the matrix read on request), `feed` (the live feed's
+  hub), `registry`
   (what /metrics exposes), `responder_stats` (the /hello responder), `history` (an hour
   of one-minute summaries per own path, for the web page);
 - `endpoint`: the health endpoint supervisor (None without a HealthIP or in mode none);
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from meshhealth import __version__, defaults
-from meshhealth.agent.admin_handler import AgentAdminHandler, AgentIdentity
+from meshhealth.agent.admin_handler import AgentAdminHandler
 from meshhealth.agent.agent_metrics import AgentMetrics, agent_metrics
 from meshhealth.agent.cluster_view.aggregator import Aggregator
 from meshhealth.agent.cluster_view.election import AggregatorElection
@@ -48,6 +50,7 @@ from meshhealth.agent.indirect_policy import IndirectCheck, check_notes
 from meshhealth.agent.indirect_probes import IndirectProbes, confirm_suspicion, make_asker
 from meshhealth.agent.indirect_server import IndirectServer
 from meshhealth.agent.local_health_monitor import LocalHealthMonitor
+from meshhealth.agent.matrix_reader import MatrixReader
 from meshhealth.agent.membership.clustermesh import ClusterMesh, RemoteSpec, default_cluster_id
 from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.agent.membership.peer_nodes import PeerNodes
@@ -62,6 +65,7 @@ from meshhealth.agent.probe_results import ProbeResults
 from meshhealth.agent.prober_loop import ProberLoop, RoundProgress
 from meshhealth.agent.round_sink import RoundSink
 from meshhealth.agent.serving.feed_server import FeedHub
+from meshhealth.agent.status_source import AgentIdentity, StatusSource
 from meshhealth.documents.status import LocalNode
 from meshhealth.kvstore import Etcd
 from meshhealth.metrics import Registry
@@ -90,6 +94,8 @@ class AgentComponents:
     feed: FeedHub
     sink: RoundSink
     loop: ProberLoop
+    status: StatusSource
+    matrix: MatrixReader
     admin: AgentAdminHandler
     responder_stats: ResponderStats
     endpoint: HealthEndpoint | None
@@ -122,7 +128,7 @@ def build_indirect(
     members: ProbeTargets,
     metrics: AgentMetrics,
     results: ProbeResults,
-    admin: AgentAdminHandler,
+    matrix: MatrixReader,
     verdicts: PathVerdicts,
 ) -> tuple[IndirectServer, IndirectProbes]:
     """Both sides of indirect probes (docs/indirect-probes.md)."""
@@ -158,7 +164,7 @@ def build_indirect(
         deadline_s=probe_budget_s(config) + defaults.INDIRECT_ANSWER_MARGIN_S,
         counters=metrics.indirect,
         helpers=config.indirect_helpers,
-        read_matrix=admin.read_matrix,
+        read_matrix=matrix.read,
         matrix_max_age_s=config.interval_s,
         on_checks=show,
         on_check=confirm_suspicion(verdicts),
@@ -269,15 +275,25 @@ def build_components(
     summaries.on_change = summaries_changed
     metrics.aggregating.labels().read_from(lambda: 1.0 if election.leading else 0.0)
 
-    feed = FeedHub(results)
-    history = PathHistory()
-    sink = RoundSink(results, metrics, publisher, feed, history)
-    verdicts.on_change = sink.on_verdicts
     health = LocalHealthMonitor(
         etcd_up=lambda: etcd.health.up,
         own=(config.cluster, config.node),
         interval_s=config.interval_s,
     )
+    progress = RoundProgress()
+    status = StatusSource(
+        identity,
+        results=results,
+        progress=progress,
+        members=members,
+        mesh=mesh,
+        health=health,
+        summaries=summaries,
+    )
+    feed = FeedHub(results, status.document)
+    history = PathHistory()
+    sink = RoundSink(results, metrics, publisher, feed, history)
+    verdicts.on_change = sink.on_verdicts
     sink.local_health = health
     probe_round = partial(
         run_round,
@@ -295,27 +311,15 @@ def build_components(
         return await probe_round(targets, timeout_s=health.timeout_s(config.timeout_s))
 
     loop = ProberLoop(
-        RoundProgress(),
+        progress,
         probe_set=members.for_round,
         run_round=stretched_round,
         interval_s=config.interval_s,
         on_round=sink.on_round,
         on_lag=health.note_lag,
     )
-    admin = AgentAdminHandler(
-        identity,
-        results=results,
-        loop=loop,
-        members=members,
-        registrar=registrar,
-        mesh=mesh,
-        invalid_health=metrics.invalid_values_of("health"),
-        summaries=summaries,
-    )
-    admin.local_health = health
-    # The feed's snapshot and round messages are status documents: the admin handler
-    # builds them, and it is built after the loop that feeds the hub.
-    feed.status = admin.status_document
+    matrix = MatrixReader(members, metrics.invalid_values_of("health"))
+    admin = AgentAdminHandler(status, loop=loop, registrar=registrar, matrix=matrix)
 
     endpoint = endpoint_from_config(config, netns=config.health_netns)
     routes: RouteProgrammer | None = None
@@ -333,7 +337,7 @@ def build_components(
         members=members,
         metrics=metrics,
         results=results,
-        admin=admin,
+        matrix=matrix,
         verdicts=verdicts,
     )
     sink.indirect = indirect
@@ -356,6 +360,8 @@ def build_components(
         feed=feed,
         sink=sink,
         loop=loop,
+        status=status,
+        matrix=matrix,
         admin=admin,
         responder_stats=ResponderStats(),
         endpoint=endpoint,
