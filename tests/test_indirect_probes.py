@@ -147,7 +147,13 @@ async def test_findings_show_in_status_and_its_text(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     probes = IndirectProbes(OWN, live=lambda: TARGETS, ask=Helpers(), deadline_s=2.0)
-    results = ProbeResults(LocalNode("c1", "me", "10.0.0.1", None), window=5)
+    results = ProbeResults(
+        LocalNode("c1", "me", "10.0.0.1", None),
+        window=5,
+        verdicts=PathVerdicts(
+            interval_s=10.0, failing_observers=lambda cluster, node: 0, clock=lambda: 1000.0
+        ),
+    )
     report = _round({"b"})
     results.finish_round(report)
     await probes.check(B, [_key("b")])
@@ -159,7 +165,8 @@ async def test_findings_show_in_status_and_its_text(
     assert icmp["indirect"]["conclusion"] == "path-broken"
     assert icmp["indirect"]["reachable_via"] == ["c1/a"]
     assert path_line(icmp, verbose=False, now=None) == (
-        "Connection timed out; reachable via a: path from this node broken"
+        "Connection timed out (suspect since 1970-01-01T00:16:40Z); "
+        "reachable via a: path from this node broken"
     )
     # A failing path without findings, and an OK path, have no `indirect`.
     assert "indirect" not in b["host"]["primary_address"]["http"]
@@ -173,7 +180,9 @@ async def test_target_down_confirms_the_paths_suspicion(
     """A `target-down` check counts each helper that failed the path as a confirmation of
     its suspicion; `path-broken` confirms nothing."""
     d = Target("c1", "d", "10.0.0.5")
-    verdicts = PathVerdicts(interval_s=1.0, clock=lambda: 100.0)
+    verdicts = PathVerdicts(
+        interval_s=1.0, failing_observers=lambda cluster, node: 0, clock=lambda: 100.0
+    )
     verdicts.finish_round((OWN, A, B, C, d))
     verdicts.observe(_key("d"), ok=False)
     assert verdicts.get(_key("d")).verdict is PathVerdict.SUSPECT  # type: ignore[union-attr]

@@ -2,7 +2,7 @@
 
     indirect = IndirectProbes(own, live=members.targets, ask=ask_helper, ...)
     await nursery.start(indirect.run)
-    indirect.note_round(report)        # the round sink, after each round (never blocks)
+    indirect.note_round(report)        # the agent object, after each round (never blocks)
     indirect.checks                    # PathKey -> IndirectCheck, for failing paths
 
 After each round, every other node with a failed path is checked (at most `max_checks`
