@@ -17,6 +17,7 @@ import trio.testing
 from meshhealth.agent.admin_handler import AgentAdminHandler
 from meshhealth.agent.agent_metrics import agent_metrics
 from meshhealth.agent.cluster_view.follower import SummaryFollower
+from meshhealth.agent.indirect_probes import IndirectProbes
 from meshhealth.agent.local_health_monitor import LocalHealthMonitor
 from meshhealth.agent.matrix_reader import MatrixReader
 from meshhealth.agent.membership.publisher import WELL, LocalHealthMark
@@ -229,10 +230,20 @@ def test_every_part_is_given_at_construction(part: type) -> None:
         assert type(None) not in typing.get_args(hints[parameter.name]), parameter
 
 
-@pytest.mark.parametrize("part", [ProbeResults, PathVerdicts])
-def test_the_record_and_the_verdicts_need_their_sources(part: type) -> None:
+@pytest.mark.parametrize(
+    ("part", "sources"),
+    [
+        (ProbeResults, {"verdicts"}),
+        (PathVerdicts, {"failing_observers"}),
+        (LocalHealthMonitor, {"etcd_up", "own"}),
+        (IndirectProbes, {"read_matrix"}),
+    ],
+)
+def test_the_parts_need_their_sources(part: type, sources: set[str]) -> None:
+    """What the agent's parts read from the others is required and never None."""
     hints = typing.get_type_hints(part.__init__)
-    for name in {"verdicts", "failing_observers"} & set(hints):
+    assert sources <= set(hints)
+    for name in sources:
         assert type(None) not in typing.get_args(hints[name]), name
         assert inspect.signature(part).parameters[name].default is inspect.Parameter.empty
 
