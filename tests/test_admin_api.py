@@ -19,7 +19,8 @@ import trio.testing
 
 from meshhealth.admin_client import AdminUnavailable, admin_request, socket_path_from_host
 from meshhealth.agent.prober_loop import ProberLoop, RoundProgress
-from meshhealth.agent.serving.admin_api import AdminSocketError, serve_admin_api
+from meshhealth.agent.serving.admin_api import serve_admin_api
+from meshhealth.agent.serving.unix_socket import AdminSocketError
 from meshhealth.cli import main
 from meshhealth.documents.status import build_status_document
 from meshhealth.model import RoundReport, Target

@@ -38,9 +38,10 @@ from meshhealth.agent.etcd_access import agent_etcd_access
 from meshhealth.agent.membership.clustermesh import MeshConfigError
 from meshhealth.agent.membership.mesh_dir import load_remote_specs
 from meshhealth.agent.membership.registrar import NodeNameTaken
-from meshhealth.agent.serving.admin_api import AdminSocketError, serve_admin_api
+from meshhealth.agent.serving.admin_api import serve_admin_api
 from meshhealth.agent.serving.feed_server import serve_feed_tcp, serve_feed_unix
 from meshhealth.agent.serving.metrics_server import serve_metrics
+from meshhealth.agent.serving.unix_socket import AdminSocketError
 from meshhealth.agent.serving.web_server import WebData, serve_web
 from meshhealth.documents.feed import feed_socket_path
 from meshhealth.kvstore import open_etcd
