@@ -56,4 +56,7 @@ async def test_metrics_count_where_things_happen(etcd_server: EtcdServer) -> Non
             health_writes = 'meshhealth_kvstore_writes_total{key_kind="health"}'
             assert sample(text, health_writes) == 1
             assert parts.feed.stats.messages_built == 0
+            # One record of results: the agent's, which the status and the feed read.
+            assert parts.agent.results.summaries
+            assert parts.status.results is parts.agent.results is parts.feed.results
             nursery.cancel_scope.cancel()
