@@ -232,7 +232,7 @@ def lost_probe() -> StatusInputs:
     """One ICMP probe to node3 was lost in the newest round: the agent's verdict is
     `suspect` (for 3 s), not `unreachable`; every other path is OK."""
     fault = {("node3", TargetType.NODE, Protocol.ICMP): TIMEOUT}
-    verdicts = PathVerdicts(interval_s=INTERVAL_S)
+    verdicts = PathVerdicts(interval_s=INTERVAL_S, failing_observers=lambda cluster, node: 0)
     verdicts.finish_round(TARGETS)
     for round_index in range(ROUNDS):
         started_at = PROBE_TIME - (ROUNDS - 1 - round_index) * INTERVAL_S

@@ -18,8 +18,9 @@ import trio
 import trio.testing
 
 from meshhealth.admin_client import AdminUnavailable, admin_request, socket_path_from_host
-from meshhealth.agent.prober_loop import ProberLoop
-from meshhealth.agent.serving.admin_api import AdminSocketError, serve_admin_api
+from meshhealth.agent.prober_loop import ProberLoop, RoundProgress
+from meshhealth.agent.serving.admin_api import serve_admin_api
+from meshhealth.agent.serving.unix_socket import AdminSocketError
 from meshhealth.cli import main
 from meshhealth.documents.status import build_status_document
 from meshhealth.model import RoundReport, Target
@@ -40,7 +41,9 @@ class FakeAgent:
     loop: ProberLoop = field(init=False)
 
     def __post_init__(self) -> None:
-        self.loop = ProberLoop(probe_set=lambda now: [], run_round=self._round, interval_s=3600.0)
+        self.loop = ProberLoop(
+            RoundProgress(), probe_set=lambda now: [], run_round=self._round, interval_s=3600.0
+        )
 
     async def _round(self, targets: Sequence[Target]) -> RoundReport:
         self.round_began.set()
@@ -53,7 +56,7 @@ class FakeAgent:
     async def wait_round_running(self, number: int) -> None:
         """Wait (with a deadline) until round `number` (1, 2, ...) is running."""
         with trio.fail_after(TIMEOUT_S):
-            while not (self.loop.rounds_started == number and self.loop.running):
+            while not (self.loop.progress.rounds_started == number and self.loop.progress.running):
                 await self.round_began.wait()
 
     async def finish_round(self) -> None:
@@ -62,14 +65,14 @@ class FakeAgent:
         await trio.testing.wait_all_tasks_blocked()
 
     def healthz(self) -> dict[str, Any]:
-        return {"status": "ok", "rounds": self.loop.rounds_finished}
+        return {"status": "ok", "rounds": self.loop.progress.rounds_finished}
 
     def status(self) -> dict[str, Any]:
         if self.fail_status:
             raise RuntimeError("boom")
         doc = build_status_document(status_stories.healthy())
-        doc["round"]["completed"] = self.loop.rounds_finished
-        doc["round"]["running"] = self.loop.running
+        doc["round"]["completed"] = self.loop.progress.rounds_finished
+        doc["round"]["running"] = self.loop.progress.running
         return doc
 
     async def probe_now(self) -> dict[str, Any]:
@@ -237,7 +240,7 @@ async def test_probe_deadline_gives_504_and_the_round_goes_on(served: Served) ->
     code, doc = await admin_request(served.path, "PUT", "/v1/status/probe", timeout_s=TIMEOUT_S)
     assert code == 504
     assert "did not finish within 2s" in doc["error"]
-    assert agent.loop.running  # the round was not cancelled with the request
+    assert agent.loop.progress.running  # the round was not cancelled with the request
     await agent.finish_round()  # round 1; round 2 (asked for) starts
     await agent.finish_round()
     code, doc = await admin_request(served.path, "GET", "/v1/healthz", timeout_s=TIMEOUT_S)
@@ -415,7 +418,7 @@ async def test_cli_status_text_json_and_probe(served: Served) -> None:
     assert result.returncode == 0, result.stderr
     text = result.stdout.decode()
     assert "  Name " in text
-    assert served.agent.loop.rounds_finished == 2
+    assert served.agent.loop.progress.rounds_finished == 2
 
 
 async def test_cli_exit_2_with_one_line_when_no_agent(socket_dir: Path) -> None:

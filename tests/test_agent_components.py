@@ -50,8 +50,13 @@ async def test_metrics_count_where_things_happen(etcd_server: EtcdServer) -> Non
             await nursery.start(parts.loop.run)
             await poll_until(lambda: parts.publisher.writes == 1, 10, what="health written")
             text = expose()
-            assert sample(text, "meshhealth_rounds_total") == parts.loop.rounds_finished >= 1
+            assert (
+                sample(text, "meshhealth_rounds_total") == parts.loop.progress.rounds_finished >= 1
+            )
             health_writes = 'meshhealth_kvstore_writes_total{key_kind="health"}'
             assert sample(text, health_writes) == 1
             assert parts.feed.stats.messages_built == 0
+            # One record of results: the agent's, which the status and the feed read.
+            assert parts.agent.results.summaries
+            assert parts.status.results is parts.agent.results is parts.feed.results
             nursery.cancel_scope.cancel()

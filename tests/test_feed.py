@@ -15,6 +15,7 @@ import trio
 import trio.testing
 from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_client_stream
 
+from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.agent.probe_results import ProbeResults
 from meshhealth.agent.serving.feed_server import (
     FeedHub,
@@ -47,14 +48,18 @@ from tests.plugins.local_etcd import free_loopback_port
 
 
 class FakeProber:
-    """Drives a hub the way the agent's round sink does: each result into the record,
+    """Drives a hub the way the agent object does: each result into the record,
     then to the hub; the round into the record, then to the hub."""
 
     def __init__(self, nodes: int) -> None:
         self.targets = tuple(
             Target("c1", f"n{i:04d}", f"127.0.0.{i % 250 + 1}") for i in range(nodes)
         )
-        self.results = ProbeResults(LocalNode("c1", "n0000", "127.0.0.1", None), window=5)
+        self.results = ProbeResults(
+            LocalNode("c1", "n0000", "127.0.0.1", None),
+            window=5,
+            verdicts=PathVerdicts(interval_s=10.0, failing_observers=lambda cluster, node: 0),
+        )
         self.completed = 0
 
     def hub(self, limits: FeedLimits | None = None) -> FeedHub:

@@ -15,6 +15,7 @@ from meshhealth.agent.probe_results import ProbeResults
 from meshhealth.cli.format_status import path_line
 from meshhealth.diagnosis.suspicion import PathVerdict
 from meshhealth.documents.indirect import HelperPath, IndirectQuery
+from meshhealth.documents.matrix import Matrix
 from meshhealth.documents.status import LocalNode
 from meshhealth.documents.status_schema import NodeDocument
 from meshhealth.model import (
@@ -52,6 +53,11 @@ def _round(failed: set[str], targets: tuple[Target, ...] = TARGETS) -> RoundRepo
     return RoundReport(started_at=0.0, duration_s=1.0, targets=targets, paths=paths)
 
 
+async def unpublished() -> Matrix:
+    """No published reports here (no etcd): helpers come from the live nodes."""
+    raise OSError("no etcd in this test")
+
+
 class Helpers:
     """`ask`: helper `a` reaches everything, `b` nothing, `c` never answers."""
 
@@ -87,7 +93,14 @@ async def test_a_round_queues_failed_targets_and_the_check_has_one_deadline(
         shown.append(len(checks))  # type: ignore[arg-type]
         concluded.set()
 
-    probes = IndirectProbes(OWN, live=lambda: TARGETS, ask=helpers, deadline_s=2.0, on_checks=show)
+    probes = IndirectProbes(
+        OWN,
+        read_matrix=unpublished,
+        live=lambda: TARGETS,
+        ask=helpers,
+        deadline_s=2.0,
+        on_checks=show,
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(probes.run)
         start = trio.current_time()
@@ -115,7 +128,9 @@ async def test_a_round_queues_failed_targets_and_the_check_has_one_deadline(
 
 async def test_helpers_off_asks_nobody(autojump_clock: trio.testing.MockClock) -> None:
     helpers = Helpers()
-    probes = IndirectProbes(OWN, live=lambda: TARGETS, ask=helpers, deadline_s=2.0, helpers=0)
+    probes = IndirectProbes(
+        OWN, read_matrix=unpublished, live=lambda: TARGETS, ask=helpers, deadline_s=2.0, helpers=0
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(probes.run)
         probes.note_round(_round({"b"}))
@@ -129,7 +144,9 @@ async def test_endpoint_failure_asks_for_the_endpoint_too(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     helpers = Helpers()
-    probes = IndirectProbes(OWN, live=lambda: (OWN, A, B), ask=helpers, deadline_s=2.0)
+    probes = IndirectProbes(
+        OWN, read_matrix=unpublished, live=lambda: (OWN, A, B), ask=helpers, deadline_s=2.0
+    )
     endpoint = PathKey("c1", "b", TargetType.ENDPOINT, Protocol.HTTP)
     [check] = await probes.check(B, [endpoint])
     assert helpers.asked == [("a", IndirectQuery("c1", "b", endpoint=True))]
@@ -138,7 +155,9 @@ async def test_endpoint_failure_asks_for_the_endpoint_too(
 
 
 async def test_no_other_node_to_ask(autojump_clock: trio.testing.MockClock) -> None:
-    probes = IndirectProbes(OWN, live=lambda: (OWN, B), ask=Helpers(), deadline_s=2.0)
+    probes = IndirectProbes(
+        OWN, read_matrix=unpublished, live=lambda: (OWN, B), ask=Helpers(), deadline_s=2.0
+    )
     [check] = await probes.check(B, [_key("b")])
     assert check.conclusion is Conclusion.NO_HELPER
 
@@ -146,8 +165,16 @@ async def test_no_other_node_to_ask(autojump_clock: trio.testing.MockClock) -> N
 async def test_findings_show_in_status_and_its_text(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    probes = IndirectProbes(OWN, live=lambda: TARGETS, ask=Helpers(), deadline_s=2.0)
-    results = ProbeResults(LocalNode("c1", "me", "10.0.0.1", None), window=5)
+    probes = IndirectProbes(
+        OWN, read_matrix=unpublished, live=lambda: TARGETS, ask=Helpers(), deadline_s=2.0
+    )
+    results = ProbeResults(
+        LocalNode("c1", "me", "10.0.0.1", None),
+        window=5,
+        verdicts=PathVerdicts(
+            interval_s=10.0, failing_observers=lambda cluster, node: 0, clock=lambda: 1000.0
+        ),
+    )
     report = _round({"b"})
     results.finish_round(report)
     await probes.check(B, [_key("b")])
@@ -159,7 +186,8 @@ async def test_findings_show_in_status_and_its_text(
     assert icmp["indirect"]["conclusion"] == "path-broken"
     assert icmp["indirect"]["reachable_via"] == ["c1/a"]
     assert path_line(icmp, verbose=False, now=None) == (
-        "Connection timed out; reachable via a: path from this node broken"
+        "Connection timed out (suspect since 1970-01-01T00:16:40Z); "
+        "reachable via a: path from this node broken"
     )
     # A failing path without findings, and an OK path, have no `indirect`.
     assert "indirect" not in b["host"]["primary_address"]["http"]
@@ -173,7 +201,9 @@ async def test_target_down_confirms_the_paths_suspicion(
     """A `target-down` check counts each helper that failed the path as a confirmation of
     its suspicion; `path-broken` confirms nothing."""
     d = Target("c1", "d", "10.0.0.5")
-    verdicts = PathVerdicts(interval_s=1.0, clock=lambda: 100.0)
+    verdicts = PathVerdicts(
+        interval_s=1.0, failing_observers=lambda cluster, node: 0, clock=lambda: 100.0
+    )
     verdicts.finish_round((OWN, A, B, C, d))
     verdicts.observe(_key("d"), ok=False)
     assert verdicts.get(_key("d")).verdict is PathVerdict.SUSPECT  # type: ignore[union-attr]
@@ -181,7 +211,12 @@ async def test_target_down_confirms_the_paths_suspicion(
 
     # d: b fails it too, c never answers: target down, confirmed by b.
     probes = IndirectProbes(
-        OWN, live=lambda: (OWN, B, C, d), ask=Helpers(), deadline_s=2.0, on_check=confirm
+        OWN,
+        read_matrix=unpublished,
+        live=lambda: (OWN, B, C, d),
+        ask=Helpers(),
+        deadline_s=2.0,
+        on_check=confirm,
     )
     [down] = await probes.check(d, [_key("d")])
     assert down.conclusion is Conclusion.TARGET_DOWN
@@ -189,7 +224,12 @@ async def test_target_down_confirms_the_paths_suspicion(
 
     # With `a` among d's helpers, d is reached: the path is broken, no confirmation.
     probes = IndirectProbes(
-        OWN, live=lambda: (OWN, A, B, d), ask=Helpers(), deadline_s=2.0, on_check=confirm
+        OWN,
+        read_matrix=unpublished,
+        live=lambda: (OWN, A, B, d),
+        ask=Helpers(),
+        deadline_s=2.0,
+        on_check=confirm,
     )
     verdicts.observe(_key("d"), ok=True)  # a new failing run starts from no confirmers
     verdicts.observe(_key("d"), ok=False)
@@ -202,7 +242,9 @@ async def test_secondary_paths_are_not_checked(autojump_clock: trio.testing.Mock
     """Helpers answer about primary addresses only: a failing secondary (dual-stack)
     path queues no check."""
     helpers = Helpers()
-    probes = IndirectProbes(OWN, live=lambda: TARGETS, ask=helpers, deadline_s=2.0)
+    probes = IndirectProbes(
+        OWN, read_matrix=unpublished, live=lambda: TARGETS, ask=helpers, deadline_s=2.0
+    )
     key = PathKey("c1", "b", TargetType.NODE, Protocol.ICMP, secondary=True)
     report = RoundReport(
         started_at=0.0,

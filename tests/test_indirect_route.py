@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import random
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -30,7 +31,9 @@ from meshhealth.documents.indirect import (
     indirect_query,
     parse_answer,
 )
+from meshhealth.documents.matrix import Matrix
 from meshhealth.kvstore import open_etcd
+from meshhealth.matrix_source import MatrixSource, read_matrix
 from meshhealth.model import PathKey, PathReport, ProbeStatus, Protocol, Target, TargetType
 from meshhealth.probe.hello_reply import Reply, text_reply
 from meshhealth.probe.http_fetch import http_get
@@ -198,11 +201,18 @@ async def test_requester_concludes_from_a_real_helper(etcd_server: EtcdServer) -
     """The requester's side: only `h` can help; it reaches the target's HTTP (so the
     requester's own failure was its path), then, with the target's responder gone,
     `h` fails it too (the target is down)."""
+
+    async def read_published() -> Matrix:  # the published reports (`run` reads them)
+        async with open_etcd(etcd_server.endpoint, **FAST_ETCD) as etcd:
+            matrix, _ = await read_matrix([MatrixSource("c1", etcd)], now=time.time())
+            return matrix
+
     async with mesh(etcd_server) as setup:
         counters = IndirectCounters.unregistered()
         requester = IndirectProbes(
             Target("c1", "r", REQUESTER_IP),
             live=setup.discovery.targets,
+            read_matrix=read_published,
             ask=make_asker(own_ip=REQUESTER_IP, http_port=PORT, counters=counters),
             deadline_s=TIMEOUT_S + 2,
             counters=counters,

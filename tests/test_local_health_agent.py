@@ -7,11 +7,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from meshhealth.agent.agent_metrics import agent_metrics
+from meshhealth.agent.cluster_view.follower import SummaryFollower
 from meshhealth.agent.local_health_monitor import LocalHealthMonitor, failing_targets
 from meshhealth.agent.membership.publisher import WELL, LocalHealthMark, health_report
+from meshhealth.agent.node_agent import NodeAgent
+from meshhealth.agent.path_history import PathHistory
 from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.agent.probe_results import ProbeResults
-from meshhealth.agent.round_sink import RoundSink
 from meshhealth.cli.format_status import format_status_text
 from meshhealth.documents.status import (
     NO_VERDICTS,
@@ -129,18 +131,31 @@ class _Feed:
         pass
 
 
+class _Indirect:
+    def note_round(self, report: RoundReport) -> None:
+        pass
+
+
 def test_a_degraded_agents_report_is_marked_and_its_suspicion_waits_longer() -> None:
-    verdicts = PathVerdicts(interval_s=10.0, clock=lambda: NOW)
+    verdicts = PathVerdicts(
+        interval_s=10.0, failing_observers=lambda cluster, node: 0, clock=lambda: NOW
+    )
     results = ProbeResults(LocalNode("c", "n1", "127.0.0.1", None), window=10, verdicts=verdicts)
     registry = Registry()
     publisher = _Publisher()
-    sink = RoundSink(
-        results, agent_metrics(registry, source_cluster="c", source_node="n1"), publisher, _Feed()
+    agent = NodeAgent(
+        results,
+        PathHistory(),
+        LocalHealthMonitor(etcd_up=lambda: True, own=("c", "n1")),
+        metrics=agent_metrics(registry, source_cluster="c", source_node="n1"),
+        publisher=publisher,
+        indirect=_Indirect(),
+        feed=_Feed(),
+        summaries=SummaryFollower(lambda: ()),
     )
-    sink.local_health = LocalHealthMonitor(etcd_up=lambda: True, own=("c", "n1"))
-    sink.on_round(_round(set()))
+    agent.on_round(_round(set()))
     assert publisher.reports[-1].degraded_since is None
-    sink.on_round(_round({"n2", "n3", "n4", "n5"}))  # every target failing at once
+    agent.on_round(_round({"n2", "n3", "n4", "n5"}))  # every target failing at once
     mark = publisher.marks[-1]
     assert mark.score == 3 and mark.degraded_since is not None
     assert publisher.reports[-1].degraded_since == mark.degraded_since

@@ -3,6 +3,8 @@ property over random result sequences, and the timer under trio's MockClock."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import trio
 import trio.testing
@@ -32,8 +34,10 @@ PATH = PathKey("c", "n2", TargetType.NODE, Protocol.ICMP)
 HTTP = PathKey("c", "n2", TargetType.NODE, Protocol.HTTP)
 
 
-def tracker(targets: list[Target] = NODES) -> PathVerdicts:
-    verdicts = PathVerdicts(interval_s=INTERVAL_S, clock=lambda: 0.0)
+def tracker(
+    targets: list[Target] = NODES, failing: Callable[[str, str], int] = lambda cluster, node: 0
+) -> PathVerdicts:
+    verdicts = PathVerdicts(interval_s=INTERVAL_S, failing_observers=failing, clock=lambda: 0.0)
     verdicts.finish_round(targets)
     return verdicts
 
@@ -96,17 +100,17 @@ def test_a_confirmer_counts_once_and_only_for_failing_paths() -> None:
     assert http is not None and http.verdict is V.OK and http.confirmers == frozenset()
 
 
-def test_confirmations_settle_a_path_that_failed_twice() -> None:
-    changes: list[list[PathKey]] = []
+async def test_confirmations_settle_a_path_that_failed_twice() -> None:
     verdicts = tracker()
-    verdicts.on_change = lambda paths: changes.append(list(paths))
     verdicts.observe(PATH, ok=False, now=0.0)
     verdicts.observe(PATH, ok=False, now=10.0)
-    assert changes == []  # results are reported with their round, not here
+    with trio.move_on_after(0) as waiting:  # results are reported with their round
+        await verdicts.changed_between_rounds()
+    assert waiting.cancelled_caught
     # 2 possible confirmers in 4 nodes: both of them bring it down to the floor (5 s)
     assert verdicts.confirm("c", "n2", "c/n3", now=11.0) == []
     assert verdicts.confirm("c", "n2", "c/n4", now=11.0) == [PATH]
-    assert changes == [[PATH]]
+    assert await verdicts.changed_between_rounds() == [PATH]
     assert verdicts.counts()[V.UNREACHABLE] == 1
 
 
@@ -165,11 +169,19 @@ async def test_the_timer_settles_between_rounds(autojump_clock: trio.testing.Moc
     """With one confirmation the time is 17.5 s: the path turns unreachable then, not
     at the next probe (20 s)."""
     changes: list[tuple[float, list[PathKey]]] = []
-    verdicts = PathVerdicts(interval_s=INTERVAL_S, clock=trio.current_time)
+    verdicts = PathVerdicts(
+        interval_s=INTERVAL_S, failing_observers=lambda cluster, node: 0, clock=trio.current_time
+    )
     verdicts.finish_round(NODES8)
-    verdicts.on_change = lambda paths: changes.append((trio.current_time(), list(paths)))
+
+    async def follow() -> None:
+        while True:
+            paths = await verdicts.changed_between_rounds()
+            changes.append((trio.current_time(), paths))
+
     async with trio.open_nursery() as nursery:
         await nursery.start(verdicts.run)
+        nursery.start_soon(follow)
         start = trio.current_time()
         verdicts.observe(PATH, ok=False)
         await trio.sleep(10.0)
@@ -189,7 +201,9 @@ async def test_the_timer_settles_between_rounds(autojump_clock: trio.testing.Moc
 async def test_the_timer_follows_a_longer_time_when_the_agent_is_unwell(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    verdicts = PathVerdicts(interval_s=INTERVAL_S, clock=trio.current_time)
+    verdicts = PathVerdicts(
+        interval_s=INTERVAL_S, failing_observers=lambda cluster, node: 0, clock=trio.current_time
+    )
     verdicts.finish_round(NODES)
     async with trio.open_nursery() as nursery:
         await nursery.start(verdicts.run)
@@ -212,7 +226,9 @@ def test_the_record_shows_each_paths_verdict_in_the_status_nodes() -> None:
     """ProbeResults feeds each result to the verdicts; the status `nodes` show them, and
     are built again when a verdict changes between rounds."""
     local = LocalNode("c", "n1", "127.0.0.1", None)
-    verdicts = PathVerdicts(interval_s=INTERVAL_S, clock=lambda: 1000.0)
+    verdicts = PathVerdicts(
+        interval_s=INTERVAL_S, failing_observers=lambda cluster, node: 0, clock=lambda: 1000.0
+    )
     results = ProbeResults(local, window=10, verdicts=verdicts)
     lost = ProbeResult(ProbeStatus.TIMEOUT, 1000.0, (), sent=3)
     reports = tuple(
@@ -250,8 +266,7 @@ def test_other_observers_in_the_summary_confirm_a_suspect_path() -> None:
     """The cluster summary's count of observers failing a target (this one included)
     confirms: 3 of them (2 others) in 4 nodes bring the time to the floor."""
     failing = {("c", "n2"): 0}
-    verdicts = tracker()
-    verdicts.failing_observers = lambda cluster, node: failing.get((cluster, node), 0)
+    verdicts = tracker(failing=lambda cluster, node: failing.get((cluster, node), 0))
     verdicts.observe(PATH, ok=False, now=0.0)
     verdicts.observe(PATH, ok=False, now=10.0)
     assert verdicts.confirm_from_observers(now=10.0) == []
@@ -265,7 +280,6 @@ def test_other_observers_in_the_summary_confirm_a_suspect_path() -> None:
 
 
 def test_a_new_failure_reads_the_observers_at_once() -> None:
-    verdicts = tracker()
-    verdicts.failing_observers = lambda cluster, node: 3
+    verdicts = tracker(failing=lambda cluster, node: 3)
     verdicts.observe(PATH, ok=False, now=0.0)
     assert verdicts.observe(PATH, ok=False, now=5.0).verdict is V.UNREACHABLE  # the floor

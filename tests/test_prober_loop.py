@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from meshhealth.agent.prober_loop import ProberLoop
+from meshhealth.agent.prober_loop import ProberLoop, RoundProgress
 from meshhealth.model import RoundReport, Target
 
 TARGET = Target("c1", "n1", "127.0.0.1")
@@ -42,7 +42,11 @@ async def test_rounds_run_at_a_fixed_rate(autojump_clock: trio.testing.MockClock
     rounds = FakeRounds(duration_s=1.0)
     seen: list[RoundReport] = []
     loop = ProberLoop(
-        probe_set=lambda now: [TARGET], run_round=rounds, interval_s=10.0, on_round=seen.append
+        RoundProgress(),
+        probe_set=lambda now: [TARGET],
+        run_round=rounds,
+        interval_s=10.0,
+        on_round=seen.append,
     )
     async with trio.open_nursery() as nursery:
         start = trio.current_time()
@@ -57,7 +61,9 @@ async def test_slow_round_is_followed_at_once_not_overlapped(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     rounds = FakeRounds(duration_s=15.0)
-    loop = ProberLoop(probe_set=lambda now: [TARGET], run_round=rounds, interval_s=10.0)
+    loop = ProberLoop(
+        RoundProgress(), probe_set=lambda now: [TARGET], run_round=rounds, interval_s=10.0
+    )
     async with trio.open_nursery() as nursery:
         start = trio.current_time()
         await nursery.start(loop.run)
@@ -70,7 +76,9 @@ async def test_probe_now_when_idle_runs_a_round_at_once(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     rounds = FakeRounds(duration_s=1.0)
-    loop = ProberLoop(probe_set=lambda now: [TARGET], run_round=rounds, interval_s=100.0)
+    loop = ProberLoop(
+        RoundProgress(), probe_set=lambda now: [TARGET], run_round=rounds, interval_s=100.0
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(loop.run)
         await trio.sleep(5)  # first round done at t=1, next due at t=100
@@ -79,18 +87,20 @@ async def test_probe_now_when_idle_runs_a_round_at_once(
         assert trio.current_time() - asked == pytest.approx(1.0)
         nursery.cancel_scope.cancel()
     assert report is not None and report.started_at == 2.0
-    assert loop.rounds_finished == 2
+    assert loop.progress.rounds_finished == 2
 
 
 async def test_probe_now_during_a_round_waits_for_a_fresh_one(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     rounds = FakeRounds(duration_s=4.0)
-    loop = ProberLoop(probe_set=lambda now: [TARGET], run_round=rounds, interval_s=100.0)
+    loop = ProberLoop(
+        RoundProgress(), probe_set=lambda now: [TARGET], run_round=rounds, interval_s=100.0
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(loop.run)
         await trio.sleep(1)  # round 1 runs from 0 to 4
-        assert loop.running
+        assert loop.progress.running
         results: list[RoundReport | None] = []
 
         async def ask() -> None:
@@ -110,30 +120,35 @@ async def test_a_failing_round_is_counted_and_probing_goes_on(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     rounds = FakeRounds(duration_s=1.0, fail_on={1})
-    loop = ProberLoop(probe_set=lambda now: [TARGET], run_round=rounds, interval_s=10.0)
+    loop = ProberLoop(
+        RoundProgress(), probe_set=lambda now: [TARGET], run_round=rounds, interval_s=10.0
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(loop.run)
         await trio.sleep(15)
         nursery.cancel_scope.cancel()
-    assert loop.round_errors == 1
-    assert loop.rounds_finished == 2
-    assert loop.last_report is not None and loop.last_report.started_at == 2.0
+    assert loop.progress.round_errors == 1
+    assert loop.progress.rounds_finished == 2
+    assert loop.progress.last_report is not None and loop.progress.last_report.started_at == 2.0
 
 
 async def test_cancel_during_a_round_stops_it(autojump_clock: trio.testing.MockClock) -> None:
     rounds = FakeRounds(duration_s=50.0)
-    loop = ProberLoop(probe_set=lambda now: [TARGET], run_round=rounds, interval_s=10.0)
+    loop = ProberLoop(
+        RoundProgress(), probe_set=lambda now: [TARGET], run_round=rounds, interval_s=10.0
+    )
     with trio.move_on_after(5) as scope:
         await loop.run()
     assert scope.cancelled_caught
-    assert loop.rounds_started == 1 and loop.last_report is None
-    assert not loop.running
+    assert loop.progress.rounds_started == 1 and loop.progress.last_report is None
+    assert not loop.progress.running
 
 
 async def test_probe_set_is_read_each_round(autojump_clock: trio.testing.MockClock) -> None:
     current: list[Target] = [TARGET]
     seen: list[RoundReport] = []
     loop = ProberLoop(
+        RoundProgress(),
         probe_set=lambda now: current,
         run_round=FakeRounds(0.5),
         interval_s=10.0,
@@ -166,6 +181,7 @@ async def test_a_round_follows_the_plan_of_the_epoch_it_starts_in(
 
     seen: list[RoundReport] = []
     loop = ProberLoop(
+        RoundProgress(),
         probe_set=probe_set,  # type: ignore[arg-type]
         run_round=FakeRounds(duration_s=2.0),
         interval_s=10.0,

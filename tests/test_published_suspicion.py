@@ -125,7 +125,9 @@ def _round(n3_icmp: ProbeStatus) -> tuple[RoundReport, StatsBook]:
 
 
 def test_the_publisher_puts_a_failing_paths_verdict_and_counts_its_change() -> None:
-    verdicts = PathVerdicts(interval_s=10.0, clock=lambda: NOW)
+    verdicts = PathVerdicts(
+        interval_s=10.0, failing_observers=lambda cluster, node: 0, clock=lambda: NOW
+    )
     verdicts.finish_round(TARGETS)
     key = PathKey("c", "n3", TargetType.NODE, Protocol.ICMP)
     verdicts.observe(key, ok=False, now=NOW)

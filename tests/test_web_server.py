@@ -16,6 +16,7 @@ import trio.testing
 from trio_websocket import open_websocket_url
 
 from meshhealth.agent.path_history import PathHistory
+from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.agent.probe_results import ProbeResults
 from meshhealth.agent.serving.feed_server import FeedHub
 from meshhealth.agent.serving.web_server import (
@@ -239,7 +240,12 @@ class Served:
         self.fail_status = False
         self.history = PathHistory()
         self.feed = FeedHub(
-            ProbeResults(LocalNode("lab1", "node1", "10.77.0.1", None), window=30), self.status
+            ProbeResults(
+                LocalNode("lab1", "node1", "10.77.0.1", None),
+                window=30,
+                verdicts=PathVerdicts(interval_s=10.0, failing_observers=lambda cluster, node: 0),
+            ),
+            self.status,
         )
 
     def status(self) -> dict[str, Any]:

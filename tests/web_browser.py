@@ -30,6 +30,7 @@ import trio
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from meshhealth.agent.path_history import PathHistory
+from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.agent.probe_results import ProbeResults
 from meshhealth.agent.serving.feed_server import FeedHub
 from meshhealth.agent.serving.web_server import WebData, serve_web
@@ -169,7 +170,12 @@ def synthetic_web(nodes: int, clusters: int = 1) -> Iterator[str]:
         read_matrix=read_matrix,
         history=PathHistory(),
         feed=FeedHub(
-            ProbeResults(LocalNode(*matrix.columns[0], "10.0.0.1", None), window=30), lambda: status
+            ProbeResults(
+                LocalNode(*matrix.columns[0], "10.0.0.1", None),
+                window=30,
+                verdicts=PathVerdicts(interval_s=10.0, failing_observers=lambda cluster, node: 0),
+            ),
+            lambda: status,
         ),
     )
     ports: queue.Queue[int | BaseException] = queue.Queue()

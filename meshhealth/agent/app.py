@@ -13,8 +13,9 @@ each with `nursery.start`, in the order users need:
    aggregator election, the aggregator and the summary follower;
 4. the health endpoint, before the first round (probing our own endpoint before it
    was started would report it down);
-5. indirect probes (asking peers about failed paths), the paths' suspicion timer, then
-   the prober loop, whose first round starts at once.
+5. indirect probes (asking peers about failed paths), the agent's work between rounds
+   (the paths' suspicion timer, changes of verdicts and summaries), then the prober
+   loop, whose first round starts at once.
 
 Nothing here waits on etcd or on a round. A problem users must fix (socket in use,
 port taken, name taken, a bad mesh configuration) is an AgentStartError: one line.
@@ -37,9 +38,10 @@ from meshhealth.agent.etcd_access import agent_etcd_access
 from meshhealth.agent.membership.clustermesh import MeshConfigError
 from meshhealth.agent.membership.mesh_dir import load_remote_specs
 from meshhealth.agent.membership.registrar import NodeNameTaken
-from meshhealth.agent.serving.admin_api import AdminSocketError, serve_admin_api
+from meshhealth.agent.serving.admin_api import serve_admin_api
 from meshhealth.agent.serving.feed_server import serve_feed_tcp, serve_feed_unix
 from meshhealth.agent.serving.metrics_server import serve_metrics
+from meshhealth.agent.serving.unix_socket import AdminSocketError
 from meshhealth.agent.serving.web_server import WebData, serve_web
 from meshhealth.documents.feed import feed_socket_path
 from meshhealth.kvstore import open_etcd
@@ -82,9 +84,9 @@ def web_data(parts: AgentComponents) -> WebData:
     return WebData(
         local=(parts.config.cluster, parts.config.node),
         interval_s=parts.config.interval_s,
-        status=parts.admin.status_document,
-        read_matrix=parts.admin.read_matrix,
-        history=parts.history,
+        status=parts.status.document,
+        read_matrix=parts.matrix.read,
+        history=parts.agent.history,
         feed=parts.feed,
     )
 
@@ -167,7 +169,7 @@ async def run_agent(
             # (bounded by ENDPOINT_READY_TIMEOUT_S); the admin API answers meanwhile.
             await nursery.start(parts.endpoint.run)
         await nursery.start(parts.indirect.run)
-        await nursery.start(parts.verdicts.run)
+        await nursery.start(parts.agent.run)
         await nursery.start(parts.loop.run)
         log.info(
             "agent %s/%s up: node_ip=%s health_ip=%s secondary=%s/%s interval=%ss",

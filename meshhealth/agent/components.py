@@ -9,20 +9,26 @@ Who holds what:
   set of this cluster), `mesh` (remote clusters), `members` (the node list of them all,
   each round's targets in the probe plan, and each cluster's etcd), `publisher` (this
   node's results in etcd), `peer_nodes` and `routes` (with --route-cidrs: routes to peers' CIDRs);
-- probing: `loop` (a round every interval or on request), `results` (the one record
-  of results), `verdicts` (each path's suspicion: ok, suspect, unreachable; fed through
-  `results`, confirmed by other observers and indirect probes), `sink` (what follows
-  each result and each round);
-- serving: `admin` (the admin API's answers), `feed` (the live feed's hub), `registry`
-  (what /metrics exposes), `responder_stats` (the /hello responder), `history` (an hour
-  of one-minute summaries per own path, for the web page);
+- rounds: `agent` (NodeAgent: each result and round come in through `on_result` and
+  `on_round`; it holds the one record of results, each path's suspicion verdict, an
+  hour of history per path and the agent's own health), `loop` (a round every interval
+  or on request; how far it is: a RoundProgress);
+- serving: `status` (the status document, from the agent's parts), `admin` (the admin
+  API's answers), `feed` (the live feed's hub), `matrix` (the matrix read on request),
+  `registry` (what /metrics exposes), `responder_stats` (the /hello responder);
 - `endpoint`: the health endpoint supervisor (None without a HealthIP or in mode none);
 - indirect probes: `indirect_server` (answers peers' `GET /v1/indirect` on the
   responder) and `indirect` (asks peers about the round's failed paths; its findings go
-  into the status document through `results`).
+  into the agent's record of results and confirm the paths' verdicts).
 - cluster view: `election` (who aggregates this cluster), `aggregator` (while this agent
   does: every health report of the cluster -> diagnosis -> one summary in etcd),
   `summaries` (the summary of this cluster and of each admitted remote, one key each).
+
+`build_components` builds each part once, with everything it needs, in an order without
+cycles: the cluster summaries, then the agent's parts (verdicts, results, history, own
+health, round progress), then what reads them (status, feed, indirect probes), then the
+agent that feeds them, then the loop that runs its rounds, then the admin handler.
+Nothing is set on a component after it was built.
 
 Every metric handle is given to the component that counts; what other packages count
 (etcd client, health endpoint, pinger) is read at scrape time (metric_readings).
@@ -36,7 +42,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from meshhealth import __version__, defaults
-from meshhealth.agent.admin_handler import AgentAdminHandler, AgentIdentity
+from meshhealth.agent.admin_handler import AgentAdminHandler
 from meshhealth.agent.agent_metrics import AgentMetrics, agent_metrics
 from meshhealth.agent.cluster_view.aggregator import Aggregator
 from meshhealth.agent.cluster_view.election import AggregatorElection
@@ -48,6 +54,7 @@ from meshhealth.agent.indirect_policy import IndirectCheck, check_notes
 from meshhealth.agent.indirect_probes import IndirectProbes, confirm_suspicion, make_asker
 from meshhealth.agent.indirect_server import IndirectServer
 from meshhealth.agent.local_health_monitor import LocalHealthMonitor
+from meshhealth.agent.matrix_reader import MatrixReader
 from meshhealth.agent.membership.clustermesh import ClusterMesh, RemoteSpec, default_cluster_id
 from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.agent.membership.peer_nodes import PeerNodes
@@ -56,12 +63,13 @@ from meshhealth.agent.membership.publisher import Publisher
 from meshhealth.agent.membership.registrar import Registrar
 from meshhealth.agent.membership.retained_nodes import RetainedNodes
 from meshhealth.agent.metric_readings import read_at_scrape
+from meshhealth.agent.node_agent import NodeAgent
 from meshhealth.agent.path_history import PathHistory
 from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.agent.probe_results import ProbeResults
-from meshhealth.agent.prober_loop import ProberLoop
-from meshhealth.agent.round_sink import RoundSink
+from meshhealth.agent.prober_loop import ProberLoop, RoundProgress
 from meshhealth.agent.serving.feed_server import FeedHub
+from meshhealth.agent.status_source import AgentIdentity, StatusSource
 from meshhealth.documents.status import LocalNode
 from meshhealth.kvstore import Etcd
 from meshhealth.metrics import Registry
@@ -85,17 +93,16 @@ class AgentComponents:
     mesh: ClusterMesh
     members: ProbeTargets
     publisher: Publisher
-    results: ProbeResults
-    verdicts: PathVerdicts
+    agent: NodeAgent
+    status: StatusSource
+    matrix: MatrixReader
     feed: FeedHub
-    sink: RoundSink
     loop: ProberLoop
     admin: AgentAdminHandler
     responder_stats: ResponderStats
     endpoint: HealthEndpoint | None
     routes: RouteProgrammer | None
     peer_nodes: PeerNodes | None
-    history: PathHistory
     indirect_server: IndirectServer
     indirect: IndirectProbes
     election: AggregatorElection
@@ -122,8 +129,7 @@ def build_indirect(
     members: ProbeTargets,
     metrics: AgentMetrics,
     results: ProbeResults,
-    admin: AgentAdminHandler,
-    verdicts: PathVerdicts,
+    matrix: MatrixReader,
 ) -> tuple[IndirectServer, IndirectProbes]:
     """Both sides of indirect probes (docs/indirect-probes.md)."""
 
@@ -158,10 +164,10 @@ def build_indirect(
         deadline_s=probe_budget_s(config) + defaults.INDIRECT_ANSWER_MARGIN_S,
         counters=metrics.indirect,
         helpers=config.indirect_helpers,
-        read_matrix=admin.read_matrix,
+        read_matrix=matrix.read,
         matrix_max_age_s=config.interval_s,
         on_checks=show,
-        on_check=confirm_suspicion(verdicts),
+        on_check=confirm_suspicion(results.verdicts),
     )
     return server, requester
 
@@ -247,8 +253,8 @@ def build_components(
         metrics=metrics.writes_of("health"),
     )
 
-    verdicts = PathVerdicts(interval_s=config.interval_s)
-    results = ProbeResults(local, window=config.stats_window, verdicts=verdicts)
+    # The agent's own health first: the aggregator election reads it (an unwell agent
+    # gives the claim up).
     health = LocalHealthMonitor(
         etcd_up=lambda: etcd.health.up,
         own=(config.cluster, config.node),
@@ -262,23 +268,43 @@ def build_components(
         node=config.node,
         metrics=metrics.writes_of("summary"),
     )
+    metrics.aggregating.labels().read_from(lambda: 1.0 if election.leading else 0.0)
+    # The cluster summaries first: a path's verdict reads the other observers' failures.
     summaries = SummaryFollower(
         members.etcd_sources, invalid_metric=metrics.invalid_values_of("summary")
     )
-    verdicts.failing_observers = summaries.failing_observers
-
-    def summaries_changed() -> None:
-        metrics.sync_summaries(summaries.summaries())
-        verdicts.confirm_from_observers()
-
-    summaries.on_change = summaries_changed
-    metrics.aggregating.labels().read_from(lambda: 1.0 if election.leading else 0.0)
-
-    feed = FeedHub(results)
+    # The parts of the agent's rounds, then what reads them (the status, the feed,
+    # indirect probes), then the agent that feeds them, then the loop that runs rounds.
+    verdicts = PathVerdicts(
+        interval_s=config.interval_s, failing_observers=summaries.failing_observers
+    )
+    results = ProbeResults(local, window=config.stats_window, verdicts=verdicts)
     history = PathHistory()
-    sink = RoundSink(results, metrics, publisher, feed, history)
-    verdicts.on_change = sink.on_verdicts
-    sink.local_health = health
+    progress = RoundProgress()
+    status = StatusSource(
+        identity,
+        results=results,
+        progress=progress,
+        members=members,
+        mesh=mesh,
+        health=health,
+        summaries=summaries,
+    )
+    feed = FeedHub(results, status.document)
+    matrix = MatrixReader(members, metrics.invalid_values_of("health"))
+    indirect_server, indirect = build_indirect(
+        config, pinger, members=members, metrics=metrics, results=results, matrix=matrix
+    )
+    agent = NodeAgent(
+        results,
+        history,
+        health,
+        metrics=metrics,
+        publisher=publisher,
+        indirect=indirect,
+        feed=feed,
+        summaries=summaries,
+    )
     probe_round = partial(
         run_round,
         pinger=pinger,
@@ -286,7 +312,7 @@ def build_components(
         spread_s=config.spread_s,
         max_in_flight=config.max_in_flight,
         icmp_count=config.icmp_count,
-        on_result=sink.on_result,
+        on_result=agent.on_result,
         mtu_probe_size=config.mtu_probe_size,
     )
 
@@ -295,26 +321,14 @@ def build_components(
         return await probe_round(targets, timeout_s=health.timeout_s(config.timeout_s))
 
     loop = ProberLoop(
+        progress,
         probe_set=members.for_round,
         run_round=stretched_round,
         interval_s=config.interval_s,
-        on_round=sink.on_round,
+        on_round=agent.on_round,
         on_lag=health.note_lag,
     )
-    admin = AgentAdminHandler(
-        identity,
-        results=results,
-        loop=loop,
-        members=members,
-        registrar=registrar,
-        mesh=mesh,
-        invalid_health=metrics.invalid_values_of("health"),
-        summaries=summaries,
-    )
-    admin.local_health = health
-    # The feed's snapshot and round messages are status documents: the admin handler
-    # builds them, and it is built after the loop that feeds the hub.
-    feed.status = admin.status_document
+    admin = AgentAdminHandler(status, loop=loop, registrar=registrar, matrix=matrix)
 
     endpoint = endpoint_from_config(config, netns=config.health_netns)
     routes: RouteProgrammer | None = None
@@ -326,16 +340,6 @@ def build_components(
             routes.set_peers,
             invalid_metric=metrics.invalid_values_of("nodes"),
         )
-    indirect_server, indirect = build_indirect(
-        config,
-        pinger,
-        members=members,
-        metrics=metrics,
-        results=results,
-        admin=admin,
-        verdicts=verdicts,
-    )
-    sink.indirect = indirect
     read_at_scrape(
         metrics, cluster=config.cluster, etcd=etcd, mesh=mesh, endpoint=endpoint, pinger=pinger
     )
@@ -350,17 +354,16 @@ def build_components(
         mesh=mesh,
         members=members,
         publisher=publisher,
-        results=results,
-        verdicts=verdicts,
+        agent=agent,
+        status=status,
+        matrix=matrix,
         feed=feed,
-        sink=sink,
         loop=loop,
         admin=admin,
         responder_stats=ResponderStats(),
         endpoint=endpoint,
         routes=routes,
         peer_nodes=peer_nodes,
-        history=history,
         indirect_server=indirect_server,
         indirect=indirect,
         election=election,

@@ -1,8 +1,8 @@
 """Indirect probes, the requester: when a direct path fails, ask peers to probe it.
 
-    indirect = IndirectProbes(own, live=members.targets, ask=ask_helper, ...)
+    indirect = IndirectProbes(own, live=members.nodes, ask=ask_helper, read_matrix=read, ...)
     await nursery.start(indirect.run)
-    indirect.note_round(report)        # the round sink, after each round (never blocks)
+    indirect.note_round(report)        # the agent object, after each round (never blocks)
     indirect.checks                    # PathKey -> IndirectCheck, for failing paths
 
 After each round, every other node with a failed path is checked (at most `max_checks`
@@ -125,7 +125,7 @@ class IndirectProbes:
         helpers: int = defaults.INDIRECT_HELPERS,
         max_checks: int = defaults.INDIRECT_MAX_CHECKS,
         probers: Callable[[NodeRef], Iterable[NodeRef]] = lambda target: (),
-        read_matrix: ReadMatrix | None = None,
+        read_matrix: ReadMatrix,
         matrix_max_age_s: float = defaults.PROBE_INTERVAL_S,
         on_check: Callable[[IndirectCheck], None] = lambda check: None,
         on_checks: Callable[[Mapping[PathKey, IndirectCheck]], None] = lambda checks: None,
@@ -215,14 +215,13 @@ class IndirectProbes:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run checks as rounds queue them, until cancelled."""
         async with trio.open_nursery() as nursery:
-            if self._read_matrix is not None:
-                nursery.start_soon(self._keep_matrix, self._read_matrix)
+            nursery.start_soon(self._keep_matrix)
             task_status.started()
             async for target, paths in self._receive:
                 await self._slots.acquire_on_behalf_of((target.cluster, target.node))
                 nursery.start_soon(self._check_and_release, target, paths)
 
-    async def _keep_matrix(self, read_matrix: ReadMatrix) -> None:
+    async def _keep_matrix(self) -> None:
         """While rounds find failures, read the published reports at most once per
         `matrix_max_age_s` (checks use the newest read, never wait for one)."""
         while True:
@@ -231,7 +230,7 @@ class IndirectProbes:
             await trio.sleep_until(self._matrix_read_at + self.matrix_max_age_s)
             self._matrix_read_at = trio.current_time()
             try:
-                self.matrix = await read_matrix()
+                self.matrix = await self._read_matrix()
             except Exception as exc:  # etcd down: helpers come from live nodes only
                 log.debug("indirect probes: cannot read published reports: %s", exc)
 

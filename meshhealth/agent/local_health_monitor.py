@@ -1,6 +1,6 @@
 """Local health awareness in the agent: is this agent itself the unwell one?
 
-    monitor = LocalHealthMonitor(etcd_up=lambda: etcd.health.up)
+    monitor = LocalHealthMonitor(etcd_up=lambda: etcd.health.up, own=(cluster, node))
     monitor.note_lag(lag_s)            # the prober loop: how late it woke up
     state = monitor.after_round(report, now=time.time())
     state.score, state.degraded_since, state.reasons
@@ -99,7 +99,7 @@ class LocalHealthMonitor:
         self,
         *,
         etcd_up: Callable[[], bool],
-        own: tuple[str, str] | None = None,
+        own: tuple[str, str],
         interval_s: float = defaults.PROBE_INTERVAL_S,
     ) -> None:
         self._etcd_up = etcd_up

@@ -2,7 +2,7 @@
 
     read_at_scrape(metrics, cluster="lab1", etcd=etcd, mesh=mesh, endpoint=ep, pinger=p)
 
-The components of the agent count in their metric handles themselves (the round sink,
+The components of the agent count in their metric handles themselves (the agent object,
 the publisher, discovery, the node entries, the mesh's cluster-config write). What the
 etcd client, the health endpoint supervisor and the pinger count stays with them: each
 series here reads it at exposition (client_golang's GaugeFunc / CounterFunc), so there

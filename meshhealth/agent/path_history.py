@@ -1,7 +1,7 @@
 """One hour of one-minute summaries per path this agent probes (pure, no I/O).
 
     history = PathHistory(minutes=60)
-    history.record_round(report)           # after each round (the round sink)
+    history.record_round(report)           # after each round (the agent object)
     history.retain_targets(report.targets)  # forget nodes that left
     history.minutes(path_key, now=time.time())   # -> [MinuteSummary, ...], oldest first
 

@@ -1,12 +1,13 @@
 """Suspicion per own path: ok -> suspect -> unreachable, as the agent applies it.
 
-    verdicts = PathVerdicts(interval_s=10.0)
-    verdicts.observe(path_key, ok=False)            # each probe result (the round sink)
+    verdicts = PathVerdicts(interval_s=10.0, failing_observers=summaries.failing_observers)
+    verdicts.observe(path_key, ok=False)            # each probe result (the agent's record)
     verdicts.finish_round(report.targets)           # each round: cluster size, forget left
     verdicts.confirm("lab1", "node3", "lab1/node2") # another observer / an indirect probe
     verdicts.set_multiplier(2)                      # local health: wait longer when unwell
     await nursery.start(verdicts.run)               # settles paths whose time is up
     verdicts.snapshot()                             # every path's PathSuspicion, read-only
+    await verdicts.changed_between_rounds()         # paths whose verdict changed since
 
 The rules are meshhealth.diagnosis.suspicion (pure); this component keeps one
 `PathSuspicion` per path this agent probes and applies them with the agent's clock. A
@@ -21,9 +22,10 @@ time fell between probes); otherwise it happens with the next failure.
 `possible_confirmers` is the number of other nodes in the probe set minus the target
 (who could see it fail), so that a 2-node cluster waits the floor, not the ceiling.
 
-A change of verdict between rounds (`confirm`, the timer) calls `on_change` with the
-paths that changed (the round sink rebuilds the status and the metrics); changes made
-by a probe result (`observe`) follow with the round, like the result itself.
+A change of verdict between rounds (`confirm`, the timer) is an event: its one reader
+(meshhealth.agent.node_agent) takes the paths that changed with `changed_between_rounds`
+and updates the metrics and the publisher; changes made by a probe result (`observe`)
+follow with the round, like the result itself.
 """
 
 from __future__ import annotations
@@ -48,7 +50,6 @@ from meshhealth.diagnosis.suspicion import (
 from meshhealth.model import PathKey, Target
 
 V_SUSPECT = PathVerdict.SUSPECT
-OnChange = Callable[[Sequence[PathKey]], None]
 # How many observers (this one included) fail to reach cluster/node now, as the
 # cluster's summary says (meshhealth.agent.cluster_view.follower).
 FailingObservers = Callable[[str, str], int]
@@ -66,12 +67,12 @@ class PathVerdicts:
         self,
         *,
         interval_s: float,
+        failing_observers: FailingObservers,
         clock: Callable[[], float] = time.time,
-        on_change: OnChange | None = None,
     ) -> None:
         self.interval_s = interval_s
+        self._failing_observers = failing_observers
         self._clock = clock
-        self.on_change = on_change
         self._states: dict[PathKey, PathSuspicion] = {}
         self._cluster_size = 1
         self._multiplier = 1
@@ -80,7 +81,8 @@ class PathVerdicts:
         self._wake = trio.Event()
         self._timer_due: float | None = None  # when the timer task wakes up next
         self.changes = 0  # verdict changes since start
-        self.failing_observers: FailingObservers | None = None
+        self._between_rounds: list[PathKey] = []  # changed by `confirm` or the timer
+        self._changed_between_rounds = trio.Event()
 
     # --- reading -------------------------------------------------------------------
 
@@ -192,9 +194,7 @@ class PathVerdicts:
         not names: they are `observers:1` .. `observers:n`, each counted once per
         failing run. This agent's own failure may be in the count: one is taken off
         (fewer confirmations, never a false one)."""
-        if self.failing_observers is None:
-            return ()
-        others = self.failing_observers(cluster, node) - 1
+        others = self._failing_observers(cluster, node) - 1
         return tuple(f"observers:{i}" for i in range(1, others + 1))
 
     def finish_round(self, targets: Sequence[Target]) -> list[PathKey]:
@@ -247,6 +247,15 @@ class PathVerdicts:
             self._wake = trio.Event()
             self.settle()
 
+    async def changed_between_rounds(self) -> list[PathKey]:
+        """Wait until verdicts changed between rounds (`confirm`, the timer); returns
+        the paths changed since the last call (one reader takes them)."""
+        while not self._between_rounds:
+            await self._changed_between_rounds.wait()
+        self._changed_between_rounds = trio.Event()
+        changed, self._between_rounds = self._between_rounds, []
+        return changed
+
     # --- inside --------------------------------------------------------------------
 
     def _set_params(self, cluster_size: int, multiplier: int) -> None:
@@ -278,6 +287,7 @@ class PathVerdicts:
                 changed.append(path)
         if changed:
             self.changes += len(changed)
-            if notify and self.on_change is not None:
-                self.on_change(changed)
+            if notify:
+                self._between_rounds += changed
+                self._changed_between_rounds.set()
         return changed

@@ -1,6 +1,6 @@
 """The agent's one record of probe results: each result is added once, as it arrives.
 
-    results = ProbeResults(local, window=30)
+    results = ProbeResults(local, window=30, verdicts=verdicts)
     previous = results.add(path_report)        # as each probe ends (the round's on_result)
     gone = results.finish_round(round_report)  # once the round is over
     results.summaries                          # every path, as of the last finished round
@@ -8,7 +8,7 @@
     results.summary(key)                       # one path now, the running round included
     results.running_round                      # paths with a result in the running round
     results.set_indirect(notes)                # what helpers found about failing paths
-    results.verdicts                           # each path's suspicion verdict (optional)
+    results.verdicts                           # each path's suspicion verdict
 
 Two readers, two moments. `status` shows the state after the last finished round: the
 summaries are taken once per round (all of them cost ~40 ms at 300 nodes, too much for
@@ -16,9 +16,10 @@ every `GET /v1/status`, see bench/admin_latency.py) and the status document's `n
 part is built from them at once, before anyone asks. The live feed streams results as
 they come and reads one path's summary at a time, the newest result included.
 
-With `verdicts` (meshhealth.agent.path_verdicts), each result also goes to the path's
-suspicion state as it is added, and the status `nodes` show each path's verdict: they
-are built again when a verdict changes between rounds (a confirmation, the timer).
+Each result also goes to the path's suspicion state (`verdicts`,
+meshhealth.agent.path_verdicts) as it is added, and the status `nodes` show each path's
+verdict: they are built again when a verdict changes between rounds (a confirmation,
+the timer).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from collections.abc import Sequence
 
 from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.documents.status import (
-    NO_VERDICTS,
     IndirectNotes,
     LocalNode,
     NodesCache,
@@ -41,9 +41,7 @@ from meshhealth.probe.stats import StatsBook
 class ProbeResults:
     """One StatsBook fed result by result, and what was read from it after each round."""
 
-    def __init__(
-        self, local: LocalNode, *, window: int, verdicts: PathVerdicts | None = None
-    ) -> None:
+    def __init__(self, local: LocalNode, *, window: int, verdicts: PathVerdicts) -> None:
         self.book = StatsBook(window)
         self.verdicts = verdicts
         self.summaries: dict[PathKey, PathSummary] = {}
@@ -54,8 +52,7 @@ class ProbeResults:
     def add(self, report: PathReport) -> ProbeResult | None:
         """Record one path result; returns the path's previous newest result."""
         self.running_round[report.path] = report
-        if self.verdicts is not None:
-            self.verdicts.observe(report.path, ok=report.result.ok)
+        self.verdicts.observe(report.path, ok=report.result.ok)
         return self.book.add(report.path, report.result)
 
     def finish_round(self, report: RoundReport) -> list[PathKey]:
@@ -67,12 +64,10 @@ class ProbeResults:
         for path_report in report.paths:
             if self.running_round.get(path_report.path) is not path_report:
                 self.book.add(path_report.path, path_report.result)
-                if self.verdicts is not None:
-                    self.verdicts.observe(path_report.path, ok=path_report.result.ok)
+                self.verdicts.observe(path_report.path, ok=path_report.result.ok)
         self.running_round = {}
         gone = self.book.retain_targets(report.targets)
-        if self.verdicts is not None:
-            self.verdicts.finish_round(report.targets)
+        self.verdicts.finish_round(report.targets)
         self.summaries = self.book.summaries()
         self.status_nodes(report.targets)  # before any reader
         return gone
@@ -83,8 +78,8 @@ class ProbeResults:
         self.indirect = notes
 
     def verdict_states(self) -> Verdicts:
-        """Every path's verdict now (empty without `verdicts`)."""
-        return NO_VERDICTS if self.verdicts is None else self.verdicts.snapshot()
+        """Every path's verdict now."""
+        return self.verdicts.snapshot()
 
     def summary(self, key: PathKey) -> PathSummary | None:
         """One path's summary now, including a result of the running round."""

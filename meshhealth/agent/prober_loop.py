@@ -5,6 +5,10 @@ the pinger and options) and a function that chooses a round's targets from the w
 clock time the round starts at (the probe plan's epoch: ProbeTargets.for_round), so it
 is tested with trio's MockClock and plain coroutines. The plan a round followed goes
 into its report (`RoundReport.plan`).
+
+How far the rounds are (`RoundProgress`: started, finished, running, the last report) is
+an object of its own, given to the loop: the status document reads it, and the status
+is built before the loop, whose rounds feed it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 import trio
 
@@ -27,6 +32,17 @@ RunRound = Callable[[Sequence[Target]], Awaitable[RoundReport]]
 ProbeSet = Callable[[float], RoundTargets | Sequence[Target]]
 
 
+@dataclass(slots=True)
+class RoundProgress:
+    """How far the loop is; written by the loop only."""
+
+    rounds_started: int = 0
+    rounds_finished: int = 0  # failed rounds included
+    round_errors: int = 0
+    running: bool = False
+    last_report: RoundReport | None = None  # of the last round that did not fail
+
+
 class ProberLoop:
     """Runs rounds at a fixed rate; `probe_now()` runs one now and returns its report.
 
@@ -37,6 +53,7 @@ class ProberLoop:
 
     def __init__(
         self,
+        progress: RoundProgress,
         *,
         probe_set: ProbeSet,
         run_round: RunRound,
@@ -53,11 +70,7 @@ class ProberLoop:
         self._on_lag = on_lag  # how late the loop woke up for a round (local health)
         self._wake = trio.Event()
         self._round_finished = trio.Event()
-        self.rounds_started = 0
-        self.rounds_finished = 0
-        self.round_errors = 0
-        self.running = False
-        self.last_report: RoundReport | None = None
+        self.progress = progress
         self._wanted = 0  # the round number some probe_now() caller waits for
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -73,12 +86,12 @@ class ProberLoop:
             started = trio.current_time()
             await self._one_round()
             next_due = started + self.interval_s
-            if self._wanted > self.rounds_started:
+            if self._wanted > self.progress.rounds_started:
                 next_due = -math.inf  # someone asked during the round: go again now
 
     async def _one_round(self) -> None:
-        self.rounds_started += 1
-        self.running = True
+        self.progress.rounds_started += 1
+        self.progress.running = True
         try:
             # The targets are chosen once, at the start: a round that runs across an
             # epoch boundary probes (and reports) the epoch it started in.
@@ -89,22 +102,22 @@ class ProberLoop:
             else:
                 report = await self._run_round(list(chosen))
         except Exception:  # a bug in a round must not stop probing; it is logged and counted
-            self.round_errors += 1
-            log.exception("probe round %d failed", self.rounds_started)
+            self.progress.round_errors += 1
+            log.exception("probe round %d failed", self.progress.rounds_started)
         else:
-            self.last_report = report
+            self.progress.last_report = report
             self._on_round(report)
         finally:
-            self.running = False
-            self.rounds_finished += 1
+            self.progress.running = False
+            self.progress.rounds_finished += 1
             finished, self._round_finished = self._round_finished, trio.Event()
             finished.set()
 
     async def probe_now(self) -> RoundReport | None:
         """Ask for a round now and wait until it is done; returns its report."""
-        wanted = self.rounds_started + 1
+        wanted = self.progress.rounds_started + 1
         self._wanted = max(self._wanted, wanted)
         self._wake.set()
-        while self.rounds_finished < wanted:
+        while self.progress.rounds_finished < wanted:
             await self._round_finished.wait()
-        return self.last_report
+        return self.progress.last_report

@@ -26,22 +26,10 @@ from typing import Protocol
 import trio
 
 from meshhealth import defaults
-from meshhealth.agent.serving.unix_socket import AdminSocketError, unix_listener
+from meshhealth.agent.serving.unix_socket import unix_listener
 from meshhealth.documents.matrix_json import MatrixDocument
 from meshhealth.documents.status_schema import HealthzDocument, StatusDocument
 from meshhealth.http_server import HttpRequest, HttpResponse, ServerLimits, serve_http
-
-__all__ = [  # AdminSocketError lives in unix_socket (shared with the feed), re-exported
-    "ROUTES",
-    "AdminHandler",
-    "AdminSocketError",
-    "EncodedJson",
-    "answer",
-    "json_error",
-    "json_response",
-    "route",
-    "serve_admin_api",
-]
 
 JSON = "application/json"
 

@@ -1,6 +1,6 @@
 """The live feed: a WebSocket (trio-websocket) that streams what the prober finds.
 
-    hub = FeedHub(results, status=admin.status_document)
+    hub = FeedHub(results, status.document)
     hub.publish_path(path_report, previous)  # each result, once `results` has it; sync
     hub.publish_round(round_report)          # once the round is in `results` and status
     await nursery.start(serve_feed_unix, "/run/meshhealth/health.feed.sock", hub)
@@ -101,8 +101,8 @@ class PathResults(Protocol):
         ...
 
     @property
-    def verdicts(self) -> PathVerdictSource | None:
-        """Each path's suspicion verdict (None: not kept)."""
+    def verdicts(self) -> PathVerdictSource:
+        """Each path's suspicion verdict."""
         ...
 
 
@@ -116,14 +116,12 @@ class FeedHub:
     def __init__(
         self,
         results: PathResults,
-        status: Callable[[], StatusDocument] | None = None,
+        status: Callable[[], StatusDocument],
         *,
         limits: FeedLimits | None = None,
     ) -> None:
         self.results = results
-        # The status document, for the snapshot and the round messages (the agent sets
-        # it once its admin handler is built).
-        self.status = status
+        self.status = status  # the status document: the snapshot and the round messages
         self.limits = limits or FeedLimits()
         self.clients: set[FeedClient] = set()
         self.stats = FeedStats()
@@ -133,11 +131,6 @@ class FeedHub:
         self.seq += 1
         self.stats.messages_built += 1
         return self.seq
-
-    def _status(self) -> StatusDocument:
-        if self.status is None:
-            raise RuntimeError("FeedHub.status is not set: nothing to build a snapshot from")
-        return self.status()
 
     def attach(self, name: str) -> FeedClient:
         """A new client, its queue holding the snapshot and the running round's paths."""
@@ -149,13 +142,13 @@ class FeedHub:
             ),
         )
         self.stats.messages_built += 1
-        client.queue.put(SNAPSHOT_KEY, encode(snapshot_message(self._status(), self.seq)))
+        client.queue.put(SNAPSHOT_KEY, encode(snapshot_message(self.status(), self.seq)))
         for key, report in self.results.running_round.items():
             summary = self.results.summary(key)
             if summary is not None and summary.last is not None:
                 self.stats.messages_built += 1
                 message = path_message(
-                    key, report.ip, summary, [], self.seq, verdict=self._verdict(key)
+                    key, report.ip, summary, [], self.seq, verdict=self.results.verdicts.get(key)
                 )
                 client.queue.put(key, encode(message))
         self.clients.add(client)
@@ -192,19 +185,15 @@ class FeedHub:
             summary,
             changed,
             self._next_seq(),
-            verdict=self._verdict(report.path),
+            verdict=self.results.verdicts.get(report.path),
         )
         self._fan_out(report.path, encode(message))
-
-    def _verdict(self, key: PathKey) -> PathVerdictLike | None:
-        verdicts = self.results.verdicts
-        return None if verdicts is None else verdicts.get(key)
 
     def publish_round(self, report: RoundReport) -> None:
         """A finished round, already in `results` and the status document."""
         if not self.clients:
             return
-        message = round_message(self._status(), report.duration_s, self._next_seq())
+        message = round_message(self.status(), report.duration_s, self._next_seq())
         self._fan_out(ROUND_KEY, encode(message), is_round=True)
 
 

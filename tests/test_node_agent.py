@@ -1,17 +1,33 @@
-"""The round sink, the one record of results and the feed hub, without sockets: each
+"""The agent object, its one record of results and the feed hub, without sockets: each
 result is recorded once, and the feed builds nothing while nobody watches."""
 
 from __future__ import annotations
 
+import inspect
 import json
-from collections.abc import Mapping
+import time
+import typing
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import pytest
+import trio
+import trio.testing
+
+from meshhealth.agent.admin_handler import AgentAdminHandler
 from meshhealth.agent.agent_metrics import agent_metrics
+from meshhealth.agent.cluster_view.follower import SummaryFollower
+from meshhealth.agent.indirect_probes import IndirectProbes
+from meshhealth.agent.local_health_monitor import LocalHealthMonitor
+from meshhealth.agent.matrix_reader import MatrixReader
 from meshhealth.agent.membership.publisher import WELL, LocalHealthMark
+from meshhealth.agent.node_agent import NodeAgent
+from meshhealth.agent.path_history import PathHistory
+from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.agent.probe_results import ProbeResults
-from meshhealth.agent.round_sink import RoundSink
 from meshhealth.agent.serving.feed_server import FeedClient, FeedHub
+from meshhealth.agent.status_source import StatusSource
+from meshhealth.diagnosis.suspicion import PathVerdict
 from meshhealth.documents.status import (
     NO_VERDICTS,
     EtcdState,
@@ -41,17 +57,42 @@ N1 = Target("c1", "n1", "127.0.0.1")
 N2 = Target("c1", "n2", "127.0.0.2")
 
 
-class Rig:
-    """A sink with real results, metrics and hub; a publisher that only remembers."""
+class IndirectRounds:
+    """Indirect probes that only remember the rounds they were told about."""
 
-    def __init__(self, window: int = 4) -> None:
-        self.results = ProbeResults(LOCAL, window=window)
+    def __init__(self) -> None:
+        self.rounds: list[RoundReport] = []
+
+    def note_round(self, report: RoundReport) -> None:
+        self.rounds.append(report)
+
+
+class Rig:
+    """An agent with real results, metrics and hub; a publisher and indirect probes that
+    only remember."""
+
+    def __init__(self, window: int = 4, clock: Callable[[], float] = time.time) -> None:
+        verdicts = PathVerdicts(
+            interval_s=1.0, failing_observers=lambda cluster, node: 0, clock=clock
+        )
+        self.results = ProbeResults(LOCAL, window=window, verdicts=verdicts)
         self.registry = Registry()
         metrics = agent_metrics(self.registry, source_cluster="c1", source_node="n1")
         self.hub = FeedHub(self.results, self.status)
         self.status_calls = 0
         self.published: list[tuple[RoundReport, Mapping[PathKey, PathSummary]]] = []
-        self.sink = RoundSink(self.results, metrics, self, self.hub)
+        self.verdicts_noted: list[Verdicts] = []
+        self.indirect = IndirectRounds()
+        self.agent = NodeAgent(
+            self.results,
+            PathHistory(),
+            LocalHealthMonitor(etcd_up=lambda: True, own=("c1", "n1"), interval_s=1.0),
+            metrics=metrics,
+            publisher=self,
+            indirect=self.indirect,
+            feed=self.hub,
+            summaries=SummaryFollower(lambda: ()),
+        )
 
     def note_round(
         self,
@@ -63,7 +104,7 @@ class Rig:
         self.published.append((report, summaries))
 
     def note_verdicts(self, verdicts: Verdicts) -> None:
-        pass
+        self.verdicts_noted.append(verdicts)
 
     def status(self) -> StatusDocument:
         self.status_calls += 1
@@ -97,9 +138,9 @@ class Rig:
         """A whole round the way the scheduler reports it: each result, then the round."""
         paths = self.results_of(targets, at, status)
         for path in paths:
-            self.sink.on_result(path)
+            self.agent.on_result(path)
         report = RoundReport(at, 0.1, targets, tuple(paths))
-        self.sink.on_round(report)
+        self.agent.on_round(report)
         return report
 
 
@@ -122,23 +163,23 @@ def test_without_a_watcher_no_feed_message_is_built() -> None:
     # ... while the one record has every result once, and everyone else got the rounds.
     summary = rig.results.summaries[KEY]
     assert summary.samples == 4  # the window, filled once per round (not twice)
-    assert len(rig.published) == 5
+    assert len(rig.published) == 5 and len(rig.indirect.rounds) == 5
     assert "meshhealth_rounds_total 5" in rig.registry.expose()
 
 
 def test_each_result_is_recorded_once_as_it_arrives() -> None:
     rig = Rig(window=10)
     paths = rig.results_of((N1, N2), at=1000.0)
-    rig.sink.on_result(paths[0])
+    rig.agent.on_result(paths[0])
     assert rig.results.summary(paths[0].path) is not None  # readable at once (the feed)
     assert rig.results.summaries == {}  # status shows the last finished round: none yet
     for path in paths[1:]:
-        rig.sink.on_result(path)
-    rig.sink.on_round(RoundReport(1000.0, 0.1, (N1, N2), tuple(paths)))
+        rig.agent.on_result(path)
+    rig.agent.on_round(RoundReport(1000.0, 0.1, (N1, N2), tuple(paths)))
     assert {s.samples for s in rig.results.summaries.values()} == {1}
     # A round reported without on_result (no feed) is recorded at its end, once.
     late = rig.results_of((N1, N2), at=1010.0, status=ProbeStatus.TIMEOUT)
-    rig.sink.on_round(RoundReport(1010.0, 0.1, (N1, N2), tuple(late)))
+    rig.agent.on_round(RoundReport(1010.0, 0.1, (N1, N2), tuple(late)))
     summary = rig.results.summaries[KEY]
     assert (summary.samples, summary.loss, summary.consecutive_failures) == (2, 0.5, 1)
 
@@ -165,13 +206,61 @@ def test_a_newcomer_mid_round_gets_the_running_rounds_paths() -> None:
     rig = Rig()
     rig.round((N1, N2), at=1000.0)
     running = rig.results_of((N2,), at=1010.0, status=ProbeStatus.TIMEOUT)
-    rig.sink.on_result(running[0])  # one result of the next round so far
+    rig.agent.on_result(running[0])  # one result of the next round so far
     client = rig.hub.attach("late")
     messages = drain(client)
     assert [m["type"] for m in messages] == ["snapshot", "path"]
     assert messages[1]["changed"] == [] and messages[1]["path"]["status"] == "timeout"
     # The round ends without n2 (it left): its paths are forgotten; a newcomer now gets
     # the snapshot alone.
-    rig.sink.on_round(RoundReport(1010.0, 0.1, (N1,), tuple(running[:1])))
+    rig.agent.on_round(RoundReport(1010.0, 0.1, (N1,), tuple(running[:1])))
     assert all(key.node == "n1" for key in rig.results.summaries)
     assert [m["type"] for m in drain(rig.hub.attach("later"))] == ["snapshot"]
+
+
+@pytest.mark.parametrize("part", [NodeAgent, StatusSource, AgentAdminHandler, MatrixReader])
+def test_every_part_is_given_at_construction(part: type) -> None:
+    """The agent's parts are built in one place with all they need: no argument has a
+    default, none may be None (nothing is set on them afterwards)."""
+    parameters = list(inspect.signature(part).parameters.values())
+    hints = typing.get_type_hints(part.__init__)
+    assert parameters
+    for parameter in parameters:
+        assert parameter.default is inspect.Parameter.empty, parameter
+        assert type(None) not in typing.get_args(hints[parameter.name]), parameter
+
+
+@pytest.mark.parametrize(
+    ("part", "sources"),
+    [
+        (ProbeResults, {"verdicts"}),
+        (PathVerdicts, {"failing_observers"}),
+        (LocalHealthMonitor, {"etcd_up", "own"}),
+        (IndirectProbes, {"read_matrix"}),
+    ],
+)
+def test_the_parts_need_their_sources(part: type, sources: set[str]) -> None:
+    """What the agent's parts read from the others is required and never None."""
+    hints = typing.get_type_hints(part.__init__)
+    assert sources <= set(hints)
+    for name in sources:
+        assert type(None) not in typing.get_args(hints[name]), name
+        assert inspect.signature(part).parameters[name].default is inspect.Parameter.empty
+
+
+async def test_a_verdict_changed_between_rounds_reaches_the_publisher_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    rig = Rig(clock=trio.current_time)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(rig.agent.run)
+        rig.round((N1, N2), at=1000.0, status=ProbeStatus.TIMEOUT)
+        rig.round((N1, N2), at=1001.0, status=ProbeStatus.TIMEOUT)
+        assert rig.verdicts_noted == []  # a round's verdicts go with the round
+        # Two failures and no one to confirm (2 nodes): the timer settles the paths
+        # when the floor has passed, between rounds.
+        await trio.sleep(rig.results.verdicts.params.floor_s)
+        await trio.testing.wait_all_tasks_blocked()
+        assert rig.verdicts_noted, "the publisher was not told"
+        assert rig.verdicts_noted[-1][KEY].verdict is PathVerdict.UNREACHABLE
+        nursery.cancel_scope.cancel()
