@@ -195,11 +195,14 @@ async def test_findings_show_in_status_and_its_text(
     assert "indirect" not in a["host"]["primary_address"]["icmp"]
 
 
-async def test_target_down_confirms_the_paths_suspicion(
+async def test_target_down_confirms_and_path_broken_settles_a_twice_failed_path(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """A `target-down` check counts each helper that failed the path as a confirmation of
-    its suspicion; `path-broken` confirms nothing."""
+    its suspicion. A `path-broken` check (a helper reaches the target) confirms nothing,
+    but settles a path that failed twice in a row as unreachable at once, while this agent
+    is well: the second opinion for a path only this node observes. One failure, or an
+    unwell agent: the path stays suspect."""
     d = Target("c1", "d", "10.0.0.5")
     verdicts = PathVerdicts(
         interval_s=1.0, failing_observers=lambda cluster, node: 0, clock=lambda: 100.0
@@ -207,7 +210,8 @@ async def test_target_down_confirms_the_paths_suspicion(
     verdicts.finish_round((OWN, A, B, C, d))
     verdicts.observe(_key("d"), ok=False)
     assert verdicts.get(_key("d")).verdict is PathVerdict.SUSPECT  # type: ignore[union-attr]
-    confirm = confirm_suspicion(verdicts)
+    well = {"now": True}
+    confirm = confirm_suspicion(verdicts, lambda: well["now"])
 
     # d: b fails it too, c never answers: target down, confirmed by b.
     probes = IndirectProbes(
@@ -222,7 +226,8 @@ async def test_target_down_confirms_the_paths_suspicion(
     assert down.conclusion is Conclusion.TARGET_DOWN
     assert verdicts.get(_key("d")).confirmers == {"c1/b"}  # type: ignore[union-attr]
 
-    # With `a` among d's helpers, d is reached: the path is broken, no confirmation.
+    # With `a` among d's helpers, d is reached: the path is broken, no confirmation; after
+    # one failure it stays suspect.
     probes = IndirectProbes(
         OWN,
         read_matrix=unpublished,
@@ -235,7 +240,18 @@ async def test_target_down_confirms_the_paths_suspicion(
     verdicts.observe(_key("d"), ok=False)
     [broken] = await probes.check(d, [_key("d")])
     assert broken.conclusion is Conclusion.PATH_BROKEN
-    assert verdicts.get(_key("d")).confirmers == frozenset()  # type: ignore[union-attr]
+    state = verdicts.get(_key("d"))
+    assert state is not None and state.confirmers == frozenset()
+    assert state.verdict is PathVerdict.SUSPECT
+    # Twice in a row, but this agent is unwell: its own failures, still suspect.
+    verdicts.observe(_key("d"), ok=False)
+    well["now"] = False
+    await probes.check(d, [_key("d")])
+    assert verdicts.get(_key("d")).verdict is PathVerdict.SUSPECT  # type: ignore[union-attr]
+    # Well again: the helper's answer settles it, long before the suspicion time.
+    well["now"] = True
+    await probes.check(d, [_key("d")])
+    assert verdicts.get(_key("d")).verdict is PathVerdict.UNREACHABLE  # type: ignore[union-attr]
 
 
 async def test_secondary_paths_are_not_checked(autojump_clock: trio.testing.MockClock) -> None:

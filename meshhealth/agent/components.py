@@ -130,6 +130,7 @@ def build_indirect(
     metrics: AgentMetrics,
     results: ProbeResults,
     matrix: MatrixReader,
+    health: LocalHealthMonitor,
 ) -> tuple[IndirectServer, IndirectProbes]:
     """Both sides of indirect probes (docs/indirect-probes.md)."""
 
@@ -167,7 +168,7 @@ def build_indirect(
         read_matrix=matrix.read,
         matrix_max_age_s=config.interval_s,
         on_checks=show,
-        on_check=confirm_suspicion(results.verdicts),
+        on_check=confirm_suspicion(results.verdicts, lambda: health.fit),
     )
     return server, requester
 
@@ -293,7 +294,13 @@ def build_components(
     feed = FeedHub(results, status.document)
     matrix = MatrixReader(members, metrics.invalid_values_of("health"))
     indirect_server, indirect = build_indirect(
-        config, pinger, members=members, metrics=metrics, results=results, matrix=matrix
+        config,
+        pinger,
+        members=members,
+        metrics=metrics,
+        results=results,
+        matrix=matrix,
+        health=health,
     )
     agent = NodeAgent(
         results,

@@ -60,15 +60,23 @@ AskHelper = Callable[[Target, IndirectQuery], Awaitable[HelperOutcome]]
 ReadMatrix = Callable[[], Awaitable[Matrix]]
 
 
-def confirm_suspicion(verdicts: PathVerdicts) -> Callable[[IndirectCheck], None]:
+def confirm_suspicion(
+    verdicts: PathVerdicts, well: Callable[[], bool]
+) -> Callable[[IndirectCheck], None]:
     """`on_check` for the agent: a `target-down` check confirms the suspicion of that
     path once per helper that failed it too (each helper counts once per failing run,
-    meshhealth.agent.path_verdicts); other conclusions confirm nothing."""
+    meshhealth.agent.path_verdicts); a `path-broken` check, while this agent is `well`,
+    is the second opinion for a path only this node observes: the path from here is
+    broken, unreachable at once once it failed twice in a row (`PathVerdicts.path_broken`);
+    other conclusions confirm nothing."""
 
     def confirm(check: IndirectCheck) -> None:
+        path = check.path
+        if check.conclusion is Conclusion.PATH_BROKEN and well():
+            verdicts.path_broken(path)
+            return
         if not check.confirms_failure:
             return
-        path = check.path
         for cluster, node in check.failed_via:
             verdicts.confirm(path.cluster, path.node, source_id(cluster, node), paths=[path])
 

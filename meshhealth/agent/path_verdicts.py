@@ -44,6 +44,7 @@ from meshhealth.diagnosis.suspicion import (
     SuspicionParams,
     confirm,
     observe,
+    path_broken,
     suspicion_params,
     suspicion_time_s,
 )
@@ -178,6 +179,16 @@ class PathVerdicts:
             for p, state in before.items()
         }
         return self._store(after, before)
+
+    def path_broken(self, path: PathKey, *, now: float | None = None) -> list[PathKey]:
+        """A helper reached the target over `path` while ours keeps failing: the path from
+        this node is broken (meshhealth.diagnosis.suspicion.path_broken): unreachable now
+        when it failed often enough. Returns the paths whose verdict changed."""
+        state = self._states.get(path)
+        if state is None:
+            return []
+        now = self._clock() if now is None else now
+        return self._store({path: path_broken(state, now=now, params=self._params)}, {path: state})
 
     def confirm_from_observers(self, now: float | None = None) -> list[PathKey]:
         """The cluster's summary changed: each suspect path counts the other observers
