@@ -245,3 +245,22 @@ def test_without_a_subset_plan_a_missing_target_is_unknown() -> None:
         c.state for row in build_matrix(meshed, now=S.NOW).rows for c in row.cells
     }
     assert not any(line.startswith("Coverage") for line in build_matrix(meshed, now=S.NOW).lines)
+
+
+def test_columns_and_rows_in_natural_order() -> None:
+    """node2 before node10 in the columns, the rows and the JSON; clusters the same way."""
+    nodes = ["lab10/node1", "lab2/node10", "lab2/node2", "lab2/node11", "lab2/node1"]
+    matrix = build_matrix(S.healthy(nodes), now=S.NOW)
+    ordered = [
+        ("lab2", "node1"),
+        ("lab2", "node2"),
+        ("lab2", "node10"),
+        ("lab2", "node11"),
+        ("lab10", "node1"),
+    ]
+    assert list(matrix.columns) == ordered
+    assert [row.source for row in matrix.rows] == ordered
+    doc = matrix_document(matrix)
+    assert [(n["cluster"], n["name"]) for n in doc["nodes"]] == ordered
+    assert [(r["cluster"], r["name"]) for r in doc["rows"]] == ordered
+    assert [(c["cluster"], c["name"]) for c in doc["rows"][0]["cells"]] == ordered

@@ -18,6 +18,7 @@ import trio
 from meshhealth import codec, keys
 from meshhealth.cli.watch_feed import feed_target
 from meshhealth.cli.watch_state import (
+    PATH_NAMES,
     PathView,
     WatchState,
     aggregate_paths,
@@ -442,3 +443,27 @@ def test_under_subset_probing_the_header_counts_direct_targets() -> None:
     apply_feed_message(state, message, now=T0)
     text = frame_text(state, now=T0, width=120)
     assert "Direct targets: " in text and "Cluster health: " not in text
+
+
+def test_list_and_matrix_in_natural_order() -> None:
+    """node2 before node10 in the list and (built from etcd) in the matrix."""
+    from meshhealth.documents.matrix import build_matrix
+    from meshhealth.documents.matrix_json import matrix_document
+
+    names = ("node1", "node10", "node2", "node9")
+    paths = {name: PathHealth(ProbeStatus.OK, 0.001, 0.0) for name in PATH_NAMES}
+    reports = [
+        HealthReport(n, "lab1", T0, 10.0, tuple(TargetHealth("lab1", t, paths) for t in names))
+        for n in names
+    ]
+    state = WatchState(source="etcd")
+    matrix = matrix_document(build_matrix(reports, now=T0 + 1))
+    apply_health_reports(state, reports, now=T0 + 1, matrix=matrix)
+    text = frame_text(state, now=T0 + 1, width=200)
+    listed = re.findall(r"^ ● (node\d+) ", text, flags=re.MULTILINE)
+    assert listed == ["node1", "node2", "node9", "node10"]
+    state.mode = "matrix"
+    text = frame_text(state, now=T0 + 1, width=200)
+    assert re.search(r"source\s+node1\s+node2\s+node9\s+node10", text)
+    rows = re.findall(r"^ (node\d+)\s+●", text, flags=re.MULTILINE)
+    assert rows == ["node1", "node2", "node9", "node10"]

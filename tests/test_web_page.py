@@ -26,6 +26,7 @@ from meshhealth import defaults
 from meshhealth.lab import netns_ops
 from meshhealth.lab import plan as P
 from meshhealth.lab.build import endpoint_names_taken
+from meshhealth.naming import natural_key
 from tests.agent_cluster import AgentCluster, AgentProcess
 from tests.plugins.etcd_server import EtcdServer, running_etcd
 from tests.plugins.local_etcd import free_loopback_port
@@ -249,4 +250,51 @@ def test_page_draws_a_thousand_nodes() -> None:
         frames = page.evaluate("() => window.meshhealth.frameTimes()")
         print(f"\nrender times at 1,000 nodes (ms): {[round(f, 1) for f in frames]}")
         assert frames
+        assert errors == []
+
+
+# --- natural order ----------------------------------------------------------------------
+
+# An older agent's matrix: columns and rows in text order (node10 before node2).
+TEXT_ORDER = tuple(sorted(f"node{i}" for i in range(1, 13)))
+
+
+def test_page_sorts_nodes_naturally() -> None:
+    """The node list and the matrix read node1, node2, ..., node10 even when the agent
+    sends text order; the page's comparison agrees with meshhealth.naming."""
+    with synthetic_web(len(TEXT_ORDER), names=TEXT_ORDER) as url, chromium() as browser:
+        page = browser.new_page(viewport=VIEWPORT)
+        errors = page_errors(page)
+        page.goto(url)
+        page.wait_for_function(
+            "() => window.meshhealth.state.matrix && window.meshhealth.state.renders > 0"
+        )
+        natural = [f"c1/node{i}" for i in range(1, 13)]
+        listed = page.eval_on_selector_all(
+            "#node-table tbody tr", "rows => rows.map(r => r.dataset.node)"
+        )
+        assert listed == natural
+        drawn = page.evaluate(
+            """() => { const m = window.meshhealth.state.matrix, v = window.meshhealth.state.view;
+                       const ref = (i) => `${m.nodes[i].cluster}/${m.nodes[i].name}`;
+                       return [v.cols.map(ref), v.rows.map((r) => ref(r.node))]; }"""
+        )
+        assert drawn == [natural, natural]  # columns, rows
+        names = [
+            "node10",
+            "node2",
+            "n01",
+            "n1",
+            "a9b",
+            "a10b",
+            "node-a",
+            "node0",
+            "x" + "9" * 20,
+            "x1" + "0" * 20,
+            "",
+        ]
+        in_js = page.evaluate(
+            "(names) => names.slice().sort(window.meshhealth.naturalCompare)", names
+        )
+        assert in_js == sorted(names, key=natural_key)
         assert errors == []

@@ -110,10 +110,18 @@ def click_cell(page: Page, source: str, target: str) -> None:
 # --- a synthetic mesh behind a real web server ----------------------------------------
 
 
-def synthetic_matrix(nodes: int, clusters: int = 1, *, down: tuple[int, ...] = ()) -> Matrix:
-    """`nodes` nodes per cluster, every cell reachable except the columns of `down`.
-    Cells are shared per (column, state): a million cells cost a few MB, not a GB."""
-    refs = tuple((f"c{k + 1}", f"node{i + 1:04d}") for k in range(clusters) for i in range(nodes))
+def synthetic_matrix(
+    nodes: int,
+    clusters: int = 1,
+    *,
+    down: tuple[int, ...] = (),
+    names: tuple[str, ...] | None = None,
+) -> Matrix:
+    """`nodes` nodes per cluster (named `names`, in that order, when given), every cell
+    reachable except the columns of `down`. Cells are shared per (column, state): a
+    million cells cost a few MB, not a GB."""
+    names = names or tuple(f"node{i + 1:04d}" for i in range(nodes))
+    refs = tuple((f"c{k + 1}", name) for k in range(clusters) for name in names)
     ok = [Cell(ref, "reachable") for ref in refs]
     bad = [Cell(ref, "unreachable") for ref in refs]
     cells = tuple(bad[i] if i in down else ok[i] for i in range(len(refs)))
@@ -153,10 +161,13 @@ def synthetic_status(matrix: Matrix) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def synthetic_web(nodes: int, clusters: int = 1) -> Iterator[str]:
+def synthetic_web(
+    nodes: int, clusters: int = 1, *, names: tuple[str, ...] | None = None
+) -> Iterator[str]:
     """The real web server (meshhealth.agent.serving.web_server) on 127.0.0.1, in a
-    thread of its own, with a synthetic matrix; yields the page's URL."""
-    matrix = synthetic_matrix(nodes, clusters)
+    thread of its own, with a synthetic matrix (see synthetic_matrix); yields the
+    page's URL."""
+    matrix = synthetic_matrix(nodes, clusters, names=names)
     status = synthetic_status(matrix)
 
     async def read_matrix() -> Matrix:

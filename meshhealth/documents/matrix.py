@@ -49,6 +49,7 @@ from meshhealth.model import (
     TargetType,
     path_name,
 )
+from meshhealth.naming import node_order
 from meshhealth.timefmt import format_interval
 
 SCHEMA_VERSION = 1
@@ -185,7 +186,7 @@ def build_matrix(
     nodes: set[NodeRef] = set(by_source) | set(extra_nodes)
     for report in by_source.values():
         nodes.update((t.cluster, t.node) for t in report.targets)
-    columns = tuple(sorted(nodes))
+    columns = tuple(sorted(nodes, key=node_order))
     read = set(source_clusters) | {cluster for cluster, _ in by_source}
     rows = tuple(_row(ref, by_source.get(ref), columns, now) for ref in columns if ref[0] in read)
     fresh = [by_source[row.source] for row in rows if row.source in by_source and not row.stale]

@@ -45,6 +45,27 @@ const S = {
 };
 
 const key = (n) => `${n.cluster}/${n.name}`;
+
+// Natural order (node2 before node10): the page's copy of meshhealth/naming.py. Runs of
+// digits compare by value (without leading zeros: by length, then digit by digit, so
+// any length is exact), other runs as text; equal readings fall back to the text.
+const DIGIT_RUNS = /(\d+)/;
+function naturalCompare(a, b) {
+  if (a === b) return 0;
+  const pa = a.split(DIGIT_RUNS), pb = b.split(DIGIT_RUNS);
+  for (let i = 0; i < Math.min(pa.length, pb.length); i++) {
+    let x = pa[i], y = pb[i];
+    if (i % 2) {
+      x = x.replace(/^0+(?=\d)/, ""); y = y.replace(/^0+(?=\d)/, "");
+      if (x.length !== y.length) return x.length < y.length ? -1 : 1;
+    }
+    if (x !== y) return x < y ? -1 : 1;
+  }
+  if (pa.length !== pb.length) return pa.length < pb.length ? -1 : 1;
+  return a < b ? -1 : 1;
+}
+// Nodes by cluster, then name, both natural.
+const nodeCompare = (a, b) => naturalCompare(a.cluster, b.cluster) || naturalCompare(a.name, b.name);
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g,
   (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 
@@ -103,6 +124,11 @@ async function refreshMatrix() {
 // Each row's states as bytes (char codes), once per matrix: drawing then reads typed
 // arrays only.
 function setMatrix(m) {
+  // Columns and rows in natural order, whatever order the agent sent (an older agent
+  // sorts by text): `order` lists column indices; the rows are sorted in place.
+  m.order = m.nodes.map((_, i) => i).sort((a, b) => nodeCompare(m.nodes[a], m.nodes[b]));
+  m.inOrder = m.order.every((c, i) => c === i);
+  m.rows.sort((a, b) => nodeCompare(m.nodes[a.node], m.nodes[b.node]));
   for (const row of m.rows) {
     const codes = new Uint8Array(row.states.length);
     for (let i = 0; i < codes.length; i++) codes[i] = row.states.charCodeAt(i);
@@ -255,7 +281,7 @@ function buildView() {
   if (!m) return null;
   const f = S.filter;
   const cols = [];
-  m.nodes.forEach((n, i) => { if (matches(n, f)) cols.push(i); });
+  for (const i of m.order) if (matches(m.nodes[i], f)) cols.push(i);
   const rows = m.rows.filter((r) => matches(m.nodes[r.node], f));
   const wrap = $("canvas-wrap");
   const avail = Math.max(200, wrap.clientWidth - 8);
@@ -320,7 +346,7 @@ function render() {
       S.imgKey = imgKey;
     }
     const img = S.img, px = new Uint32Array(img.data.buffer), offCtx = off.getContext("2d");
-    const cols = v.cols, all = cols.length === m.nodes.length;
+    const cols = v.cols, all = m.inOrder && cols.length === m.nodes.length;
     for (let r = 0; r < nr; r++) {
       const row = v.rows[r];
       const base = r * nc;
@@ -584,7 +610,7 @@ function renderNodeList() {
   const fromHere = new Map();
   for (const node of S.status?.nodes || []) fromHere.set(key(node), node.state);
   const shown = [];
-  m.nodes.forEach((node, i) => { if (matches(node, S.filter)) shown.push(i); });
+  for (const i of m.order) if (matches(m.nodes[i], S.filter)) shown.push(i);
   $("node-count").textContent = S.filter ? `${shown.length} of ${n}` : `${n}`;
   $("node-table").querySelector("tbody").innerHTML = shown.map((i) => {
     const node = m.nodes[i], k = key(node);
@@ -634,6 +660,7 @@ function init() {
 window.meshhealth = {
   state: S,
   render,
+  naturalCompare,
   setMatrix,
   frameTimes: () => S.frames.slice(),
   cellCenter(source, target) {
