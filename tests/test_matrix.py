@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
+from meshhealth.documents.coverage import Coverage, coverage
 from meshhealth.documents.matrix import build_matrix, cell_state, is_stale
 from meshhealth.documents.matrix_json import matrix_document
-from meshhealth.model import PlanInfo, ProbeStatus
+from meshhealth.model import HealthReport, PlanInfo, ProbeStatus
 from tests import matrix_stories as S
 
 
@@ -264,3 +267,35 @@ def test_columns_and_rows_in_natural_order() -> None:
     assert [(n["cluster"], n["name"]) for n in doc["nodes"]] == ordered
     assert [(r["cluster"], r["name"]) for r in doc["rows"]] == ordered
     assert [(c["cluster"], c["name"]) for c in doc["rows"][0]["cells"]] == ordered
+
+
+@pytest.mark.parametrize(
+    ("story", "below_plan"),
+    [(S.subset_healthy, False), (S.subset, True)],
+)
+def test_the_coverage_line_is_a_warning_only_below_plan(
+    story: Callable[[], list[HealthReport]], below_plan: bool
+) -> None:
+    """Every node with its k observers: the `Coverage:` line is a note (information);
+    a node short of k: it is a warning, with the node's own line."""
+    matrix = build_matrix(story(), now=S.NOW)
+    head = next(line for line in matrix.lines if line.startswith("Coverage:"))
+    doc = matrix_document(matrix)
+    assert doc["summary"]["lines"] == list(matrix.lines)  # every line, as the text has them
+    if below_plan:
+        assert matrix.notes == ()
+        assert head in matrix.warnings
+        assert "lab1/node1: 1 observer this epoch (plan: 2)" in matrix.warnings
+        assert doc["summary"]["notes"] == []
+    else:
+        assert matrix.observers == (2,) * 6
+        assert head.endswith(": 2 to 2 observers per node with fresh reports, 6 nodes")
+        assert matrix.notes == (head,)
+        assert matrix.warnings == ()
+        assert doc["summary"]["notes"] == [head]
+
+
+def test_coverage_without_a_subset_plan_says_nothing() -> None:
+    found = coverage([PlanInfo(1, 5, 6, True, 16, 6)], [("lab1", "node1")], [0])
+    assert found == Coverage()
+    assert found.notes == ()

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import trio
+from rich.text import Text
 
 from meshhealth import codec, keys
 from meshhealth.cli.watch_feed import feed_target
@@ -467,3 +468,21 @@ def test_list_and_matrix_in_natural_order() -> None:
     assert re.search(r"source\s+node1\s+node2\s+node9\s+node10", text)
     rows = re.findall(r"^ (node\d+)\s+●", text, flags=re.MULTILINE)
     assert rows == ["node1", "node2", "node9", "node10"]
+
+
+def test_matrix_view_draws_the_coverage_line_as_a_warning_only_below_plan() -> None:
+    from meshhealth.cli.watch_view import matrix_view
+    from meshhealth.documents.matrix import build_matrix
+    from meshhealth.documents.matrix_json import matrix_document
+    from tests import matrix_stories
+
+    for reports, style in (
+        (matrix_stories.subset_healthy, "grey50"),
+        (matrix_stories.subset, "yellow"),
+    ):
+        state = WatchState(source="etcd")
+        state.matrix = matrix_document(build_matrix(reports(), now=matrix_stories.NOW))
+        drawn = [r for r in matrix_view(state) if isinstance(r, Text)]
+        coverage = [t for t in drawn if t.plain.startswith("Coverage:")]
+        assert len(coverage) == 1
+        assert coverage[0].style == style

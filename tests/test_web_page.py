@@ -23,10 +23,12 @@ import pytest
 from playwright.sync_api import Page
 
 from meshhealth import defaults
+from meshhealth.documents.matrix import build_matrix
 from meshhealth.lab import netns_ops
 from meshhealth.lab import plan as P
 from meshhealth.lab.build import endpoint_names_taken
 from meshhealth.naming import natural_key
+from tests import matrix_stories
 from tests.agent_cluster import AgentCluster, AgentProcess
 from tests.plugins.etcd_server import EtcdServer, running_etcd
 from tests.plugins.local_etcd import free_loopback_port
@@ -297,4 +299,32 @@ def test_page_sorts_nodes_naturally() -> None:
             "(names) => names.slice().sort(window.meshhealth.naturalCompare)", names
         )
         assert in_js == sorted(names, key=natural_key)
+        assert errors == []
+
+
+# --- the coverage line ------------------------------------------------------------------
+
+
+MARKERS = """() => [...document.querySelectorAll('#findings li')].map(
+    (li) => [li.textContent, getComputedStyle(li, '::marker').content])"""
+
+
+@pytest.mark.parametrize(("reports", "below_plan"), [("subset_healthy", False), ("subset", True)])
+def test_page_marks_the_coverage_line_a_warning_only_below_plan(
+    reports: str, below_plan: bool
+) -> None:
+    matrix = build_matrix(getattr(matrix_stories, reports)(), now=matrix_stories.NOW)
+    with synthetic_web(matrix=matrix) as url, chromium() as browser:
+        page = browser.new_page(viewport=VIEWPORT)
+        errors = page_errors(page)
+        page.goto(url)
+        page.wait_for_function("() => document.querySelectorAll('#findings li').length > 0")
+        shown = dict(page.evaluate(MARKERS))
+        coverage = [text for text in shown if text.startswith("Coverage:  subset probing")]
+        assert len(coverage) == 1
+        assert ("▲" in shown[coverage[0]]) == below_plan, shown
+        if below_plan:
+            assert "▲" in shown["lab1/node1: 1 observer this epoch (plan: 2)"]
+        else:
+            assert len(shown) == 1  # nothing else to say of a healthy subset mesh
         assert errors == []

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -34,7 +34,14 @@ from meshhealth.agent.serving.web_views import (
 )
 from meshhealth.documents.matrix import Matrix, build_matrix
 from meshhealth.documents.status import LocalNode, path_document
-from meshhealth.model import PathKey, ProbeResult, ProbeStatus, Protocol, TargetType
+from meshhealth.model import (
+    HealthReport,
+    PathKey,
+    ProbeResult,
+    ProbeStatus,
+    Protocol,
+    TargetType,
+)
 from tests import matrix_stories
 
 LOCAL = ("lab1", "node1")
@@ -80,9 +87,26 @@ def test_compact_matrix_has_one_code_per_cell(story: str) -> None:
         assert doc["nodes"][compact["node"]] == {"cluster": row.source[0], "name": row.source[1]}
         assert compact["states"] == "".join(STATE_CODES[c.state] for c in row.cells)
         assert compact["stale"] == row.stale
-    assert doc["lines"] == list(matrix.lines)
+    assert doc["lines"] == list(matrix.warnings)
+    assert doc["notes"] == list(matrix.notes)
     assert set(doc["codes"].values()) >= {"reachable", "unreachable", "stale", "unknown"}
     json.dumps(doc)  # plain types only
+
+
+@pytest.mark.parametrize(
+    ("reports", "below_plan"),
+    [(matrix_stories.subset_healthy, False), (matrix_stories.subset, True)],
+)
+def test_compact_matrix_marks_the_coverage_line_a_warning_only_below_plan(
+    reports: Callable[[], list[HealthReport]], below_plan: bool
+) -> None:
+    """The page draws `lines` with a warning mark and `notes` plain: the coverage line
+    is a note while every node has its k observers."""
+    doc = compact_matrix_document(build_matrix(reports(), now=matrix_stories.NOW))
+    where = "lines" if below_plan else "notes"
+    other = "notes" if below_plan else "lines"
+    assert any(line.startswith("Coverage:  subset probing") for line in doc[where])
+    assert not any(line.startswith("Coverage:") for line in doc[other])
 
 
 def test_compact_matrix_shows_the_forward_drop_column() -> None:

@@ -162,12 +162,16 @@ def synthetic_status(matrix: Matrix) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def synthetic_web(
-    nodes: int, clusters: int = 1, *, names: tuple[str, ...] | None = None
+    nodes: int = 0,
+    clusters: int = 1,
+    *,
+    names: tuple[str, ...] | None = None,
+    matrix: Matrix | None = None,
 ) -> Iterator[str]:
     """The real web server (meshhealth.agent.serving.web_server) on 127.0.0.1, in a
-    thread of its own, with a synthetic matrix (see synthetic_matrix); yields the
-    page's URL."""
-    matrix = synthetic_matrix(nodes, clusters, names=names)
+    thread of its own, with `matrix` or a synthetic one (see synthetic_matrix); yields
+    the page's URL."""
+    matrix = matrix or synthetic_matrix(nodes, clusters, names=names)
     status = synthetic_status(matrix)
 
     async def read_matrix() -> Matrix:

@@ -239,7 +239,13 @@ def matrix_view(state: WatchState) -> list[RenderableType]:
             for cell in row["cells"]
         ]
         table.add_row(label, *cells)
-    lines = [Text(line) for line in matrix["summary"]["lines"]]
+    # Warnings in yellow; notes (the coverage line while every node has its k
+    # observers; absent from an older agent's document) plain grey.
+    notes = set(matrix["summary"].get("notes", ()))
+    lines = [
+        Text(line, style="grey50" if line in notes else "yellow")
+        for line in matrix["summary"]["lines"]
+    ]
     legend = Text(
         "● reachable  ◐ suspect  ✗ unreachable  ? stale report  · unknown  "
         "- not assigned this epoch",

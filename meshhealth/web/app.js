@@ -248,7 +248,10 @@ function renderSummary() {
         (f.evidence ? ` — ${f.evidence}` : ""));
   }
   for (const l of S.matrix?.lines || []) lines.push(l);
-  $("findings").innerHTML = lines.map((l) => `<li>${esc(l)}</li>`).join("");
+  // Information (the coverage line while every node has its k observers): no warning mark.
+  const notes = S.matrix?.notes || [];
+  $("findings").innerHTML = lines.map((l) => `<li>${esc(l)}</li>`).join("") +
+    notes.map((l) => `<li class="note">${esc(l)}</li>`).join("");
   const warns = [];
   if (st.etcd && st.etcd.up === false) warns.push(`etcd unreachable since ${st.etcd.since ?? "?"}: the node list may be stale`);
   for (const u of S.matrix?.unavailable || []) warns.push(`cluster ${u.cluster}: ${u.error}`);

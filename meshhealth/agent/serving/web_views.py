@@ -63,7 +63,8 @@ def compact_matrix_document(matrix: Matrix) -> dict[str, Any]:
         "codes": {code: state for state, code in STATE_CODES.items()},
         "nodes": [{"cluster": c, "name": n} for c, n in matrix.columns],
         "rows": rows,
-        "lines": list(matrix.lines),
+        "lines": list(matrix.warnings),  # drawn with a warning mark
+        "notes": list(matrix.notes),  # information, drawn plain
         "unavailable": [
             {"cluster": name, "error": error} for name, error in sorted(matrix.unavailable.items())
         ],
