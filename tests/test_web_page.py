@@ -37,6 +37,7 @@ from tests.web_browser import (
     chromium,
     click_cell,
     page_errors,
+    synthetic_ip,
     synthetic_web,
     wait_page_ready,
 )
@@ -327,4 +328,34 @@ def test_page_marks_the_coverage_line_a_warning_only_below_plan(
             assert "▲" in shown["lab1/node1: 1 observer this epoch (plan: 2)"]
         else:
             assert len(shown) == 1  # nothing else to say of a healthy subset mesh
+        assert errors == []
+
+
+# --- every node's NodeIP ----------------------------------------------------------------
+
+
+def test_page_lists_the_node_ip_of_every_node() -> None:
+    """Subset probing: the status lists the local node's 3 direct targets only; the
+    node list still shows every node's NodeIP (the agent follows them all), and the
+    filter finds a node by it."""
+    with synthetic_web(8, direct=3) as url, chromium() as browser:
+        page = browser.new_page(viewport=VIEWPORT)
+        errors = page_errors(page)
+        page.goto(url)
+        page.wait_for_function(
+            "() => document.querySelectorAll('#node-table tbody tr').length === 8"
+        )
+        ips = dict(
+            page.eval_on_selector_all(
+                "#node-table tbody tr",
+                "rows => rows.map(r => [r.dataset.node, r.cells[1].textContent])",
+            )
+        )
+        assert ips == {f"c1/node{i + 1:04d}": synthetic_ip(i) for i in range(8)}
+        assert page.evaluate("() => window.meshhealth.state.nodeIPs.has('c1/node0008')") is False
+        page.fill("#filter", synthetic_ip(6))  # node0007: not a direct target
+        page.wait_for_function(
+            "() => document.querySelectorAll('#node-table tbody tr').length === 1"
+        )
+        assert "c1/node0007" in page.inner_text("#node-table tbody")
         assert errors == []

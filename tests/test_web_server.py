@@ -40,11 +40,14 @@ from meshhealth.model import (
     ProbeResult,
     ProbeStatus,
     Protocol,
+    Target,
     TargetType,
 )
 from tests import matrix_stories
 
 LOCAL = ("lab1", "node1")
+# The nodes the agent follows (its status lists only node2: its direct target).
+NODES = tuple(Target("lab1", f"node{i}", f"10.77.0.{i}") for i in (1, 2, 3))
 
 
 def story_matrix(name: str) -> Matrix:
@@ -107,6 +110,26 @@ def test_compact_matrix_marks_the_coverage_line_a_warning_only_below_plan(
     other = "notes" if below_plan else "lines"
     assert any(line.startswith("Coverage:  subset probing") for line in doc[where])
     assert not any(line.startswith("Coverage:") for line in doc[other])
+
+
+def test_compact_matrix_gives_every_known_node_its_node_ip() -> None:
+    """Under subset probing the status lists only the direct targets; the matrix's
+    columns carry the NodeIP of every node the agent follows (none when unknown)."""
+    matrix = build_matrix(matrix_stories.subset(), now=matrix_stories.NOW)
+    known = [Target("lab1", f"node{i}", f"10.77.0.{i}") for i in range(1, 6)]  # not node6
+    doc = compact_matrix_document(matrix, known)
+    assert doc["nodes"][:2] == [
+        {"cluster": "lab1", "name": "node1", "node_ip": "10.77.0.1"},
+        {"cluster": "lab1", "name": "node2", "node_ip": "10.77.0.2"},
+    ]
+    assert [n.get("node_ip") for n in doc["nodes"]] == [
+        "10.77.0.1",
+        "10.77.0.2",
+        "10.77.0.3",
+        "10.77.0.4",
+        "10.77.0.5",
+        None,
+    ]
 
 
 def test_compact_matrix_shows_the_forward_drop_column() -> None:
@@ -283,6 +306,7 @@ class Served:
             read_matrix=self.read_matrix,
             history=self.history,
             feed=self.feed,
+            nodes=lambda: NODES,
         )
 
 
@@ -319,6 +343,7 @@ async def test_server_answers_the_page_its_json_and_errors() -> None:
         status, headers, body = await fetch(port, "/v1/web/matrix")
         assert status == 200 and headers["cache-control"] == "no-store"
         assert [r["states"] for r in json.loads(body)["rows"]] == ["RUR", "RRR", "RUR"]
+        assert [n["node_ip"] for n in json.loads(body)["nodes"]] == [t.node_ip for t in NODES]
         await fetch(port, "/v1/web/matrix")
         assert served.matrix_reads == 1  # cached for half an interval
 

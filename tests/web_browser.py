@@ -35,6 +35,7 @@ from meshhealth.agent.serving.feed_server import FeedHub
 from meshhealth.agent.serving.web_server import WebData, serve_web
 from meshhealth.documents.matrix import Cell, Matrix, Row
 from meshhealth.documents.status import LocalNode
+from meshhealth.model import Target
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -129,19 +130,24 @@ def synthetic_matrix(
     return Matrix(generated_at=1_800_000_000.0, columns=refs, rows=rows, unavailable={}, lines=())
 
 
-def synthetic_status(matrix: Matrix) -> dict[str, Any]:
+def synthetic_ip(index: int) -> str:
+    """The NodeIP of the synthetic mesh's node of column `index`."""
+    return f"10.{index // 250}.{index % 250}.1"
+
+
+def synthetic_status(matrix: Matrix, direct: int | None = None) -> dict[str, Any]:
+    """The local node's status: every node is a target, or the first `direct` only (the
+    direct targets of subset probing)."""
     ok = {"status": "ok", "text": "OK", "loss": 0.0, "latency_s": 0.0004}
     nodes = [
         {
             "cluster": cluster,
             "name": name,
             "state": "reachable",
-            "host": {
-                "primary_address": {"ip": f"10.{i // 250}.{i % 250}.1", "icmp": ok, "http": ok}
-            },
+            "host": {"primary_address": {"ip": synthetic_ip(i), "icmp": ok, "http": ok}},
             "health_endpoint": None,
         }
-        for i, (cluster, name) in enumerate(matrix.columns)
+        for i, (cluster, name) in enumerate(matrix.columns[:direct])
     ]
     local = matrix.columns[0]
     return {
@@ -167,12 +173,15 @@ def synthetic_web(
     *,
     names: tuple[str, ...] | None = None,
     matrix: Matrix | None = None,
+    direct: int | None = None,
 ) -> Iterator[str]:
     """The real web server (meshhealth.agent.serving.web_server) on 127.0.0.1, in a
-    thread of its own, with `matrix` or a synthetic one (see synthetic_matrix); yields
-    the page's URL."""
+    thread of its own, with `matrix` or a synthetic one (see synthetic_matrix); the
+    status lists the first `direct` nodes (all by default), the agent follows them all
+    (synthetic_ip); yields the page's URL."""
     matrix = matrix or synthetic_matrix(nodes, clusters, names=names)
-    status = synthetic_status(matrix)
+    status = synthetic_status(matrix, direct)
+    followed = tuple(Target(c, n, synthetic_ip(i)) for i, (c, n) in enumerate(matrix.columns))
 
     async def read_matrix() -> Matrix:
         return matrix
@@ -186,6 +195,7 @@ def synthetic_web(
         feed=FeedHub(
             ProbeResults(LocalNode(*matrix.columns[0], "10.0.0.1", None), window=30), lambda: status
         ),
+        nodes=lambda: followed,
     )
     ports: queue.Queue[int | BaseException] = queue.Queue()
     stop: list[trio.lowlevel.TrioToken | trio.CancelScope] = []

@@ -86,6 +86,7 @@ def web_data(parts: AgentComponents) -> WebData:
         read_matrix=parts.admin.read_matrix,
         history=parts.history,
         feed=parts.feed,
+        nodes=parts.members.nodes,
     )
 
 

@@ -33,6 +33,7 @@ const S = {
   local: null,         // "cluster/node" of this agent
   localPaths: new Map(), // target key -> {path name -> status}, from the feed
   nodeIPs: new Map(),  // "cluster/node" -> NodeIP (this agent's probe set)
+  matrixIPs: new Map(), // "cluster/node" -> NodeIP (every node the agent follows)
   filter: "",
   view: null,          // what is drawn: columns, rows, cell size, offsets
   selected: null,      // {source, target}
@@ -45,6 +46,9 @@ const S = {
 };
 
 const key = (n) => `${n.cluster}/${n.name}`;
+// A node's NodeIP: from this agent's probe set (its direct targets), else from the
+// matrix's columns (every node the agent follows).
+const ipOf = (k) => S.nodeIPs.get(k) || S.matrixIPs.get(k) || "";
 
 // Natural order (node2 before node10): the page's copy of meshhealth/naming.py. Runs of
 // digits compare by value (without leading zeros: by length, then digit by digit, so
@@ -129,6 +133,8 @@ function setMatrix(m) {
   m.order = m.nodes.map((_, i) => i).sort((a, b) => nodeCompare(m.nodes[a], m.nodes[b]));
   m.inOrder = m.order.every((c, i) => c === i);
   m.rows.sort((a, b) => nodeCompare(m.nodes[a.node], m.nodes[b.node]));
+  S.matrixIPs.clear();
+  for (const n of m.nodes) if (n.node_ip) S.matrixIPs.set(key(n), n.node_ip);
   for (const row of m.rows) {
     const codes = new Uint8Array(row.states.length);
     for (let i = 0; i < codes.length; i++) codes[i] = row.states.charCodeAt(i);
@@ -276,7 +282,7 @@ function schedule() {
 function matches(node, filter) {
   if (!filter) return true;
   const k = key(node);
-  return k.includes(filter) || (S.nodeIPs.get(k) || "").includes(filter);
+  return k.includes(filter) || ipOf(k).includes(filter);
 }
 
 function buildView() {
@@ -502,9 +508,9 @@ async function openCell(source, target, quiet = false) {
   schedule();
   const q = `v1/web/cell?source=${encodeURIComponent(source)}&target=${encodeURIComponent(target)}`;
   let doc = null, note = "";
-  if (source !== S.local && S.nodeIPs.get(source)) {
+  if (source !== S.local && ipOf(source)) {
     // The observer keeps the history of its own paths: ask its agent, same port.
-    const ip = S.nodeIPs.get(source);
+    const ip = ipOf(source);
     const host = ip.includes(":") ? `[${ip}]` : ip;
     try { doc = await getJSON(`${location.protocol}//${host}:${location.port}/${q}`, 2000); }
     catch (e) { note = `${source}'s own page did not answer (${e.message}); shown: what it last published to etcd.`; }
@@ -619,7 +625,7 @@ function renderNodeList() {
     const node = m.nodes[i], k = key(node);
     const here = fromHere.get(k) || "–";
     return `<tr class="${k === S.local ? "local" : ""}" data-node="${esc(k)}"><td title="${esc(k)}">${esc(k)}</td>` +
-      `<td>${esc(S.nodeIPs.get(k) || "")}</td><td><span class="state st-${esc(here)}">${esc(here)}</span></td>` +
+      `<td>${esc(ipOf(k))}</td><td><span class="state st-${esc(here)}">${esc(here)}</span></td>` +
       `<td>${fresh[i] ? `${reached[i]}/${fresh[i]}` : "–"}</td></tr>`;
   }).join("");
 }
