@@ -115,6 +115,16 @@ def subset() -> list[HealthReport]:
     return reports
 
 
+def subset_healthy() -> list[HealthReport]:
+    """Subset probing as in `subset`, all fresh and healthy: every node has its 2
+    observers (not one of STORIES: the matrix tests use it)."""
+    plan = PlanInfo(EPOCH, 2, 6, full_mesh=False, full_mesh_max_nodes=2, nodes=6)
+    return [
+        report(source, {NODES6[(i + j) % 6]: paths() for j in range(3)}, plan=plan)
+        for i, source in enumerate(NODES6)
+    ]
+
+
 def suspect_and_degraded() -> list[HealthReport]:
     """node1 lost one ICMP probe to node3 (its verdict: suspect); node2, degraded since
     30 s (its event loop lags), fails everyone's HTTP (its own slowness)."""

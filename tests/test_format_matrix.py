@@ -160,3 +160,14 @@ def test_matrix_command_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--mesh: expected NAME=URLS" in capsys.readouterr().err
     assert main(["status", "--matrix", "--probe", "-H", "unix:///nonexistent.sock"]) == 2
     assert "cannot be combined" in capsys.readouterr().err
+
+
+def test_matrix_text_in_natural_order() -> None:
+    text = format_matrix_text(
+        matrix_document(build_matrix(S.healthy(["lab1/node10", "lab1/node2"]), now=S.NOW))
+    )
+    lines = text.splitlines()
+    head = next(line for line in lines if line.startswith("source"))
+    assert head.split()[2:] == ["node2", "node10"]
+    sources = [line.split()[0] for line in lines if line.startswith("lab1/")]
+    assert sources == ["lab1/node2", "lab1/node10"]

@@ -8,10 +8,13 @@ intended change of the output, regenerate them and review the diff:
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from meshhealth.cli.format_status import format_status_text, path_line
-from meshhealth.documents.status import build_status_document
+from meshhealth.documents.status import LocalNode, build_status_document
+from meshhealth.model import Target
 from tests import status_stories
 from tests.golden_files import check_golden
 
@@ -242,3 +245,26 @@ def test_a_finding_contradicted_by_newer_probes_is_marked_stale() -> None:
         replace(inputs, cluster_summaries={"lab1": fresh}, verdict_clusters=("lab1",))
     )
     assert not any(f.get("stale") for f in doc["findings"])
+
+
+def test_nodes_in_natural_order() -> None:
+    """The local node first, then node2 before node10 (text and JSON alike)."""
+    local = LocalNode(cluster="lab1", name="node3", node_ip="10.77.0.3", health_ip=None)
+    names = ["node10", "node2", "node3", "node11", "node1"]
+    targets = tuple(Target("lab1", n, f"10.77.0.{n[4:]}") for n in names)
+    doc = build_status_document(
+        dataclasses.replace(status_stories.healthy(), local=local, targets=targets)
+    )
+    assert [n["name"] for n in doc["nodes"]] == ["node3", "node1", "node2", "node10", "node11"]
+    titles = [
+        line.strip()
+        for line in format_status_text(doc, verbose=False).splitlines()
+        if line.startswith("  lab1/")
+    ]
+    assert titles == [
+        "lab1/node3 (localhost):",
+        "lab1/node1:",
+        "lab1/node2:",
+        "lab1/node10:",
+        "lab1/node11:",
+    ]

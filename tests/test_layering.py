@@ -37,6 +37,7 @@ FOUNDATION = frozenset(
         "probe_set",
         "admin_client",
         "gc_tuning",
+        "naming",
     }
 )
 UPPER = {"agent", "cli", "__main__"}  # the process entry points; imported by nobody below

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
+from meshhealth.documents.coverage import Coverage, coverage
 from meshhealth.documents.matrix import build_matrix, cell_state, is_stale
 from meshhealth.documents.matrix_json import matrix_document
-from meshhealth.model import PlanInfo, ProbeStatus
+from meshhealth.model import HealthReport, PlanInfo, ProbeStatus
 from tests import matrix_stories as S
 
 
@@ -245,3 +248,54 @@ def test_without_a_subset_plan_a_missing_target_is_unknown() -> None:
         c.state for row in build_matrix(meshed, now=S.NOW).rows for c in row.cells
     }
     assert not any(line.startswith("Coverage") for line in build_matrix(meshed, now=S.NOW).lines)
+
+
+def test_columns_and_rows_in_natural_order() -> None:
+    """node2 before node10 in the columns, the rows and the JSON; clusters the same way."""
+    nodes = ["lab10/node1", "lab2/node10", "lab2/node2", "lab2/node11", "lab2/node1"]
+    matrix = build_matrix(S.healthy(nodes), now=S.NOW)
+    ordered = [
+        ("lab2", "node1"),
+        ("lab2", "node2"),
+        ("lab2", "node10"),
+        ("lab2", "node11"),
+        ("lab10", "node1"),
+    ]
+    assert list(matrix.columns) == ordered
+    assert [row.source for row in matrix.rows] == ordered
+    doc = matrix_document(matrix)
+    assert [(n["cluster"], n["name"]) for n in doc["nodes"]] == ordered
+    assert [(r["cluster"], r["name"]) for r in doc["rows"]] == ordered
+    assert [(c["cluster"], c["name"]) for c in doc["rows"][0]["cells"]] == ordered
+
+
+@pytest.mark.parametrize(
+    ("story", "below_plan"),
+    [(S.subset_healthy, False), (S.subset, True)],
+)
+def test_the_coverage_line_is_a_warning_only_below_plan(
+    story: Callable[[], list[HealthReport]], below_plan: bool
+) -> None:
+    """Every node with its k observers: the `Coverage:` line is a note (information);
+    a node short of k: it is a warning, with the node's own line."""
+    matrix = build_matrix(story(), now=S.NOW)
+    head = next(line for line in matrix.lines if line.startswith("Coverage:"))
+    doc = matrix_document(matrix)
+    assert doc["summary"]["lines"] == list(matrix.lines)  # every line, as the text has them
+    if below_plan:
+        assert matrix.notes == ()
+        assert head in matrix.warnings
+        assert "lab1/node1: 1 observer this epoch (plan: 2)" in matrix.warnings
+        assert doc["summary"]["notes"] == []
+    else:
+        assert matrix.observers == (2,) * 6
+        assert head.endswith(": 2 to 2 observers per node with fresh reports, 6 nodes")
+        assert matrix.notes == (head,)
+        assert matrix.warnings == ()
+        assert doc["summary"]["notes"] == [head]
+
+
+def test_coverage_without_a_subset_plan_says_nothing() -> None:
+    found = coverage([PlanInfo(1, 5, 6, True, 16, 6)], [("lab1", "node1")], [0])
+    assert found == Coverage()
+    assert found.notes == ()

@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 import trio
+from rich.text import Text
 
 from meshhealth import codec, keys
 from meshhealth.cli.watch_feed import feed_target
 from meshhealth.cli.watch_state import (
+    PATH_NAMES,
     PathView,
     WatchState,
     aggregate_paths,
@@ -455,3 +457,45 @@ def test_under_subset_probing_the_header_counts_direct_targets() -> None:
     apply_feed_message(state, message, now=T0)
     text = frame_text(state, now=T0, width=120)
     assert "Direct targets: " in text and "Cluster health: " not in text
+
+
+def test_list_and_matrix_in_natural_order() -> None:
+    """node2 before node10 in the list and (built from etcd) in the matrix."""
+    from meshhealth.documents.matrix import build_matrix
+    from meshhealth.documents.matrix_json import matrix_document
+
+    names = ("node1", "node10", "node2", "node9")
+    paths = {name: PathHealth(ProbeStatus.OK, 0.001, 0.0) for name in PATH_NAMES}
+    reports = [
+        HealthReport(n, "lab1", T0, 10.0, tuple(TargetHealth("lab1", t, paths) for t in names))
+        for n in names
+    ]
+    state = WatchState(source="etcd")
+    matrix = matrix_document(build_matrix(reports, now=T0 + 1))
+    apply_health_reports(state, reports, now=T0 + 1, matrix=matrix)
+    text = frame_text(state, now=T0 + 1, width=200)
+    listed = re.findall(r"^ ● (node\d+) ", text, flags=re.MULTILINE)
+    assert listed == ["node1", "node2", "node9", "node10"]
+    state.mode = "matrix"
+    text = frame_text(state, now=T0 + 1, width=200)
+    assert re.search(r"source\s+node1\s+node2\s+node9\s+node10", text)
+    rows = re.findall(r"^ (node\d+)\s+●", text, flags=re.MULTILINE)
+    assert rows == ["node1", "node2", "node9", "node10"]
+
+
+def test_matrix_view_draws_the_coverage_line_as_a_warning_only_below_plan() -> None:
+    from meshhealth.cli.watch_view import matrix_view
+    from meshhealth.documents.matrix import build_matrix
+    from meshhealth.documents.matrix_json import matrix_document
+    from tests import matrix_stories
+
+    for reports, style in (
+        (matrix_stories.subset_healthy, "grey50"),
+        (matrix_stories.subset, "yellow"),
+    ):
+        state = WatchState(source="etcd")
+        state.matrix = matrix_document(build_matrix(reports(), now=matrix_stories.NOW))
+        drawn = [r for r in matrix_view(state) if isinstance(r, Text)]
+        coverage = [t for t in drawn if t.plain.startswith("Coverage:")]
+        assert len(coverage) == 1
+        assert coverage[0].style == style

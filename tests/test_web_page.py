@@ -23,9 +23,12 @@ import pytest
 from playwright.sync_api import Page
 
 from meshhealth import defaults
+from meshhealth.documents.matrix import build_matrix
 from meshhealth.lab import netns_ops
 from meshhealth.lab import plan as P
 from meshhealth.lab.build import endpoint_names_taken
+from meshhealth.naming import natural_key
+from tests import matrix_stories
 from tests.agent_cluster import AgentCluster, AgentProcess
 from tests.plugins.etcd_server import EtcdServer, running_etcd
 from tests.plugins.local_etcd import free_loopback_port
@@ -34,6 +37,7 @@ from tests.web_browser import (
     chromium,
     click_cell,
     page_errors,
+    synthetic_ip,
     synthetic_web,
     wait_page_ready,
 )
@@ -249,4 +253,109 @@ def test_page_draws_a_thousand_nodes() -> None:
         frames = page.evaluate("() => window.meshhealth.frameTimes()")
         print(f"\nrender times at 1,000 nodes (ms): {[round(f, 1) for f in frames]}")
         assert frames
+        assert errors == []
+
+
+# --- natural order ----------------------------------------------------------------------
+
+# An older agent's matrix: columns and rows in text order (node10 before node2).
+TEXT_ORDER = tuple(sorted(f"node{i}" for i in range(1, 13)))
+
+
+def test_page_sorts_nodes_naturally() -> None:
+    """The node list and the matrix read node1, node2, ..., node10 even when the agent
+    sends text order; the page's comparison agrees with meshhealth.naming."""
+    with synthetic_web(len(TEXT_ORDER), names=TEXT_ORDER) as url, chromium() as browser:
+        page = browser.new_page(viewport=VIEWPORT)
+        errors = page_errors(page)
+        page.goto(url)
+        page.wait_for_function(
+            "() => window.meshhealth.state.matrix && window.meshhealth.state.renders > 0"
+        )
+        natural = [f"c1/node{i}" for i in range(1, 13)]
+        listed = page.eval_on_selector_all(
+            "#node-table tbody tr", "rows => rows.map(r => r.dataset.node)"
+        )
+        assert listed == natural
+        drawn = page.evaluate(
+            """() => { const m = window.meshhealth.state.matrix, v = window.meshhealth.state.view;
+                       const ref = (i) => `${m.nodes[i].cluster}/${m.nodes[i].name}`;
+                       return [v.cols.map(ref), v.rows.map((r) => ref(r.node))]; }"""
+        )
+        assert drawn == [natural, natural]  # columns, rows
+        names = [
+            "node10",
+            "node2",
+            "n01",
+            "n1",
+            "a9b",
+            "a10b",
+            "node-a",
+            "node0",
+            "x" + "9" * 20,
+            "x1" + "0" * 20,
+            "",
+        ]
+        in_js = page.evaluate(
+            "(names) => names.slice().sort(window.meshhealth.naturalCompare)", names
+        )
+        assert in_js == sorted(names, key=natural_key)
+        assert errors == []
+
+
+# --- the coverage line ------------------------------------------------------------------
+
+
+MARKERS = """() => [...document.querySelectorAll('#findings li')].map(
+    (li) => [li.textContent, getComputedStyle(li, '::marker').content])"""
+
+
+@pytest.mark.parametrize(("reports", "below_plan"), [("subset_healthy", False), ("subset", True)])
+def test_page_marks_the_coverage_line_a_warning_only_below_plan(
+    reports: str, below_plan: bool
+) -> None:
+    matrix = build_matrix(getattr(matrix_stories, reports)(), now=matrix_stories.NOW)
+    with synthetic_web(matrix=matrix) as url, chromium() as browser:
+        page = browser.new_page(viewport=VIEWPORT)
+        errors = page_errors(page)
+        page.goto(url)
+        page.wait_for_function("() => document.querySelectorAll('#findings li').length > 0")
+        shown = dict(page.evaluate(MARKERS))
+        coverage = [text for text in shown if text.startswith("Coverage:  subset probing")]
+        assert len(coverage) == 1
+        assert ("▲" in shown[coverage[0]]) == below_plan, shown
+        if below_plan:
+            assert "▲" in shown["lab1/node1: 1 observer this epoch (plan: 2)"]
+        else:
+            assert len(shown) == 1  # nothing else to say of a healthy subset mesh
+        assert errors == []
+
+
+# --- every node's NodeIP ----------------------------------------------------------------
+
+
+def test_page_lists_the_node_ip_of_every_node() -> None:
+    """Subset probing: the status lists the local node's 3 direct targets only; the
+    node list still shows every node's NodeIP (the agent follows them all), and the
+    filter finds a node by it."""
+    with synthetic_web(8, direct=3) as url, chromium() as browser:
+        page = browser.new_page(viewport=VIEWPORT)
+        errors = page_errors(page)
+        page.goto(url)
+        page.wait_for_function(
+            "() => document.querySelectorAll('#node-table tbody tr').length === 8"
+        )
+        ips = dict(
+            page.eval_on_selector_all(
+                "#node-table tbody tr",
+                "rows => rows.map(r => [r.dataset.node, r.cells[1].textContent])",
+            )
+        )
+        assert ips == {f"c1/node{i + 1:04d}": synthetic_ip(i) for i in range(8)}
+        assert page.evaluate("() => window.meshhealth.state.nodeIPs.has('c1/node0008')") is False
+        page.fill("#filter", synthetic_ip(6))  # node0007: not a direct target
+        page.wait_for_function(
+            "() => document.querySelectorAll('#node-table tbody tr').length === 1"
+        )
+        assert "c1/node0007" in page.inner_text("#node-table tbody")
         assert errors == []

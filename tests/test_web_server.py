@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -35,10 +35,20 @@ from meshhealth.agent.serving.web_views import (
 )
 from meshhealth.documents.matrix import Matrix, build_matrix
 from meshhealth.documents.status import LocalNode, path_document
-from meshhealth.model import PathKey, ProbeResult, ProbeStatus, Protocol, TargetType
+from meshhealth.model import (
+    HealthReport,
+    PathKey,
+    ProbeResult,
+    ProbeStatus,
+    Protocol,
+    Target,
+    TargetType,
+)
 from tests import matrix_stories
 
 LOCAL = ("lab1", "node1")
+# The nodes the agent follows (its status lists only node2: its direct target).
+NODES = tuple(Target("lab1", f"node{i}", f"10.77.0.{i}") for i in (1, 2, 3))
 
 
 def story_matrix(name: str) -> Matrix:
@@ -81,9 +91,46 @@ def test_compact_matrix_has_one_code_per_cell(story: str) -> None:
         assert doc["nodes"][compact["node"]] == {"cluster": row.source[0], "name": row.source[1]}
         assert compact["states"] == "".join(STATE_CODES[c.state] for c in row.cells)
         assert compact["stale"] == row.stale
-    assert doc["lines"] == list(matrix.lines)
+    assert doc["lines"] == list(matrix.warnings)
+    assert doc["notes"] == list(matrix.notes)
     assert set(doc["codes"].values()) >= {"reachable", "unreachable", "stale", "unknown"}
     json.dumps(doc)  # plain types only
+
+
+@pytest.mark.parametrize(
+    ("reports", "below_plan"),
+    [(matrix_stories.subset_healthy, False), (matrix_stories.subset, True)],
+)
+def test_compact_matrix_marks_the_coverage_line_a_warning_only_below_plan(
+    reports: Callable[[], list[HealthReport]], below_plan: bool
+) -> None:
+    """The page draws `lines` with a warning mark and `notes` plain: the coverage line
+    is a note while every node has its k observers."""
+    doc = compact_matrix_document(build_matrix(reports(), now=matrix_stories.NOW))
+    where = "lines" if below_plan else "notes"
+    other = "notes" if below_plan else "lines"
+    assert any(line.startswith("Coverage:  subset probing") for line in doc[where])
+    assert not any(line.startswith("Coverage:") for line in doc[other])
+
+
+def test_compact_matrix_gives_every_known_node_its_node_ip() -> None:
+    """Under subset probing the status lists only the direct targets; the matrix's
+    columns carry the NodeIP of every node the agent follows (none when unknown)."""
+    matrix = build_matrix(matrix_stories.subset(), now=matrix_stories.NOW)
+    known = [Target("lab1", f"node{i}", f"10.77.0.{i}") for i in range(1, 6)]  # not node6
+    doc = compact_matrix_document(matrix, known)
+    assert doc["nodes"][:2] == [
+        {"cluster": "lab1", "name": "node1", "node_ip": "10.77.0.1"},
+        {"cluster": "lab1", "name": "node2", "node_ip": "10.77.0.2"},
+    ]
+    assert [n.get("node_ip") for n in doc["nodes"]] == [
+        "10.77.0.1",
+        "10.77.0.2",
+        "10.77.0.3",
+        "10.77.0.4",
+        "10.77.0.5",
+        None,
+    ]
 
 
 def test_compact_matrix_shows_the_forward_drop_column() -> None:
@@ -265,6 +312,7 @@ class Served:
             read_matrix=self.read_matrix,
             history=self.history,
             feed=self.feed,
+            nodes=lambda: NODES,
         )
 
 
@@ -301,6 +349,7 @@ async def test_server_answers_the_page_its_json_and_errors() -> None:
         status, headers, body = await fetch(port, "/v1/web/matrix")
         assert status == 200 and headers["cache-control"] == "no-store"
         assert [r["states"] for r in json.loads(body)["rows"]] == ["RUR", "RRR", "RUR"]
+        assert [n["node_ip"] for n in json.loads(body)["nodes"]] == [t.node_ip for t in NODES]
         await fetch(port, "/v1/web/matrix")
         assert served.matrix_reads == 1  # cached for half an interval
 

@@ -36,6 +36,7 @@ from meshhealth.agent.serving.feed_server import FeedHub
 from meshhealth.agent.serving.web_server import WebData, serve_web
 from meshhealth.documents.matrix import Cell, Matrix, Row
 from meshhealth.documents.status import LocalNode
+from meshhealth.model import Target
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -111,10 +112,18 @@ def click_cell(page: Page, source: str, target: str) -> None:
 # --- a synthetic mesh behind a real web server ----------------------------------------
 
 
-def synthetic_matrix(nodes: int, clusters: int = 1, *, down: tuple[int, ...] = ()) -> Matrix:
-    """`nodes` nodes per cluster, every cell reachable except the columns of `down`.
-    Cells are shared per (column, state): a million cells cost a few MB, not a GB."""
-    refs = tuple((f"c{k + 1}", f"node{i + 1:04d}") for k in range(clusters) for i in range(nodes))
+def synthetic_matrix(
+    nodes: int,
+    clusters: int = 1,
+    *,
+    down: tuple[int, ...] = (),
+    names: tuple[str, ...] | None = None,
+) -> Matrix:
+    """`nodes` nodes per cluster (named `names`, in that order, when given), every cell
+    reachable except the columns of `down`. Cells are shared per (column, state): a
+    million cells cost a few MB, not a GB."""
+    names = names or tuple(f"node{i + 1:04d}" for i in range(nodes))
+    refs = tuple((f"c{k + 1}", name) for k in range(clusters) for name in names)
     ok = [Cell(ref, "reachable") for ref in refs]
     bad = [Cell(ref, "unreachable") for ref in refs]
     cells = tuple(bad[i] if i in down else ok[i] for i in range(len(refs)))
@@ -122,19 +131,24 @@ def synthetic_matrix(nodes: int, clusters: int = 1, *, down: tuple[int, ...] = (
     return Matrix(generated_at=1_800_000_000.0, columns=refs, rows=rows, unavailable={}, lines=())
 
 
-def synthetic_status(matrix: Matrix) -> dict[str, Any]:
+def synthetic_ip(index: int) -> str:
+    """The NodeIP of the synthetic mesh's node of column `index`."""
+    return f"10.{index // 250}.{index % 250}.1"
+
+
+def synthetic_status(matrix: Matrix, direct: int | None = None) -> dict[str, Any]:
+    """The local node's status: every node is a target, or the first `direct` only (the
+    direct targets of subset probing)."""
     ok = {"status": "ok", "text": "OK", "loss": 0.0, "latency_s": 0.0004}
     nodes = [
         {
             "cluster": cluster,
             "name": name,
             "state": "reachable",
-            "host": {
-                "primary_address": {"ip": f"10.{i // 250}.{i % 250}.1", "icmp": ok, "http": ok}
-            },
+            "host": {"primary_address": {"ip": synthetic_ip(i), "icmp": ok, "http": ok}},
             "health_endpoint": None,
         }
-        for i, (cluster, name) in enumerate(matrix.columns)
+        for i, (cluster, name) in enumerate(matrix.columns[:direct])
     ]
     local = matrix.columns[0]
     return {
@@ -154,11 +168,21 @@ def synthetic_status(matrix: Matrix) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def synthetic_web(nodes: int, clusters: int = 1) -> Iterator[str]:
+def synthetic_web(
+    nodes: int = 0,
+    clusters: int = 1,
+    *,
+    names: tuple[str, ...] | None = None,
+    matrix: Matrix | None = None,
+    direct: int | None = None,
+) -> Iterator[str]:
     """The real web server (meshhealth.agent.serving.web_server) on 127.0.0.1, in a
-    thread of its own, with a synthetic matrix; yields the page's URL."""
-    matrix = synthetic_matrix(nodes, clusters)
-    status = synthetic_status(matrix)
+    thread of its own, with `matrix` or a synthetic one (see synthetic_matrix); the
+    status lists the first `direct` nodes (all by default), the agent follows them all
+    (synthetic_ip); yields the page's URL."""
+    matrix = matrix or synthetic_matrix(nodes, clusters, names=names)
+    status = synthetic_status(matrix, direct)
+    followed = tuple(Target(c, n, synthetic_ip(i)) for i, (c, n) in enumerate(matrix.columns))
 
     async def read_matrix() -> Matrix:
         return matrix
@@ -177,6 +201,7 @@ def synthetic_web(nodes: int, clusters: int = 1) -> Iterator[str]:
             ),
             lambda: status,
         ),
+        nodes=lambda: followed,
     )
     ports: queue.Queue[int | BaseException] = queue.Queue()
     stop: list[trio.lowlevel.TrioToken | trio.CancelScope] = []

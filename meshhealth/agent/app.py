@@ -88,6 +88,7 @@ def web_data(parts: AgentComponents) -> WebData:
         read_matrix=parts.matrix.read,
         history=parts.agent.history,
         feed=parts.feed,
+        nodes=parts.members.nodes,
     )
 
 

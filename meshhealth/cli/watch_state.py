@@ -42,6 +42,7 @@ from meshhealth.model import (
     TargetType,
     path_name,
 )
+from meshhealth.naming import node_order
 from meshhealth.timefmt import parse_iso_time
 
 NodeRef = tuple[str, str]  # (cluster, node)
@@ -339,7 +340,7 @@ def apply_health_reports(
     state.probe_interval_s = max((r.interval_s for r in reports), default=None)
     changes: list[Change] = []
     views = aggregate_paths(reports)
-    for (cluster, name), paths in sorted(views.items()):
+    for (cluster, name), paths in sorted(views.items(), key=lambda item: node_order(item[0])):
         node = _node(state, cluster, name)
         for path, view in paths.items():
             old = node.paths.get(path)

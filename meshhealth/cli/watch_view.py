@@ -28,6 +28,7 @@ from meshhealth.cli.watch_state import PATH_NAMES, Change, NodeView, PathView, W
 from meshhealth.documents.cluster_health import SOURCE_LOCAL, SOURCE_REPORTS, is_alone
 from meshhealth.documents.matrix import stale_after_s
 from meshhealth.model import ProbeStatus
+from meshhealth.naming import natural_key
 from meshhealth.timefmt import format_age_short, format_duration, iso_time
 
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
@@ -192,7 +193,7 @@ def header(state: WatchState, *, now: float) -> Text:
 
 def list_view(state: WatchState, *, now: float) -> list[RenderableType]:
     tables: list[RenderableType] = []
-    clusters = sorted({cluster for cluster, _ in state.nodes})
+    clusters = sorted({cluster for cluster, _ in state.nodes}, key=natural_key)
     for cluster in clusters:
         table = Table(title=f"cluster {cluster}", title_justify="left", expand=False, box=None)
         table.add_column("node", no_wrap=True)
@@ -201,7 +202,7 @@ def list_view(state: WatchState, *, now: float) -> list[RenderableType]:
         table.add_column("probed", justify="right", no_wrap=True)
         nodes = sorted(
             (n for (c, _), n in state.nodes.items() if c == cluster),
-            key=lambda n: (not n.is_local, n.name),
+            key=lambda n: (not n.is_local, natural_key(n.name)),
         )
         for node in nodes:
             probed = [p.last_probed for p in node.paths.values() if p.last_probed is not None]
@@ -241,7 +242,13 @@ def matrix_view(state: WatchState) -> list[RenderableType]:
             for cell in row["cells"]
         ]
         table.add_row(label, *cells)
-    lines = [Text(line) for line in matrix["summary"]["lines"]]
+    # Warnings in yellow; notes (the coverage line while every node has its k
+    # observers; absent from an older agent's document) plain grey.
+    notes = set(matrix["summary"].get("notes", ()))
+    lines = [
+        Text(line, style="grey50" if line in notes else "yellow")
+        for line in matrix["summary"]["lines"]
+    ]
     legend = Text(
         "● reachable  ◐ suspect  ✗ unreachable  ? stale report  · unknown  "
         "- not assigned this epoch",

@@ -19,7 +19,8 @@ source's four paths to the target. A cell is:
 
 Coverage: with subset probing a target is seen by its `k` probers only, so the summary
 counts, per target, the fresh reports that include it (its observers) and names the
-targets with fewer than the plan's `k`.
+targets with fewer than the plan's `k`. The `Coverage:` line is then a warning; while
+every target has its `k` observers it is a note (`Matrix.notes`), information only.
 
 Summary lines are the first step of telling whose fault it is. A whole column failing
 points at the target: a node that fresh reports show unreachable from every other
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from meshhealth import defaults
-from meshhealth.documents.coverage import coverage_lines, observer_counts
+from meshhealth.documents.coverage import coverage, observer_counts
 from meshhealth.documents.reachability import statuses_reachability
 from meshhealth.model import (
     REACHABILITY_PROTOCOLS,
@@ -49,6 +50,7 @@ from meshhealth.model import (
     TargetType,
     path_name,
 )
+from meshhealth.naming import node_order
 from meshhealth.timefmt import format_interval
 
 SCHEMA_VERSION = 1
@@ -122,6 +124,14 @@ class Matrix:
     unavailable: Mapping[str, str]  # cluster -> why its reports could not be read
     lines: tuple[str, ...]  # the summary lines
     observers: tuple[int, ...] = ()  # per column: fresh reports that include that node
+    # The lines of `lines` that are information, not a warning (the `Coverage:` line
+    # while every node has the plan's k observers); the others call for a look.
+    notes: tuple[str, ...] = ()
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The summary lines that call for a look (`lines` but the notes)."""
+        return tuple(line for line in self.lines if line not in self.notes)
 
     def counts(self) -> dict[str, int]:
         counts: dict[str, int] = dict.fromkeys(CELL_STATES, 0)
@@ -185,20 +195,20 @@ def build_matrix(
     nodes: set[NodeRef] = set(by_source) | set(extra_nodes)
     for report in by_source.values():
         nodes.update((t.cluster, t.node) for t in report.targets)
-    columns = tuple(sorted(nodes))
+    columns = tuple(sorted(nodes, key=node_order))
     read = set(source_clusters) | {cluster for cluster, _ in by_source}
     rows = tuple(_row(ref, by_source.get(ref), columns, now) for ref in columns if ref[0] in read)
     fresh = [by_source[row.source] for row in rows if row.source in by_source and not row.stale]
     observers = observer_counts(fresh, columns)
-    lines = summary_lines(rows, columns)
-    lines += coverage_lines([r.plan for r in fresh if r.plan is not None], columns, observers)
+    covered = coverage([r.plan for r in fresh if r.plan is not None], columns, observers)
     return Matrix(
         generated_at=now,
         columns=columns,
         rows=rows,
         unavailable=dict(unavailable or {}),
-        lines=tuple(lines),
+        lines=(*summary_lines(rows, columns), *covered.lines),
         observers=tuple(observers),
+        notes=covered.notes,
     )
 
 

@@ -78,7 +78,8 @@ class MatrixSummaryDocument(TypedDict):
     stale: int
     unassigned: int
     unknown: int
-    lines: list[str]
+    lines: list[str]  # every summary line, in the text's order
+    notes: list[str]  # those of `lines` that are information, not a warning
 
 
 class MatrixDocument(TypedDict):
@@ -169,5 +170,6 @@ def matrix_document(matrix: Matrix) -> MatrixDocument:
             "unassigned": counts["unassigned"],
             "unknown": counts["unknown"],
             "lines": list(matrix.lines),
+            "notes": list(matrix.notes),
         },
     }

@@ -42,6 +42,7 @@ from meshhealth.model import (
     TargetType,
     status_text,
 )
+from meshhealth.naming import node_order
 from meshhealth.timefmt import iso_time
 
 
@@ -213,7 +214,7 @@ def _ordered_targets(local: LocalNode, targets: Sequence[Target]) -> list[Target
             local.health_ip_secondary,
         ),
     )
-    return [local_target] + [by_key[key] for key in sorted(by_key)]
+    return [local_target] + [by_key[key] for key in sorted(by_key, key=node_order)]
 
 
 @dataclass(frozen=True, slots=True)

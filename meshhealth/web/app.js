@@ -33,6 +33,7 @@ const S = {
   local: null,         // "cluster/node" of this agent
   localPaths: new Map(), // target key -> {path name -> status}, from the feed
   nodeIPs: new Map(),  // "cluster/node" -> NodeIP (this agent's probe set)
+  matrixIPs: new Map(), // "cluster/node" -> NodeIP (every node the agent follows)
   filter: "",
   view: null,          // what is drawn: columns, rows, cell size, offsets
   selected: null,      // {source, target}
@@ -45,6 +46,30 @@ const S = {
 };
 
 const key = (n) => `${n.cluster}/${n.name}`;
+// A node's NodeIP: from this agent's probe set (its direct targets), else from the
+// matrix's columns (every node the agent follows).
+const ipOf = (k) => S.nodeIPs.get(k) || S.matrixIPs.get(k) || "";
+
+// Natural order (node2 before node10): the page's copy of meshhealth/naming.py. Runs of
+// digits compare by value (without leading zeros: by length, then digit by digit, so
+// any length is exact), other runs as text; equal readings fall back to the text.
+const DIGIT_RUNS = /(\d+)/;
+function naturalCompare(a, b) {
+  if (a === b) return 0;
+  const pa = a.split(DIGIT_RUNS), pb = b.split(DIGIT_RUNS);
+  for (let i = 0; i < Math.min(pa.length, pb.length); i++) {
+    let x = pa[i], y = pb[i];
+    if (i % 2) {
+      x = x.replace(/^0+(?=\d)/, ""); y = y.replace(/^0+(?=\d)/, "");
+      if (x.length !== y.length) return x.length < y.length ? -1 : 1;
+    }
+    if (x !== y) return x < y ? -1 : 1;
+  }
+  if (pa.length !== pb.length) return pa.length < pb.length ? -1 : 1;
+  return a < b ? -1 : 1;
+}
+// Nodes by cluster, then name, both natural.
+const nodeCompare = (a, b) => naturalCompare(a.cluster, b.cluster) || naturalCompare(a.name, b.name);
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g,
   (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 
@@ -103,6 +128,13 @@ async function refreshMatrix() {
 // Each row's states as bytes (char codes), once per matrix: drawing then reads typed
 // arrays only.
 function setMatrix(m) {
+  // Columns and rows in natural order, whatever order the agent sent (an older agent
+  // sorts by text): `order` lists column indices; the rows are sorted in place.
+  m.order = m.nodes.map((_, i) => i).sort((a, b) => nodeCompare(m.nodes[a], m.nodes[b]));
+  m.inOrder = m.order.every((c, i) => c === i);
+  m.rows.sort((a, b) => nodeCompare(m.nodes[a.node], m.nodes[b.node]));
+  S.matrixIPs.clear();
+  for (const n of m.nodes) if (n.node_ip) S.matrixIPs.set(key(n), n.node_ip);
   for (const row of m.rows) {
     const codes = new Uint8Array(row.states.length);
     for (let i = 0; i < codes.length; i++) codes[i] = row.states.charCodeAt(i);
@@ -228,7 +260,10 @@ function renderSummary() {
         (f.evidence ? ` — ${f.evidence}` : ""));
   }
   for (const l of S.matrix?.lines || []) lines.push(l);
-  $("findings").innerHTML = lines.map((l) => `<li>${esc(l)}</li>`).join("");
+  // Information (the coverage line while every node has its k observers): no warning mark.
+  const notes = S.matrix?.notes || [];
+  $("findings").innerHTML = lines.map((l) => `<li>${esc(l)}</li>`).join("") +
+    notes.map((l) => `<li class="note">${esc(l)}</li>`).join("");
   const warns = [];
   // What is wrong with this node, when the cluster's verdict discounts it, comes first.
   for (const v of st.cluster_health || []) if (v.this_node) warns.push(v.this_node);
@@ -264,7 +299,7 @@ function schedule() {
 function matches(node, filter) {
   if (!filter) return true;
   const k = key(node);
-  return k.includes(filter) || (S.nodeIPs.get(k) || "").includes(filter);
+  return k.includes(filter) || ipOf(k).includes(filter);
 }
 
 function buildView() {
@@ -272,7 +307,7 @@ function buildView() {
   if (!m) return null;
   const f = S.filter;
   const cols = [];
-  m.nodes.forEach((n, i) => { if (matches(n, f)) cols.push(i); });
+  for (const i of m.order) if (matches(m.nodes[i], f)) cols.push(i);
   const rows = m.rows.filter((r) => matches(m.nodes[r.node], f));
   const wrap = $("canvas-wrap");
   const avail = Math.max(200, wrap.clientWidth - 8);
@@ -337,7 +372,7 @@ function render() {
       S.imgKey = imgKey;
     }
     const img = S.img, px = new Uint32Array(img.data.buffer), offCtx = off.getContext("2d");
-    const cols = v.cols, all = cols.length === m.nodes.length;
+    const cols = v.cols, all = m.inOrder && cols.length === m.nodes.length;
     for (let r = 0; r < nr; r++) {
       const row = v.rows[r];
       const base = r * nc;
@@ -492,9 +527,9 @@ async function openCell(source, target, quiet = false) {
   schedule();
   const q = `v1/web/cell?source=${encodeURIComponent(source)}&target=${encodeURIComponent(target)}`;
   let doc = null, note = "";
-  if (source !== S.local && S.nodeIPs.get(source)) {
+  if (source !== S.local && ipOf(source)) {
     // The observer keeps the history of its own paths: ask its agent, same port.
-    const ip = S.nodeIPs.get(source);
+    const ip = ipOf(source);
     const host = ip.includes(":") ? `[${ip}]` : ip;
     try { doc = await getJSON(`${location.protocol}//${host}:${location.port}/${q}`, 2000); }
     catch (e) { note = `${source}'s own page did not answer (${e.message}); shown: what it last published to etcd.`; }
@@ -607,13 +642,13 @@ function renderNodeList() {
   const fromHere = new Map();
   for (const node of S.status?.nodes || []) fromHere.set(key(node), node.state);
   const shown = [];
-  m.nodes.forEach((node, i) => { if (matches(node, S.filter)) shown.push(i); });
+  for (const i of m.order) if (matches(m.nodes[i], S.filter)) shown.push(i);
   $("node-count").textContent = S.filter ? `${shown.length} of ${n}` : `${n}`;
   $("node-table").querySelector("tbody").innerHTML = shown.map((i) => {
     const node = m.nodes[i], k = key(node);
     const here = fromHere.get(k) || "–";
     return `<tr class="${k === S.local ? "local" : ""}" data-node="${esc(k)}"><td title="${esc(k)}">${esc(k)}</td>` +
-      `<td>${esc(S.nodeIPs.get(k) || "")}</td><td><span class="state st-${esc(here)}">${esc(here)}</span></td>` +
+      `<td>${esc(ipOf(k))}</td><td><span class="state st-${esc(here)}">${esc(here)}</span></td>` +
       `<td>${fresh[i] ? `${reached[i]}/${fresh[i]}` : "–"}</td></tr>`;
   }).join("");
 }
@@ -657,6 +692,7 @@ function init() {
 window.meshhealth = {
   state: S,
   render,
+  naturalCompare,
   setMatrix,
   frameTimes: () => S.frames.slice(),
   cellCenter(source, target) {

@@ -1,14 +1,16 @@
 """`--web-listen IP:PORT`: the live web page of the mesh, its JSON and its WebSocket feed.
 
     data = WebData(local=("lab1", "node1"), interval_s=10, status=agent.status_document,
-                   read_matrix=read, history=path_history, feed=feed_hub)
+                   read_matrix=read, history=path_history, feed=feed_hub,
+                   nodes=members.nodes)
     port = await nursery.start(serve_web, "10.77.0.1", 9963, data)
 
 One TCP port serves everything the page needs, all from the package (no CDN):
 
     GET /, /app.js, /style.css   the page (meshhealth/web/), read once at start
     GET /v1/web/status           the status document (docs/status.md)
-    GET /v1/web/matrix           the matrix, one character per cell (web_views)
+    GET /v1/web/matrix           the matrix, one character per cell, and every
+                                 known node's NodeIP (web_views)
     GET /v1/web/cell?source=C/N&target=C/N
                                  one cell's paths; this agent's own row adds its
                                  percentiles and the last hour
@@ -30,7 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -60,7 +62,7 @@ from meshhealth.http_server import (
     read_request,
     send_response,
 )
-from meshhealth.model import REACHABILITY_PROTOCOLS, PathKey, TargetType, path_name
+from meshhealth.model import REACHABILITY_PROTOCOLS, PathKey, Target, TargetType, path_name
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,9 @@ class WebData:
     read_matrix: Callable[[], Awaitable[Matrix]]  # from etcd (every admitted cluster)
     history: PathHistory
     feed: FeedHub
+    # Every node the agent follows (discovery, meshed clusters, retained), not only
+    # those it probes: the NodeIPs of the page's node list.
+    nodes: Callable[[], Sequence[Target]]
 
 
 def load_assets() -> dict[str, bytes]:
@@ -171,7 +176,8 @@ class WebApp:
     async def _compact_matrix(self) -> HttpResponse:
         matrix = await self.matrix.get()
         if self._compact is None or self._compact[0] is not matrix:
-            body = json.dumps(compact_matrix_document(matrix), separators=(",", ":")).encode()
+            document = compact_matrix_document(matrix, self.data.nodes())
+            body = json.dumps(document, separators=(",", ":")).encode()
             self._compact = (matrix, body)
         return HttpResponse(200, self._compact[1], JSON, headers=(("Cache-Control", "no-store"),))
 

@@ -1,22 +1,25 @@
 """The JSON the web page reads (pure, no I/O): a compact matrix and one cell's detail.
 
-    compact_matrix_document(matrix)                  # GET /v1/web/matrix
+    compact_matrix_document(matrix, nodes)           # GET /v1/web/matrix
     cell_document(matrix, source, target, local=..., status=..., history=..., now=...)
                                                      # GET /v1/web/cell?source=&target=
 
 The matrix document of `meshhealth matrix -o json` carries four paths per cell: at
 1,000 nodes that is a million cells and well over 100 MB of JSON. The page needs one
 state per cell to draw, so each row is a string with one character per column
-(`STATE_CODES`); a click asks for that one cell's paths.
+(`STATE_CODES`); a click asks for that one cell's paths. Each column carries the
+node's NodeIP when the agent knows the node (`nodes`: every node it follows, not only
+the ones it probes), so the page's node list shows every node's NodeIP.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from meshhealth.agent.path_history import MinuteSummary
 from meshhealth.documents.matrix import PATH_ORDER, Matrix, NodeRef, label
+from meshhealth.model import Target
 from meshhealth.timefmt import iso_time
 
 WEB_VERSION = 1
@@ -44,9 +47,11 @@ def parse_node_ref(text: str) -> NodeRef:
     return cluster, node
 
 
-def compact_matrix_document(matrix: Matrix) -> dict[str, Any]:
-    """Columns once, then per row its source's index and a string of state codes."""
+def compact_matrix_document(matrix: Matrix, nodes: Iterable[Target] = ()) -> dict[str, Any]:
+    """Columns once (with the NodeIP of those among `nodes`), then per row its
+    source's index and a string of state codes."""
     index = {ref: i for i, ref in enumerate(matrix.columns)}
+    node_ips = {(t.cluster, t.node): t.node_ip for t in nodes}
     rows = []
     for row in matrix.rows:
         rows.append(
@@ -61,13 +66,21 @@ def compact_matrix_document(matrix: Matrix) -> dict[str, Any]:
         "v": WEB_VERSION,
         "generated_at": iso_time(matrix.generated_at),
         "codes": {code: state for state, code in STATE_CODES.items()},
-        "nodes": [{"cluster": c, "name": n} for c, n in matrix.columns],
+        "nodes": [_column(ref, node_ips.get(ref)) for ref in matrix.columns],
         "rows": rows,
-        "lines": list(matrix.lines),
+        "lines": list(matrix.warnings),  # drawn with a warning mark
+        "notes": list(matrix.notes),  # information, drawn plain
         "unavailable": [
             {"cluster": name, "error": error} for name, error in sorted(matrix.unavailable.items())
         ],
     }
+
+
+def _column(ref: NodeRef, node_ip: str | None) -> dict[str, str]:
+    column = {"cluster": ref[0], "name": ref[1]}
+    if node_ip is not None:
+        column["node_ip"] = node_ip
+    return column
 
 
 def history_rows(minutes: Sequence[MinuteSummary]) -> list[list[float | int | None]]:
