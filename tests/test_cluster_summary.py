@@ -451,7 +451,7 @@ def test_the_discounted_node_is_told_what_is_wrong_with_it() -> None:
 
 
 def test_many_discounted_observers_are_named_up_to_three() -> None:
-    many = {f"lab1/node{i}": DiscountedObserver("degraded") for i in range(1, 6)}
-    assert discounted_text(many) == (
+    many = {f"lab1/node{i}": DiscountedObserver("degraded") for i in (10, 2, 11, 1, 3)}
+    assert discounted_text(many) == (  # in natural order: node2 before node10
         "lab1/node1, lab1/node2, lab1/node3 and 2 more are degraded (degraded)"
     )

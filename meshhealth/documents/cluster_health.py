@@ -26,6 +26,7 @@ from meshhealth.documents.status_schema import (
     FindingDocument,
     SummaryDocument,
 )
+from meshhealth.naming import NaturalKey, natural_key
 from meshhealth.summary_codec import ClusterSummary, DiscountedObserver, SummaryFinding
 from meshhealth.timefmt import iso_time
 
@@ -78,6 +79,10 @@ _UNKNOWN_REASON = ("is discounted", "are discounted", "its own probes are not tr
 _NAMED_IN_HEADLINE = 3
 
 
+def _by_node(item: tuple[str, DiscountedObserver]) -> NaturalKey:
+    return natural_key(item[0])  # "cluster/node": node2 before node10
+
+
 def is_alone(verdict: ClusterHealthDocument) -> bool:
     return bool(verdict.get("alone"))
 
@@ -86,7 +91,7 @@ def discounted_text(discounted: Mapping[str, DiscountedObserver]) -> str | None:
     """`lab1/node3 cannot reach out (egress-blocked)`: the discounted observers grouped by
     why, in the findings' words (None: none)."""
     by_reason: dict[str, list[str]] = {}
-    for name, observer in sorted(discounted.items()):
+    for name, observer in sorted(discounted.items(), key=_by_node):
         by_reason.setdefault(observer.reason, []).append(name)
     parts = []
     for reason, names in by_reason.items():
@@ -121,7 +126,7 @@ def _discounted_document(
             "reached_by": observer.reached_by,
             "observers": observer.observers,
         }
-        for name, observer in sorted(discounted.items())
+        for name, observer in sorted(discounted.items(), key=_by_node)
     ]
 
 
