@@ -228,6 +228,33 @@ def test_page_in_the_lab_shows_a_fault_and_a_path(web_lab: P.LabPlan) -> None:
             cleared = lab("fault", "--prefix", prefix, "clear")
             assert cleared.returncode == 0, cleared.stderr
         wait_cells(page, every, "reachable", 60)
+
+        # node3 cannot reach out: the headline says the cluster's verdict (4/4: the
+        # others reach node3) and names node3 in the findings' words, as `status` does;
+        # node3's cells stay failing in the matrix, and its cell detail says why they do
+        # not count against the nodes it fails.
+        egress = lab("fault", "--prefix", prefix, "egress-drop", "node3")
+        assert egress.returncode == 0, egress.stderr
+        try:
+            page.wait_for_function(
+                "() => document.getElementById('health').textContent.includes("
+                "'4/4 reachable (3 observers each); lab1/node3 cannot reach out "
+                "(egress-blocked)')",
+                timeout=90_000,
+            )
+            click_cell(page, node3.qualified, node1.qualified)
+            page.wait_for_function(
+                "() => document.getElementById('detail-state').textContent.includes("
+                "'from a discounted observer (egress-blocked)')"
+            )
+        finally:
+            cleared = lab("fault", "--prefix", prefix, "clear")
+            assert cleared.returncode == 0, cleared.stderr
+        page.wait_for_function(
+            "() => /^Cluster health: 4\\/4 reachable \\(3 observers each\\)  /"
+            ".test(document.getElementById('health').textContent)",
+            timeout=90_000,
+        )
         assert errors == []
 
 
