@@ -50,7 +50,7 @@ def column_states(matrix: Matrix) -> dict[NodeRef, list[str]]:
     for row in matrix.rows:
         if not _fresh(row):
             continue
-        for cell in row.cells:
+        for cell in row.listed_cells:
             if cell.target != row.source and cell.state in OBSERVED_CELL_STATES:
                 states[cell.target].append(cell.state)
     return states
