@@ -15,6 +15,7 @@ with this key; the web page's own copy is `naturalCompare` in meshhealth/web/app
 
 from __future__ import annotations
 
+import functools
 import re
 
 _DIGIT_RUNS = re.compile(r"(\d+)")
@@ -23,6 +24,9 @@ _DIGIT_RUNS = re.compile(r"(\d+)")
 NaturalKey = tuple[tuple[str | int, ...], str]
 
 
+# The same names are sorted round after round (the matrix is built once per round):
+# their keys are kept, up to a bound.
+@functools.lru_cache(maxsize=1 << 16)
 def natural_key(text: str) -> NaturalKey:
     """The sort key of one name: `node10` -> (("node", 10, ""), "node10")."""
     parts = _DIGIT_RUNS.split(text)

@@ -299,3 +299,27 @@ def test_coverage_without_a_subset_plan_says_nothing() -> None:
     found = coverage([PlanInfo(1, 5, 6, True, 16, 6)], [("lab1", "node1")], [0])
     assert found == Coverage()
     assert found.notes == ()
+
+
+@pytest.mark.parametrize("story", [*sorted(S.STORIES), "subset_healthy"])
+def test_sparse_rows_read_as_one_cell_per_column(story: str) -> None:
+    """A row keeps only the cells its report lists; read in any way it is still one
+    cell per column, and the cells it does not keep say nothing (default state, no
+    paths), so what reads `listed_cells` only sees everything that matters."""
+    reports = S.STORIES[story]() if story in S.STORIES else S.subset_healthy()
+    matrix = build_matrix(reports, now=S.NOW)
+    dense: dict[str, int] = dict.fromkeys(matrix.counts(), 0)
+    for row in matrix.rows:
+        cells = list(row.cells)
+        assert len(row.cells) == len(cells) == len(matrix.columns)
+        assert [c.target for c in cells] == list(matrix.columns)
+        assert [row.cells[i] for i in range(len(cells))] == cells
+        assert row.cells[-1] == cells[-1] and list(row.cells[1:3]) == cells[1:3]
+        assert row.cells == tuple(cells)
+        listed = [id(c) for c in row.listed_cells]
+        for cell in cells:
+            dense[cell.state] += 1
+            if id(cell) not in listed:
+                assert not cell.paths and not cell.secondary_paths
+                assert cell.state in ("unassigned", "unknown", "stale")
+    assert matrix.counts() == dense

@@ -72,7 +72,7 @@ def column_cells(matrix: Matrix) -> dict[NodeRef, list[tuple[str, str]]]:
         if not _fresh(row):
             continue
         source = node_label(*row.source)
-        for cell in row.cells:
+        for cell in row.listed_cells:  # the others say nothing (unknown, unassigned)
             if cell.target != row.source and cell.state in OBSERVED_CELL_STATES:
                 cells[cell.target].append((source, cell.state))
     return cells
@@ -105,7 +105,7 @@ def _discounted(
         name = node_label(*row.source)
         if name not in reasons or not _fresh(row):
             continue
-        own = [c.state for c in row.cells if c.target != row.source]
+        own = [c.state for c in row.listed_cells if c.target != row.source]
         seen = [state for state in own if state in OBSERVED_CELL_STATES]
         observers = [state for _, state in columns.get(row.source, ())]
         out[name] = DiscountedObserver(

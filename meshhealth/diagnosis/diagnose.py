@@ -76,6 +76,7 @@ def diagnose(
             witnesses=witnesses,
             min_witnesses=min_observers,
             share=share,
+            counts=(evidence.row_ok, evidence.col_ok),
         )
         findings += [_blame_finding(layer, blame, grid, evidence) for blame in found.blames]
         paths = found.paths

@@ -59,27 +59,44 @@ def path_state(status: ProbeStatus, *, stale: bool, verdict: str | None = None) 
     return PathState.SUSPECT if verdict == "suspect" else PathState.UNREACHABLE
 
 
+# (state, since) -> the one PathObservation of that value (they are immutable): most
+# paths of a row read "ok since the report's time", so one object serves them all.
+_Shared = dict[tuple[PathState, float], PathObservation]
+
+
 def _observations(
-    paths: Mapping[str, PathHealth], *, stale: bool, since: float
+    paths: Mapping[str, PathHealth], *, stale: bool, since: float, shared: _Shared
 ) -> dict[PathKind, PathObservation]:
     out = {}
     for name, health in paths.items():
         kind = PATH_KINDS.get(name)
+        if kind is None:
+            continue
         state = path_state(health.status, stale=stale, verdict=health.state)
-        if kind is not None and state is not None:
+        if state is not None:
             entered = health.state_since if health.state_since is not None else since
-            out[kind] = PathObservation(state, since if stale else entered)
+            key = (state, since if stale else entered)
+            seen = shared.get(key)
+            if seen is None:
+                seen = shared[key] = PathObservation(*key)
+            out[kind] = seen
     return out
 
 
-def _cells(row: Row) -> list[MatrixCell]:
+def _cells(row: Row, shared: _Shared) -> list[MatrixCell]:
     if row.probe_time is None:
         return []
     observer = NodeId(*row.source)
     cells = []
-    for cell in row.cells:
-        paths = _observations(cell.paths, stale=row.stale, since=row.probe_time)
-        secondary = _observations(cell.secondary_paths, stale=row.stale, since=row.probe_time)
+    for cell in row.listed_cells:
+        paths = _observations(cell.paths, stale=row.stale, since=row.probe_time, shared=shared)
+        secondary = (
+            _observations(
+                cell.secondary_paths, stale=row.stale, since=row.probe_time, shared=shared
+            )
+            if cell.secondary_paths  # single-stack targets (most) have none
+            else {}
+        )
         if paths or secondary:
             cells.append(
                 MatrixCell(observer, NodeId(*cell.target), paths, secondary, cell.secondary_family)
@@ -89,8 +106,9 @@ def _cells(row: Row) -> list[MatrixCell]:
 
 def matrix_view(matrix: Matrix) -> MatrixView:
     """What diagnosis looks at in `matrix`."""
+    shared: _Shared = {}
     return MatrixView.of(
-        cells=[cell for row in matrix.rows for cell in _cells(row)],
+        cells=[cell for row in matrix.rows for cell in _cells(row, shared)],
         observers=[
             Observer(
                 NodeId(*row.source),

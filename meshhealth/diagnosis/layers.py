@@ -16,8 +16,11 @@ neither evidence of failure nor of health.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+import functools
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from meshhealth.diagnosis.cells import (
     MatrixCell,
@@ -87,6 +90,27 @@ def _all_answer(states: Iterable[PathState]) -> Verdict:
     return Verdict.NONE
 
 
+@functools.cache  # a few dozen distinct `states` in a matrix of any size
+def _verdicts(states: tuple[PathState, ...]) -> tuple[tuple[Layer, Verdict], ...]:
+    """`pair_verdict` of every layer (in `_LAYERS` order) for one cell's states."""
+    return tuple((layer, pair_verdict(layer, states)) for layer in _LAYERS)
+
+
+@functools.cache
+def _ok_layers(states: tuple[PathState, ...]) -> tuple[Layer, ...]:
+    return tuple(layer for layer, verdict in _verdicts(states) if verdict is Verdict.OK)
+
+
+@functools.cache
+def _failing_layers(states: tuple[PathState, ...]) -> tuple[tuple[Layer, Verdict], ...]:
+    """The layers whose verdict is FAIL or UNSURE (none for a healthy cell)."""
+    return tuple(
+        (layer, verdict)
+        for layer, verdict in _verdicts(states)
+        if verdict in (Verdict.FAIL, Verdict.UNSURE)
+    )
+
+
 def pair_verdict(layer: Layer, states: tuple[PathState, ...]) -> Verdict:
     """The answer of `layer`'s question for one cell's `cell_states`."""
     mine = [states[i] for i in _LAYER_KINDS[layer]]
@@ -133,6 +157,12 @@ class Grid:
     layers: Mapping[Layer, LayerEvidence]
 
 
+def ok_counts(oks: Iterable[Pair]) -> tuple[dict[NodeId, int], dict[NodeId, int]]:
+    """Per observer, the targets it reaches; per target, the observers reaching it."""
+    oks = oks if isinstance(oks, Collection) else list(oks)
+    return Counter(map(itemgetter(0), oks)), Counter(map(itemgetter(1), oks))
+
+
 def build_grid(view: MatrixView) -> Grid:
     """Index `view` (ValueError on duplicate cells or observers)."""
     view.validate()
@@ -163,14 +193,13 @@ def _layers(
     oks: dict[Layer, set[Pair]] = {layer: set() for layer in Layer}
     kinds: dict[Layer, dict[Pair, tuple[PathKind, ...]]] = {layer: {} for layer in Layer}
     own_unsure: dict[Layer, dict[Pair, float]] = {layer: {} for layer in Layer}
+    ok_pairs: dict[tuple[PathState, ...], list[Pair]] = {}  # by states: added at once
     for cell in cells:
         pair = (cell.observer, cell.target)
         states = cell_states(cell)
-        for layer in _LAYERS:
-            verdict = pair_verdict(layer, states)
-            if verdict is Verdict.OK:
-                oks[layer].add(pair)
-            elif verdict is Verdict.FAIL:
+        ok_pairs.setdefault(states, []).append(pair)
+        for layer, verdict in _failing_layers(states):
+            if verdict is Verdict.FAIL:
                 failing = failing_kinds(layer, states)
                 since = max(cell.since(k) for k in failing)
                 own_fails[layer][pair] = since
@@ -180,13 +209,12 @@ def _layers(
             elif verdict is Verdict.UNSURE:
                 suspect = [_KINDS[i] for i in _LAYER_KINDS[layer] if states[i] is _SUSPECT]
                 own_unsure[layer][pair] = max((cell.since(k) for k in suspect), default=0.0)
+    for states, pairs in ok_pairs.items():
+        for layer in _ok_layers(states):
+            oks[layer].update(pairs)
     out = {}
     for layer in Layer:
-        row_ok: dict[NodeId, int] = {}
-        col_ok: dict[NodeId, int] = {}
-        for observer, target in oks[layer]:
-            row_ok[observer] = row_ok.get(observer, 0) + 1
-            col_ok[target] = col_ok.get(target, 0) + 1
+        row_ok, col_ok = ok_counts(oks[layer])
         out[layer] = LayerEvidence(
             layer, fails[layer], own_fails[layer], frozenset(oks[layer]), kinds[layer],
             row_ok, col_ok, own_unsure[layer],

@@ -16,12 +16,12 @@ Pairs that are not assessed (unassigned, stale, suspect) are in neither `fails` 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from meshhealth import defaults
 from meshhealth.diagnosis.cells import NodeId
-from meshhealth.diagnosis.layers import Pair
+from meshhealth.diagnosis.layers import Pair, ok_counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,28 +55,29 @@ def localise(
     witnesses: Collection[NodeId] = (),
     min_witnesses: int = defaults.DIAGNOSIS_MIN_OBSERVERS,
     share: float = defaults.DIAGNOSIS_FAIL_SHARE,
+    counts: tuple[Mapping[NodeId, int], Mapping[NodeId, int]] | None = None,
 ) -> Localised:
-    """Blame nodes for `fails` (pairs from observers that count), greedily.
+    """Blame nodes for `fails` (pairs from observers that count), greedily. Of `nodes`
+    (every known node) only those at an end of a failing pair can be blamed: the others
+    are not looked at, so the cost follows the failures, not the cluster's size.
 
     `own_fails`: every failing pair including those of discounted observers, read only
     to tell whether a blamed node's own row fails (default: `fails`). `witnesses`: nodes
-    whose own stale report counts as one more witness against their column.
+    whose own stale report counts as one more witness against their column. `counts`:
+    `layers.ok_counts(oks)` when the caller has it already.
     """
     own = set(fails if own_fails is None else own_fails)
     remaining = set(fails)
-    col_ok: dict[NodeId, int] = {}
-    row_ok: dict[NodeId, int] = {}
-    for observer, target in oks:
-        col_ok[target] = col_ok.get(target, 0) + 1
-        row_ok[observer] = row_ok.get(observer, 0) + 1
+    row_ok, col_ok = counts if counts is not None else ok_counts(oks)
     all_rows, all_cols = _by_end(own, 0), _by_end(set(fails), 1)
-    candidates = sorted(set(nodes) | {n for pair in remaining for n in pair})
     blamed: set[NodeId] = set()
     blames: list[Blame] = []
     while remaining:
         cols, rows = _by_end(remaining, 1), _by_end(remaining, 0)
         best: tuple[int, int, NodeId] | None = None
-        for node in candidates:
+        # Only a node with a failing pair left can be blamed; `best` is a minimum (the
+        # node breaks ties), so the order of this loop does not matter.
+        for node in cols.keys() | rows.keys():
             if node in blamed:
                 continue
             col, row = cols.get(node, set()), rows.get(node, set())
