@@ -19,6 +19,7 @@ from meshhealth.agent.path_history import PathHistory
 from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.agent.probe_results import ProbeResults
 from meshhealth.agent.serving.feed_server import FeedHub
+from meshhealth.agent.serving.web_access import WebAccess
 from meshhealth.agent.serving.web_server import (
     MatrixCache,
     ReplayStream,
@@ -313,6 +314,7 @@ class Served:
             history=self.history,
             feed=self.feed,
             nodes=lambda: NODES,
+            node_ips=(NODES[0].node_ip,),
         )
 
 
@@ -359,8 +361,8 @@ async def test_server_answers_the_page_its_json_and_errors() -> None:
         status, headers, body = await fetch(
             port, "/v1/web/cell?source=lab1/node3&target=lab1/node2"
         )
-        assert status == 200 and headers["access-control-allow-origin"] == "*"
-        assert json.loads(body)["state"] == "unreachable"
+        assert status == 200 and json.loads(body)["state"] == "unreachable"
+        assert "access-control-allow-origin" not in headers  # never `*`
 
         for path, want in (
             ("/v1/web/cell?source=node3&target=lab1/node2", 400),
@@ -418,3 +420,128 @@ async def test_a_port_in_use_is_an_oserror_before_started() -> None:
         with pytest.raises(OSError):
             await nursery.start(serve_web, "127.0.0.1", port, served.data())
         nursery.cancel_scope.cancel()
+
+
+# --- who may read the page: Host (DNS rebinding), Origin (cross-site WebSocket) ----------
+
+
+def _get_with(port: int, path: str, headers: Mapping[str, str]) -> tuple[int, Mapping[str, str]]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.putrequest("GET", path, skip_host=True)
+        for name, value in headers.items():
+            conn.putheader(name, value)
+        conn.endheaders()
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}
+    finally:
+        conn.close()
+
+
+async def test_a_foreign_host_is_refused_and_cells_name_only_peer_pages() -> None:
+    """A page on evil.example rebound to this address still says `Host: evil.example`:
+    refused (421). `/v1/web/cell` names another agent's page of the mesh in
+    Access-Control-Allow-Origin, never `*`, and no foreign origin."""
+    served = Served()
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve_web, "127.0.0.1", 0, served.data())
+        cell = "/v1/web/cell?source=lab1/node3&target=lab1/node2"
+        for host, want in (
+            (f"127.0.0.1:{port}", 200),
+            (f"localhost:{port}", 200),
+            (f"10.77.0.1:{port}", 200),  # this node's NodeIP
+            (f"evil.example:{port}", 421),
+            ("127.0.0.1:1", 421),  # another port
+        ):
+            status, _ = await trio.to_thread.run_sync(
+                _get_with, port, "/v1/web/status", {"Host": host}
+            )
+            assert status == want, host
+        own = {"Host": f"127.0.0.1:{port}"}
+        for origin, allowed in (
+            (f"http://10.77.0.2:{port}", f"http://10.77.0.2:{port}"),  # a peer's page
+            ("http://evil.example", None),
+            (f"http://10.77.0.2:{port + 1}", None),  # a peer's address, not the page
+            ("null", None),
+        ):
+            status, headers = await trio.to_thread.run_sync(
+                _get_with, port, cell, {**own, "Origin": origin}
+            )
+            assert status == 200
+            assert headers.get("access-control-allow-origin") == allowed, origin
+            assert headers["vary"] == "Origin"
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_feed_refuses_foreign_pages() -> None:
+    """Cross-site WebSocket hijacking: an upgrade from a foreign page's Origin is
+    refused (403) before the handshake; without Origin (`meshhealth watch`) or from
+    this page it is served."""
+    served = Served()
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve_web, "127.0.0.1", 0, served.data())
+        url = f"ws://127.0.0.1:{port}/v1/feed"
+        upgrade = (
+            f"GET /v1/feed HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            "Sec-WebSocket-Version: 13\r\nOrigin: http://evil.example\r\n\r\n"
+        ).encode()
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            await stream.send_all(upgrade)
+            answer = b""
+            with trio.fail_after(5):
+                while chunk := await stream.receive_some(4096):
+                    answer += chunk
+        assert answer.startswith(b"HTTP/1.1 403 ")
+        assert b"not served to pages of 'http://evil.example'" in answer
+        async with open_websocket_url(
+            url, extra_headers=[("Origin", f"http://127.0.0.1:{port}")]
+        ) as ws:
+            assert json.loads(await ws.get_message())["type"] == "snapshot"
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    ("header", "allowed"),
+    [
+        ("10.77.0.1:9963", True),
+        ("10.77.0.1", False),  # port 80 is not the page's
+        ("LOCALHOST:9963", True),
+        ("[::1]:9963", True),
+        ("127.0.0.1:9963", True),
+        ("mesh.example:9963", True),  # --web-allowed-hosts
+        ("evil.example:9963", False),
+        ("10.77.0.2:9963", False),  # a peer's address is not this page
+        ("[::1:9963", False),
+        ("10.77.0.1:99999", False),
+        ("", False),
+        (None, False),
+    ],
+)
+def test_host_names_this_page(header: str | None, allowed: bool) -> None:
+    access = WebAccess.for_listen(
+        "10.77.0.1", 9963, node_ips=["10.77.0.1", None], extra=["mesh.example"]
+    )
+    assert access.host_allowed(header) is allowed
+
+
+@pytest.mark.parametrize(
+    ("origin", "allowed", "cors"),
+    [
+        (None, True, None),  # not a browser
+        ("http://10.77.0.1:9963", True, None),  # this page: no CORS needed
+        ("http://10.77.0.2:9963", True, "http://10.77.0.2:9963"),  # a peer's page
+        ("http://10.77.0.2:9964", False, None),
+        ("http://evil.example", False, None),
+        ("null", False, None),
+        ("file://", False, None),
+        ("http://10.77.0.2:notaport", False, None),
+    ],
+)
+def test_origins(origin: str | None, allowed: bool, cors: str | None) -> None:
+    access = WebAccess.for_listen("0.0.0.0", 9963, node_ips=["10.77.0.1"])
+    peers = ["10.77.0.1", "10.77.0.2", None]
+    assert access.origin_allowed(origin, peers) is allowed
+    assert access.cors_origin(origin, peers) == cors

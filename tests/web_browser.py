@@ -202,6 +202,7 @@ def synthetic_web(
             lambda: status,
         ),
         nodes=lambda: followed,
+        node_ips=("127.0.0.1",),
     )
     ports: queue.Queue[int | BaseException] = queue.Queue()
     stop: list[trio.lowlevel.TrioToken | trio.CancelScope] = []

@@ -62,6 +62,7 @@ class AgentConfig:
     feed_listen: tuple[str, int] | None = None
     health_netns: str | None = None  # None: mh-health-<cluster>-<node>
     web_listen: tuple[str, int] | None = None  # the live web page (docs/ui.md)
+    web_allowed_hosts: tuple[str, ...] = ()  # more Host names it answers to
     # the probe plan (docs/scale.md): targets per node past the full-mesh size, or a
     # full mesh at any size
     probe_targets: int = defaults.PLAN_PROBE_TARGETS

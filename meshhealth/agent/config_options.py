@@ -164,6 +164,14 @@ OPTIONS: tuple[Option, ...] = (
         metavar="IP:PORT",
     ),
     Option(
+        "web_allowed_hosts",
+        values.host_names,
+        (),
+        "more host names the web page answers to (its listen address, this node's NodeIPs "
+        "and loopback names always): a request with another Host is refused (DNS rebinding)",
+        metavar="NAME,...",
+    ),
+    Option(
         "health_mode",
         values.health_mode,
         "netns",

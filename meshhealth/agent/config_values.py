@@ -157,6 +157,25 @@ def endpoints(value: object) -> tuple[str, ...]:
     return tuple(items)
 
 
+_HOST_NAME = re.compile(
+    r"(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*"
+)
+
+
+def host_names(value: object) -> tuple[str, ...]:
+    """`mesh.example.com,10.0.0.5` (or a TOML list) -> lower-case DNS names and IP
+    addresses, each checked."""
+    raw = value if isinstance(value, list | tuple) else [value]
+    items = [p.strip().lower() for item in raw for p in as_str(item).split(",") if p.strip()]
+    for item in items:
+        try:
+            ipaddress.ip_address(item)
+        except ValueError:
+            if not _HOST_NAME.fullmatch(item):
+                raise ValueError(f"not a host name or IP address: {item!r}") from None
+    return tuple(items)
+
+
 def listen(value: object) -> tuple[str, int]:
     """`IP:PORT` or `[IPv6]:PORT`; the port is required, so the last colon splits
     (unlike `responder --listen`, meshhealth.addresses.parse_listen)."""

@@ -18,8 +18,11 @@ One TCP port serves everything the page needs, all from the package (no CDN):
 
 The matrix is read from etcd at most once per `max_age_s` whatever the number of viewers
 (`MatrixCache`, single flight). Only GET (and HEAD for the assets) is served; the page
-is read-only. `/v1/web/cell` allows any origin, so that a page opened on one agent can
-show the history another agent keeps of its own paths.
+is read-only. A request whose `Host` does not name this page is refused (421, DNS
+rebinding), and so is a WebSocket upgrade from a foreign page's `Origin` (403);
+`/v1/web/cell` names another agent's page of the mesh in `Access-Control-Allow-Origin`
+(never `*`), so that a page opened on one agent can show the history another agent
+keeps of its own paths (web_access.py).
 
 A connection's first request head is read here: a WebSocket upgrade to the feed goes,
 with the bytes already read, to the feed's handler (`ReplayStream`); anything else to an
@@ -44,6 +47,7 @@ import trio
 from meshhealth import defaults
 from meshhealth.agent.path_history import PathHistory
 from meshhealth.agent.serving.feed_server import FeedHub, handle_feed_stream
+from meshhealth.agent.serving.web_access import WebAccess, is_wildcard
 from meshhealth.agent.serving.web_views import (
     cell_document,
     compact_matrix_document,
@@ -94,6 +98,14 @@ class WebData:
     # Every node the agent follows (discovery, meshed clusters, retained), not only
     # those it probes: the NodeIPs of the page's node list.
     nodes: Callable[[], Sequence[Target]]
+    # This node's own NodeIPs and the extra names of `--web-allowed-hosts`: with the
+    # listen address and its port, who may read the page (web_access.WebAccess).
+    node_ips: tuple[str | None, ...]
+    allowed_hosts: tuple[str, ...] = ()
+
+    def peer_ips(self) -> list[str | None]:
+        """The NodeIPs of the nodes this agent follows: other agents' pages."""
+        return [ip for t in self.nodes() for ip in (t.node_ip, t.node_ip_secondary)]
 
 
 def load_assets() -> dict[str, bytes]:
@@ -128,6 +140,21 @@ class MatrixCache:
             return self._matrix
 
 
+def header(headers: Sequence[tuple[str, str]], name: str) -> str | None:
+    """The value of header `name` (lower-case names), None when absent."""
+    return next((value for key, value in headers if key == name), None)
+
+
+def head_headers(head: bytes) -> list[tuple[str, str]]:
+    """A raw request head's headers, names lower-case (pure; latin-1 as HTTP is)."""
+    out = []
+    for line in head.split(b"\r\n")[1:]:
+        name, sep, value = line.partition(b":")
+        if sep:
+            out.append((name.strip().lower().decode("latin-1"), value.strip().decode("latin-1")))
+    return out
+
+
 def _json_response(document: Any, *, headers: tuple[tuple[str, str], ...] = ()) -> HttpResponse:
     body = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
     return HttpResponse(200, body, JSON, headers=(("Cache-Control", "no-store"), *headers))
@@ -140,14 +167,20 @@ def text_error(status_code: int, message: str) -> HttpResponse:
 class WebApp:
     """Answers the page's requests (everything but the WebSocket)."""
 
-    def __init__(self, data: WebData, assets: Mapping[str, bytes], max_age_s: float) -> None:
+    def __init__(
+        self, data: WebData, access: WebAccess, assets: Mapping[str, bytes], max_age_s: float
+    ) -> None:
         self.data = data
+        self.access = access
         self.assets = assets
         self.matrix = MatrixCache(data.read_matrix, max_age_s)
         # The compact document of the cached matrix, encoded once for every viewer.
         self._compact: tuple[Matrix, bytes] | None = None
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
+        host = header(request.headers, "host")
+        if not self.access.host_allowed(host):
+            return text_error(421, f"web: Host {host!r} is not this page's address")
         if request.method not in ("GET", "HEAD"):
             return HttpResponse(405, b"method not allowed\n", TEXT, headers=(("Allow", "GET"),))
         asset = ASSETS.get(request.path)
@@ -168,7 +201,7 @@ class WebApp:
         if request.path == "/v1/web/matrix":
             return await self._compact_matrix()
         if request.path == "/v1/web/cell":
-            return await self._cell(request.query)
+            return await self._cell(request.query, header(request.headers, "origin"))
         if request.path == FEED_PATH:
             return text_error(400, f"{FEED_PATH} is a WebSocket: connect with Upgrade: websocket")
         return text_error(404, f"not found: {request.path}")
@@ -181,7 +214,7 @@ class WebApp:
             self._compact = (matrix, body)
         return HttpResponse(200, self._compact[1], JSON, headers=(("Cache-Control", "no-store"),))
 
-    async def _cell(self, query: str) -> HttpResponse:
+    async def _cell(self, query: str, origin: str | None) -> HttpResponse:
         params = parse_qs(query)
         try:
             source = parse_node_ref(params.get("source", [""])[0])
@@ -208,7 +241,9 @@ class WebApp:
         )
         if document is None:
             return text_error(404, f"no cell {source[0]}/{source[1]} -> {target[0]}/{target[1]}")
-        return _json_response(document, headers=(("Access-Control-Allow-Origin", "*"),))
+        allowed = self.access.cors_origin(origin, self.data.peer_ips())
+        cors = (("Access-Control-Allow-Origin", allowed),) if allowed else ()
+        return _json_response(document, headers=(*cors, ("Vary", "Origin")))
 
 
 class ReplayStream(trio.abc.Stream):
@@ -309,6 +344,26 @@ async def _send(
     )
 
 
+def feed_refusal(
+    access: WebAccess, peer_ips: Sequence[str | None], headers: Sequence[tuple[str, str]]
+) -> HttpResponse | None:
+    """Why a WebSocket upgrade to the feed is refused (a foreign Host or page), or None."""
+    host = header(headers, "host")
+    if not access.host_allowed(host):
+        return text_error(421, f"web: Host {host!r} is not this page's address")
+    origin = header(headers, "origin")
+    if not access.origin_allowed(origin, peer_ips):
+        return text_error(403, f"web: the feed is not served to pages of {origin!r}")
+    return None
+
+
+async def _refuse(stream: trio.abc.Stream, response: HttpResponse, timeout_s: float) -> None:
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=defaults.HTTP_SERVER_MAX_HEAD_BYTES)
+    with trio.move_on_after(timeout_s):
+        await read_request(stream, conn, max_body_bytes=0)
+        await _send(stream, conn, response, head_only=False, close=True)
+
+
 async def serve_web(
     host: str,
     port: int,
@@ -320,12 +375,24 @@ async def serve_web(
 ) -> None:
     """Serve until cancelled; `started(port)` gives the bound port (0: any free one).
     Bind errors are raised as OSError before `started`."""
-    app = WebApp(
-        data, load_assets(), max_age_s=data.interval_s * defaults.WEB_MATRIX_MAX_AGE_FRACTION
-    )
     listener = await open_tcp_listener(host, port)
     port_bound = bound_port(listener)
     where = f"web {host}:{port_bound}"
+    access = WebAccess.for_listen(
+        host, port_bound, node_ips=data.node_ips, extra=data.allowed_hosts
+    )
+    app = WebApp(
+        data,
+        access,
+        load_assets(),
+        max_age_s=data.interval_s * defaults.WEB_MATRIX_MAX_AGE_FRACTION,
+    )
+    if is_wildcard(host):
+        log.warning(
+            "%s listens on every address of this host: the page answers only to %s",
+            where,
+            ", ".join(sorted(access.hosts)),
+        )
     counter = 0
 
     async def serve_one(stream: trio.abc.Stream) -> None:
@@ -336,6 +403,11 @@ async def serve_web(
                 head = await read_head(stream)
             replay = ReplayStream(stream, head)
             if is_feed_upgrade(head):
+                refusal = feed_refusal(access, data.peer_ips(), head_headers(head))
+                if refusal is not None:
+                    log.warning("%s: refused a feed upgrade: %s", where, refusal.body.decode())
+                    await _refuse(replay, refusal, read_timeout_s)
+                    return
                 await handle_feed_stream(replay, data.feed, f"{where}#{counter}")
             else:
                 await _serve_http(replay, app, read_timeout_s)

@@ -1,0 +1,132 @@
+"""Who may read the web page, its JSON and its feed (pure).
+
+    access = WebAccess.for_listen("10.77.0.1", 9963, node_ips=["10.77.0.1"], extra=[])
+    access.host_allowed("10.77.0.1:9963")              # True
+    access.origin_allowed("http://evil.example", peers) # False: a foreign page
+    access.cors_origin("http://10.77.0.2:9963", peers)  # that origin: a peer's page
+
+A browser sends every request with the `Host` it asked for and, on a WebSocket upgrade
+and a cross-origin fetch, the `Origin` of the page that makes it. Two attacks follow
+from a server that believes anything:
+
+- **DNS rebinding**: a page on evil.example makes its own name resolve to the node's
+  address, then reads the mesh as same-origin. Its requests still say `Host:
+  evil.example`: a request is answered only when its Host names this page (the listen
+  address, this node's NodeIPs, a loopback name for a forwarded port, or a name the
+  operator allows with `--web-allowed-hosts`) on its port.
+- **Cross-site WebSocket hijacking**: any page the operator visits opens the feed; a
+  WebSocket is not subject to the same-origin policy, only its `Origin` tells. An
+  upgrade is accepted without `Origin` (`meshhealth watch`, scripts: not a browser) or
+  from an allowed origin: this page itself, or another agent's page of the mesh (a
+  NodeIP of a node this agent follows, on the same port), which the page's cell detail
+  reads across agents. `cors_origin` names that origin back instead of `*`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from ipaddress import ip_address
+from urllib.parse import urlsplit
+
+# Names a browser uses for a port forwarded to this host's loopback: they cannot be
+# rebound to another address by a foreign page.
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def is_wildcard(host: str) -> bool:
+    """Whether a listen address accepts connections on every address of the host."""
+    return host in ("", "0.0.0.0", "::")
+
+
+def _split_host(value: str) -> tuple[str, int | None] | None:
+    """`name[:port]`, `[v6]:port`, `v6` -> (lower-case name, port or None); None when it
+    does not parse."""
+    value = value.strip().lower()
+    if not value:
+        return None
+    if value.startswith("["):
+        name, sep, rest = value[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            return None
+        port_text = rest[1:] if rest else None
+    elif value.count(":") > 1:  # a bare IPv6 address
+        name, port_text = value, None
+    else:
+        name, sep, port = value.partition(":")
+        port_text = port if sep else None
+    if port_text is None:
+        return name, None
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        return None
+    return name, int(port_text)
+
+
+def _normal(name: str) -> str:
+    try:
+        return str(ip_address(name))
+    except ValueError:
+        return name.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class WebAccess:
+    """The page's port and the host names it answers to (lower-case, no brackets)."""
+
+    port: int
+    hosts: frozenset[str]
+
+    @staticmethod
+    def for_listen(
+        host: str, port: int, *, node_ips: Iterable[str | None], extra: Iterable[str] = ()
+    ) -> WebAccess:
+        names = {_normal(ip) for ip in node_ips if ip}
+        if not is_wildcard(host):
+            names.add(_normal(host))
+        names |= LOOPBACK_NAMES
+        names |= {_normal(name) for name in extra}
+        return WebAccess(port, frozenset(names))
+
+    def _ours(self, name: str, port: int | None, default_port: int) -> bool:
+        return _normal(name) in self.hosts and (port or default_port) == self.port
+
+    def host_allowed(self, header: str | None) -> bool:
+        """Whether a request's `Host` names this page (absent: no)."""
+        parsed = _split_host(header) if header is not None else None
+        return parsed is not None and self._ours(parsed[0], parsed[1], 80)
+
+    def _peer(self, origin: str, peer_ips: Iterable[str | None]) -> bool:
+        parts = urlsplit(origin)
+        if parts.scheme not in _DEFAULT_PORTS or parts.hostname is None:
+            return False
+        try:
+            port = parts.port or _DEFAULT_PORTS[parts.scheme]
+        except ValueError:
+            return False
+        peers = {_normal(ip) for ip in peer_ips if ip}
+        return port == self.port and _normal(parts.hostname) in peers
+
+    def _same(self, origin: str) -> bool:
+        parts = urlsplit(origin)
+        if parts.scheme not in _DEFAULT_PORTS or parts.hostname is None:
+            return False
+        try:
+            port = parts.port
+        except ValueError:
+            return False
+        return self._ours(parts.hostname, port, _DEFAULT_PORTS[parts.scheme])
+
+    def origin_allowed(self, origin: str | None, peer_ips: Iterable[str | None]) -> bool:
+        """Whether a browser page from `origin` may open the feed (absent: not a browser,
+        allowed; `null`, a foreign site: not)."""
+        if origin is None:
+            return True
+        return self._same(origin) or self._peer(origin, peer_ips)
+
+    def cors_origin(self, origin: str | None, peer_ips: Iterable[str | None]) -> str | None:
+        """The origin to name in `Access-Control-Allow-Origin` (another agent's page of
+        the mesh), or None: no cross-origin read."""
+        if origin is None or self._same(origin) or not self._peer(origin, peer_ips):
+            return None
+        return origin
