@@ -31,7 +31,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -268,8 +268,10 @@ class AgentCluster:
         octet: int | None = None,
         extra_args: Sequence[str] = (),
         log_level: str = "info",
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.workdir = workdir
+        self.env = dict(env or {})  # set in every agent's environment
         self.etcd_endpoint = etcd_endpoint
         self.cluster = cluster
         self.interval_s = interval_s
@@ -351,6 +353,7 @@ class AgentCluster:
         env = dict(os.environ)
         for key in [k for k in env if k.startswith("MESHHEALTH_")]:
             del env[key]
+        env.update(self.env)
         with open(agent.log_path, "ab") as log_file:
             agent.started_at = time.monotonic()
             agent.proc = subprocess.Popen(

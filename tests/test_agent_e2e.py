@@ -530,3 +530,22 @@ def test_second_agent_with_same_name_or_socket_is_refused(
     assert "refusing to start" in thief.log_text(), thief.log_text()
     assert Path(first.socket).exists()
     assert first.admin("GET", "/v1/healthz")[0] == 200
+
+
+def test_the_etcd_password_is_not_inherited_by_the_agents_children(
+    tmp_path: Path, etcd_server: EtcdServer
+) -> None:
+    """MESHHEALTH_ETCD_PASSWORD is read into the agent's configuration and taken out of
+    its environment: the health endpoint's process (and `ip`) never see it."""
+    secret = "s3cret-password-for-the-test"
+    with AgentCluster(
+        tmp_path, etcd_server.endpoint, env={"MESHHEALTH_ETCD_PASSWORD": secret}
+    ) as cluster:
+        agent = cluster.start("n1")
+        children, _ = wait_for(
+            agent.responder_children, bool, 10, what="the health endpoint's process"
+        )
+        for pid in children:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            assert secret.encode() not in environ
+            assert b"MESHHEALTH_ETCD_PASSWORD=" not in environ

@@ -18,6 +18,7 @@ from tests.plugins.etcd_server import EtcdServer
 def _replace(source: Path, target: Path) -> None:
     tmp = target.with_suffix(".new")
     shutil.copyfile(source, tmp)
+    tmp.chmod(0o600)  # a private key readable by others is refused
     os.replace(tmp, target)
 
 
@@ -33,6 +34,7 @@ def test_agent_reports_tls_failure_then_rotates(
     cert, key = live / "client.crt", live / "client.key"
     shutil.copyfile(stranger.cert, cert)
     shutil.copyfile(stranger.key, key)
+    key.chmod(0o600)
     config = tmp_path / "etcd-config.yml"
     config.write_text(
         f"endpoints:\n- {server.endpoint}\ntrusted-ca-file: {server.ca.cert}\n"

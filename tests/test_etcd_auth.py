@@ -27,6 +27,7 @@ def auth_etcd() -> Iterator[EtcdServer]:
 async def test_user_and_password_file(auth_etcd: EtcdServer, tmp_path: Path) -> None:
     password_file = tmp_path / "password"
     password_file.write_text("agentpw\n")
+    password_file.chmod(0o600)
     auth = EtcdAuth("agent", password_file=str(password_file))
     access = etcd_access(auth_etcd.endpoint, tls=auth_etcd.tls_files(), auth=auth)
     async with open_etcd(access, **FAST_ETCD) as etcd:
@@ -64,6 +65,22 @@ async def test_bad_password_is_one_line_and_etcd_down(auth_etcd: EtcdServer) -> 
         assert str(caught.value) == expected
         await poll_until(lambda: etcd.health.last_error == expected, 5, what="liveness says why")
         assert not etcd.health.up
+
+
+async def test_a_password_file_others_may_read_is_refused(
+    auth_etcd: EtcdServer, tmp_path: Path
+) -> None:
+    password_file = tmp_path / "password"
+    password_file.write_text("agentpw\n")
+    password_file.chmod(0o640)
+    auth = EtcdAuth("agent", password_file=str(password_file))
+    access = etcd_access(auth_etcd.endpoint, tls=auth_etcd.tls_files(), auth=auth)
+    async with open_etcd(access, liveness=False) as etcd:
+        with pytest.raises(
+            EtcdUnavailable,
+            match=r"password file .*password: readable by group or others \(mode 0640\)",
+        ):
+            await etcd.get("meshhealth/a")
 
 
 async def test_missing_password_file(auth_etcd: EtcdServer, tmp_path: Path) -> None:

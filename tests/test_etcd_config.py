@@ -165,3 +165,16 @@ def test_yaml_round_trip(urls: list[str], style: str, ca: str) -> None:
         body = "endpoints: [" + ", ".join(f"'{u}'" for u in urls) + "]\n"
     values = parse_yaml_subset(f'{body}trusted-ca-file: "{ca}"\n', source="f")
     assert values == {"endpoints": urls, "trusted-ca-file": ca}
+
+
+def test_a_user_over_plain_http_is_warned_about() -> None:
+    from meshhealth.kvstore.etcd_config import EtcdAuth, clear_text_password_warning, etcd_access
+
+    plain = etcd_access("http://10.0.0.1:2379", auth=EtcdAuth("agent", password="pw"))
+    assert clear_text_password_warning(plain) == (
+        "etcd user agent over http://10.0.0.1:2379: the password and every token cross "
+        "the network in clear text; use https:// with --etcd-ca"
+    )
+    assert clear_text_password_warning(etcd_access("http://10.0.0.1:2379")) is None
+    secure = etcd_access("https://10.0.0.1:2379", auth=EtcdAuth("agent", password="pw"))
+    assert clear_text_password_warning(secure) is None

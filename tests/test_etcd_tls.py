@@ -24,6 +24,7 @@ def _replace(source: Path, target: str) -> None:
     """Replace `target` as a rotation does: write a new file, rename it over the old."""
     tmp = f"{target}.new"
     shutil.copyfile(source, tmp)
+    os.chmod(tmp, 0o600)  # a private key readable by others is refused
     os.replace(tmp, target)
 
 
@@ -55,6 +56,14 @@ def test_certificate_validity_and_file_checks(tmp_path: Path) -> None:
     for files, message in cases:
         with pytest.raises(TlsSetupError, match=message):
             load_credentials(files)
+    # A private key other users of the host may read is no secret: refused, with the fix.
+    good.key.chmod(0o644)
+    with pytest.raises(
+        TlsSetupError,
+        match=r"client key .*good.key: readable by group or "
+        r"others \(mode 0644\): chmod 600 it",
+    ):
+        load_credentials(TlsFiles(str(ca.cert), str(good.cert), str(good.key)))
 
 
 async def test_tls_with_client_certificate(tls_etcd_server: EtcdServer) -> None:
@@ -137,6 +146,7 @@ async def test_certificate_rotation_reconnects(tls_etcd_server: EtcdServer, tmp_
     cert, key = str(live / "client.crt"), str(live / "client.key")
     shutil.copyfile(expired.cert, cert)
     shutil.copyfile(expired.key, key)
+    os.chmod(key, 0o600)
     assert server.client is not None
     access = etcd_access(server.endpoint, tls=TlsFiles(server.tls_files().ca_file, cert, key))
     async with open_etcd(access, files_poll_s=0.1, **FAST_ETCD) as etcd:

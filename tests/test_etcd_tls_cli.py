@@ -120,6 +120,7 @@ def test_user_and_password_from_environment(tmp_path: Path) -> None:
         assert "meshhealth/x" in good.stdout
         password_file = tmp_path / "pw"
         password_file.write_text("wrong\n")
+        password_file.chmod(0o600)
         bad = cli(
             "inspect",
             "--etcd",

@@ -3,14 +3,19 @@
 
 from __future__ import annotations
 
+import logging
+
 from meshhealth.agent.config import AgentConfig
 from meshhealth.kvstore.etcd_config import (
     EtcdAccess,
     EtcdAuth,
     TlsFiles,
+    clear_text_password_warning,
     etcd_access,
     read_etcd_config_file,
 )
+
+log = logging.getLogger("meshhealth.agent")
 
 
 def agent_etcd_access(config: AgentConfig) -> EtcdAccess:
@@ -26,9 +31,13 @@ def agent_etcd_access(config: AgentConfig) -> EtcdAccess:
             password_file=config.etcd_password_file,
             password=config.etcd_password,
         )
-    return etcd_access(
+    access = etcd_access(
         list(config.etcd) or None,
         config=file_config,
         tls=TlsFiles(config.etcd_ca, config.etcd_cert, config.etcd_key),
         auth=auth,
     )
+    warning = clear_text_password_warning(access)
+    if warning is not None:
+        log.warning("%s", warning)
+    return access

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from meshhealth import defaults
-from meshhealth.agent.config import AgentConfig, ConfigError
+from meshhealth.agent.config import ENV_ETCD_PASSWORD, AgentConfig, ConfigError
 from meshhealth.agent.config_sources import add_agent_arguments, load_agent_config
 from meshhealth.cli.common import print_error, refuse_password_flag
 
@@ -55,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print_error("agent", str(exc))
         return 2
+    # The password is in the config now: no child (`ip`, the health endpoint) inherits it.
+    os.environ.pop(ENV_ETCD_PASSWORD, None)
     logging.basicConfig(
         level=args.log_level.upper(),
         format=f"%(asctime)s %(levelname)s {config.cluster}/{config.node} %(name)s: %(message)s",

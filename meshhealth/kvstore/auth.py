@@ -21,6 +21,7 @@ from meshhealth.kvstore.endpoints import EtcdEndpoint
 from meshhealth.kvstore.errors import RpcFailed
 from meshhealth.kvstore.etcd_config import EtcdAuth
 from meshhealth.kvstore.health import EtcdStats
+from meshhealth.kvstore.secret_files import secret_file_problem
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +72,13 @@ class Tokens:
             return auth.password or ""
         try:
             with open(auth.password_file, encoding="utf-8") as handle:
+                problem = secret_file_problem(handle.fileno())
+                if problem is not None:
+                    raise PermissionError(problem)
                 return handle.read(MAX_PASSWORD_BYTES).rstrip("\r\n")
         except (OSError, UnicodeDecodeError) as error:
             detail = error.strerror if isinstance(error, OSError) else "not UTF-8 text"
-            reason = f"password file {auth.password_file}: {detail}"
+            reason = f"password file {auth.password_file}: {detail or error}"
             raise RpcFailed(endpoint.url, error, reason=reason, down=True) from None
 
     def ensure(self, channel: Any, endpoint: EtcdEndpoint, timeout_s: float) -> None:

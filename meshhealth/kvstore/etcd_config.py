@@ -261,3 +261,14 @@ def etcd_access(
             "the environment)"
         )
     return EtcdAccess(parsed, files if parsed[0].secure else None, auth)
+
+
+def clear_text_password_warning(access: EtcdAccess) -> str | None:
+    """A warning when an etcd user's password would cross the network in clear text
+    (a user over http://), or None."""
+    if access.auth is None or access.endpoints[0].secure:
+        return None
+    return (
+        f"etcd user {access.auth.user} over {access.endpoints[0].url}: the password and "
+        "every token cross the network in clear text; use https:// with --etcd-ca"
+    )

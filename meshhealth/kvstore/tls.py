@@ -28,6 +28,7 @@ import grpc
 from meshhealth import defaults
 from meshhealth.kvstore.endpoints import EtcdEndpoint
 from meshhealth.kvstore.etcd_config import TlsFiles
+from meshhealth.kvstore.secret_files import secret_file_problem
 
 MAX_PEM_BYTES = defaults.ETCD_PEM_MAX_BYTES
 
@@ -38,12 +39,17 @@ class TlsSetupError(Exception):
     """The TLS files cannot be used; the message is the reason (one line)."""
 
 
-def _read(path: str, what: str) -> bytes:
+def _read(path: str, what: str, *, secret: bool = False) -> bytes:
+    """A PEM file's bytes; `secret` (a private key): refused unless only its owner may
+    read it."""
     try:
         with open(path, "rb") as handle:
+            problem = secret_file_problem(handle.fileno()) if secret else None
             data = handle.read(MAX_PEM_BYTES + 1)
     except OSError as error:
         raise TlsSetupError(f"{what} {path}: {error.strerror or error}") from None
+    if problem is not None:
+        raise TlsSetupError(f"{what} {path}: {problem}")
     if len(data) > MAX_PEM_BYTES:
         raise TlsSetupError(f"{what} {path}: larger than {MAX_PEM_BYTES} bytes")
     if b"-----BEGIN " not in data:
@@ -106,7 +112,7 @@ def load_credentials(files: TlsFiles, *, now: datetime | None = None) -> grpc.Ch
     cert = key = None
     if files.cert_file and files.key_file:
         cert = _read(files.cert_file, "client certificate")
-        key = _read(files.key_file, "client key")
+        key = _read(files.key_file, "client key", secret=True)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         try:
             context.load_cert_chain(files.cert_file, files.key_file)
