@@ -70,6 +70,12 @@ HTTP_PATH: Final = "/hello"
 RESPONDER_READ_TIMEOUT_S: Final = 2.0
 # Bounds file descriptors used by peers' probes (and by a flood).
 RESPONDER_MAX_CONNECTIONS: Final = 512
+# ... at most this many from one address: a peer holds one per probed path and a few
+# indirect requests; an outsider cannot take every slot.
+RESPONDER_MAX_PER_SOURCE: Final = 32
+# ... and the last of them only for registered nodes' NodeIPs (the agent's responder):
+# outsiders from many addresses still leave room for peers' probes.
+RESPONDER_RESERVED_FOR_NODES: Final = 128
 # Largest request line + headers; a probe sends ~100 bytes.
 RESPONDER_MAX_HEAD_BYTES: Final = 8 * 1024
 # Nothing we serve takes a body; a small one is read and ignored, more gets 413.
@@ -311,6 +317,10 @@ MATRIX_READ_TIMEOUT_S: Final = 2.0
 # --- live feed (meshhealth.agent.serving.feed_server, `meshhealth watch`) -------------
 # Viewers at once on one agent (each costs a task and a queue); more are answered 503.
 FEED_MAX_CLIENTS: Final = 256
+# Connections to the feed at once, before their handshake too (a viewer past
+# FEED_MAX_CLIENTS is answered 503 after it), and from one address over TCP.
+FEED_MAX_CONNECTIONS: Final = 2 * FEED_MAX_CLIENTS
+FEED_MAX_PER_SOURCE: Final = 32
 # A viewer that has not received a round message for this many rounds is told it is
 # lagging and disconnected (with the default interval: ~40 s of not reading).
 FEED_MAX_ROUNDS_BEHIND: Final = 3

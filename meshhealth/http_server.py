@@ -3,7 +3,11 @@
 The caller supplies an async `handle(request) -> response`; this module does the
 protocol, keep-alive and the protections:
 - at most `max_connections` connections at once; when full, a new connection is closed
-  at once (the client sees a fast reset instead of waiting on a full backlog);
+  at once (the client sees a fast reset instead of waiting on a full backlog); with
+  `per_source`, at most that many from one address, and with `reserved`, the last
+  slots only for `trusted` addresses (the /hello responder keeps them for registered
+  nodes: one outsider holding every slot would make peers' probes fail, a false
+  "unreachable"); `admission` is the rule, pure;
 - each request must arrive completely within `read_timeout_s` (slow or idle clients are
   dropped), and each response must be written within it; the handler itself has no
   deadline here: handlers that wait (PUT /v1/status/probe) set their own;
@@ -74,7 +78,9 @@ class ConnectionStats:
     """Counters of `accept_connections`. Mutated only by the server's tasks."""
 
     connections_accepted: int = 0  # served (not counting rejected ones)
-    connections_rejected: int = 0  # closed at once because max_connections were busy
+    connections_rejected: int = 0  # closed at once: full, or the limits below
+    refused_per_source: int = 0  # ... because its address held `per_source` already
+    refused_reserved: int = 0  # ... because only the reserved slots were left
     active_connections: int = 0  # gauge
     accept_errors: int = 0  # accept() failed for lack of resources (EMFILE, ...)
 
@@ -133,6 +139,39 @@ async def serve_http(
         )
 
 
+FULL, PER_SOURCE, RESERVED = "full", "per-source", "reserved"
+
+
+def admission(
+    active: int,
+    from_source: int,
+    *,
+    trusted: bool,
+    max_connections: int,
+    per_source: int | None = None,
+    reserved: int = 0,
+) -> str | None:
+    """Whether one more connection is served (None) or why not (FULL, PER_SOURCE,
+    RESERVED): `active` connections now, `from_source` of them from its address."""
+    if active >= max_connections:
+        return FULL
+    if per_source is not None and from_source >= per_source:
+        return PER_SOURCE
+    if not trusted and active >= max_connections - reserved:
+        return RESERVED
+    return None
+
+
+def _source(stream: Any) -> str | None:
+    """The peer's IP address of a TCP stream; None for other streams (unix sockets)."""
+    sock = getattr(stream, "socket", None)
+    try:
+        peer = sock.getpeername() if sock is not None else None
+    except OSError:
+        return None
+    return str(peer[0]) if isinstance(peer, tuple) else None
+
+
 async def accept_connections(
     listener: trio.abc.Listener[Any],
     serve_connection: Callable[[Any], Awaitable[None]],
@@ -140,20 +179,31 @@ async def accept_connections(
     max_connections: int,
     name: str,
     stats: ConnectionStats | None = None,
+    per_source: int | None = None,
+    reserved: int = 0,
+    trusted: Callable[[str], bool] = lambda address: False,
 ) -> None:
     """Accept until cancelled; run `serve_connection(stream)` for each connection as a
     task of this function's nursery, and close the stream after it. At most
-    `max_connections` at once: when full, a new connection is accepted and closed at
-    once. Counts into `stats`. Does not close `listener`."""
+    `max_connections` at once, `per_source` from one address, the last `reserved` only
+    for `trusted` addresses (`admission`): a connection over them is accepted and closed
+    at once. Counts into `stats`. Does not close `listener`."""
     if max_connections < 1:
         raise ValueError(f"max_connections must be >= 1, got {max_connections}")
+    if not 0 <= reserved < max_connections:
+        raise ValueError(f"reserved must be 0..{max_connections - 1}, got {reserved}")
     counters = stats if stats is not None else ConnectionStats()
+    by_source: dict[str, int] = {}
 
-    async def serve_one(stream: Any) -> None:
+    async def serve_one(stream: Any, source: str | None) -> None:
         try:
             await serve_connection(stream)
         finally:
             counters.active_connections -= 1
+            if source is not None:
+                by_source[source] -= 1
+                if not by_source[source]:
+                    del by_source[source]
             await trio.aclose_forcefully(stream)
 
     async with trio.open_nursery() as nursery:
@@ -172,13 +222,26 @@ async def accept_connections(
                 )
                 await trio.sleep(defaults.HTTP_SERVER_ACCEPT_BACKOFF_S)
                 continue
-            if counters.active_connections >= max_connections:
+            source = _source(stream)
+            refused = admission(
+                counters.active_connections,
+                by_source.get(source, 0) if source is not None else 0,
+                trusted=source is not None and trusted(source),
+                max_connections=max_connections,
+                per_source=per_source if source is not None else None,
+                reserved=reserved if source is not None else 0,
+            )
+            if refused is not None:
                 counters.connections_rejected += 1
+                counters.refused_per_source += refused == PER_SOURCE
+                counters.refused_reserved += refused == RESERVED
                 await trio.aclose_forcefully(stream)
                 continue
             counters.connections_accepted += 1
             counters.active_connections += 1
-            nursery.start_soon(serve_one, stream)
+            if source is not None:
+                by_source[source] = by_source.get(source, 0) + 1
+            nursery.start_soon(serve_one, stream, source)
 
 
 async def _serve_connection(

@@ -413,3 +413,88 @@ async def test_command_serves_until_signalled(
             proc.kill()
             with trio.move_on_after(5):
                 await proc.wait()
+
+
+# --- one outsider cannot take every slot (per-source caps, slots kept for peers) ---------
+
+
+@pytest.mark.parametrize(
+    ("active", "from_source", "trusted", "refused"),
+    [
+        (0, 0, False, None),
+        (10, 3, False, "per-source"),  # this address holds 3 already
+        (10, 3, True, "per-source"),  # a registered node too: it needs far fewer
+        (16, 0, False, "reserved"),  # the last 4 of 20 are kept for registered nodes
+        (16, 0, True, None),
+        (20, 0, True, "full"),
+        (15, 2, False, None),
+    ],
+)
+def test_admission(active: int, from_source: int, trusted: bool, refused: str | None) -> None:
+    from meshhealth.http_server import admission
+
+    assert (
+        admission(
+            active, from_source, trusted=trusted, max_connections=20, per_source=3, reserved=4
+        )
+        == refused
+    )
+
+
+def _connect_from(source: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((source, 0))
+    sock.connect(("127.0.0.1", port))
+    sock.settimeout(5)
+    return sock
+
+
+def _served(sock: socket.socket) -> bool:
+    """Whether the server answers a probe on this connection (a refused one is closed)."""
+    try:
+        sock.sendall(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
+        return sock.recv(4096).startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+
+
+async def test_an_outsider_cannot_hold_every_slot() -> None:
+    """max 8, 3 per address, the last 3 for registered nodes: one outsider gets 3
+    connections, outsiders together 5, and a registered node still gets its probe in."""
+    stats = ResponderStats()
+    registered = "127.0.0.9"
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(
+            functools.partial(
+                serve_responder,
+                "127.0.0.1",
+                0,
+                max_connections=8,
+                per_source=3,
+                reserved=3,
+                trusted=lambda address: address == registered,
+                stats=stats,
+                read_timeout_s=30.0,
+            )
+        )
+
+        def scenario() -> None:
+            held = [_connect_from("127.0.0.2", port) for _ in range(4)]
+            held += [_connect_from("127.0.0.3", port) for _ in range(3)]
+            try:
+                # 127.0.0.2: 3 served, the 4th closed; 127.0.0.3: 2 more fill the 5
+                # slots for outsiders, its 3rd is closed
+                served = [_served(sock) for sock in held]
+                assert served == [True, True, True, False, True, True, False]
+                peer = _connect_from(registered, port)
+                try:
+                    assert _served(peer)  # a reserved slot
+                finally:
+                    peer.close()
+            finally:
+                for sock in held:
+                    sock.close()
+
+        await trio.to_thread.run_sync(scenario)
+        assert (stats.refused_per_source, stats.refused_reserved) == (1, 1)
+        nursery.cancel_scope.cancel()

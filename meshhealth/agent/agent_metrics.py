@@ -123,6 +123,7 @@ class AgentMetrics:
     etcd_errors: Counter  # {cluster}
     kvstore_invalid_values: Counter  # {kind}: nodes | ip | health | cluster-config
     endpoint_restarts: Counter
+    responder_refused: Counter  # {reason}: connections the /hello responder closed at once
     agent_down_nodes: Gauge
     agent_down_dropped: Counter
     build_info: Gauge
@@ -383,6 +384,13 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
         endpoint_restarts=registry.counter(
             "meshhealth_endpoint_restarts_total",
             "Times the health endpoint (responder) was restarted after it died.",
+        ),
+        responder_refused=registry.counter(
+            "meshhealth_responder_connections_refused_total",
+            "Connections the /hello responder (NodeIP:4240) closed at once: full (every slot "
+            "busy), per-source (that address held its share), reserved (only the slots kept "
+            "for registered nodes were left). Rising: someone holds connections to it.",
+            ("reason",),
         ),
         agent_down_nodes=registry.gauge(
             "meshhealth_agent_down_nodes",

@@ -31,6 +31,7 @@ from functools import partial
 
 import trio
 
+from meshhealth import defaults
 from meshhealth.addresses import format_address
 from meshhealth.agent.components import AgentComponents, build_components
 from meshhealth.agent.config import AgentConfig
@@ -125,6 +126,8 @@ async def _start_serving(nursery: trio.Nursery, parts: AgentComponents) -> None:
                 node_name=config.node,
                 stats=parts.responder_stats,
                 extra_routes=[parts.indirect_server.route(parts.indirect_budget_s)],
+                reserved=defaults.RESPONDER_RESERVED_FOR_NODES,
+                trusted=parts.indirect_server.is_registered,
             ),
             node_ip,
             config.http_port,

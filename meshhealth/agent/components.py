@@ -347,8 +347,15 @@ def build_components(
             routes.set_peers,
             invalid_metric=metrics.invalid_values_of("nodes"),
         )
+    responder_stats = ResponderStats()
     read_at_scrape(
-        metrics, cluster=config.cluster, etcd=etcd, mesh=mesh, endpoint=endpoint, pinger=pinger
+        metrics,
+        cluster=config.cluster,
+        etcd=etcd,
+        mesh=mesh,
+        endpoint=endpoint,
+        pinger=pinger,
+        responder=responder_stats,
     )
     return AgentComponents(
         config=config,
@@ -367,7 +374,7 @@ def build_components(
         feed=feed,
         loop=loop,
         admin=admin,
-        responder_stats=ResponderStats(),
+        responder_stats=responder_stats,
         endpoint=endpoint,
         routes=routes,
         peer_nodes=peer_nodes,

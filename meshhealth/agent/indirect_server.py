@@ -91,12 +91,19 @@ class IndirectServer:
         self.counters.refused[reason].inc()
         return text_reply(refusal.status_code, f"{reason}: {refusal.reason}")
 
+    def is_registered(self, peer_ip: str) -> bool:
+        """Whether `peer_ip` is a NodeIP (either family) of a registered node: the
+        responder keeps its reserved connection slots for them."""
+        source = _source_ip(peer_ip)
+        if source is None:
+            return False
+        return any(source in (t.node_ip, t.node_ip_secondary) for t in self._registered())
+
     async def handle(self, request: RouteRequest) -> Reply:
         """One request: the checks in order, then the probes (see the module docstring)."""
         targets = self._registered()
         source = _source_ip(request.peer_ip)
-        node_ips = {t.node_ip for t in targets} | {t.node_ip_secondary for t in targets}
-        if source is None or source not in node_ips:
+        if source is None or not self.is_registered(request.peer_ip):
             why = f"{request.peer_ip} is not the NodeIP of a registered node"
             return self._refuse("unauthorised", Refusal(403, why))
         if not self.buckets.take(source, trio.current_time()):

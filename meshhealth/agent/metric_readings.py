@@ -16,6 +16,7 @@ from functools import partial
 from meshhealth.agent.agent_metrics import AgentMetrics
 from meshhealth.agent.health_endpoint.supervisor import HealthEndpoint
 from meshhealth.agent.membership.clustermesh import ClusterMesh, RemoteCluster
+from meshhealth.http_server import ConnectionStats
 from meshhealth.kvstore import Etcd
 from meshhealth.probe.icmp import Pinger
 
@@ -41,9 +42,11 @@ def read_at_scrape(
     mesh: ClusterMesh,
     endpoint: HealthEndpoint | None,
     pinger: Pinger | None,
+    responder: ConnectionStats,
 ) -> None:
     """Bind the series of etcd (this cluster's and each remote's), the health endpoint's
-    restarts and the probes in flight to the state that holds them."""
+    restarts, the probes in flight and the responder's refused connections to the state
+    that holds them."""
     metrics.etcd_up.labels(cluster=cluster).read_from(lambda: 1 if etcd.health.up else 0)
     metrics.etcd_errors.labels(cluster=cluster).read_from(lambda: etcd.stats.errors)
     for remote in mesh.remotes:
@@ -53,3 +56,13 @@ def read_at_scrape(
         metrics.endpoint_restarts.labels().read_from(lambda: endpoint.state.restarts)
     if pinger is not None:
         metrics.probes_in_flight.labels().read_from(lambda: pinger.in_flight)
+    refused = metrics.responder_refused
+    refused.labels(reason="per-source").read_from(lambda: responder.refused_per_source)
+    refused.labels(reason="reserved").read_from(lambda: responder.refused_reserved)
+    refused.labels(reason="full").read_from(
+        lambda: (
+            responder.connections_rejected
+            - responder.refused_per_source
+            - responder.refused_reserved
+        )
+    )

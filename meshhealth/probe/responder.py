@@ -111,10 +111,16 @@ async def serve_responder(
     node_name: str = "",
     stats: ResponderStats | None = None,
     extra_routes: Sequence[ExtraRoute] = (),
+    per_source: int | None = defaults.RESPONDER_MAX_PER_SOURCE,
+    reserved: int = 0,
+    trusted: Callable[[str], bool] = lambda address: False,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Listen on host:port (port 0: any free one) and serve until cancelled.
 
+    At most `per_source` connections from one address; the last `reserved` slots only
+    for `trusted` addresses (the agent's: registered NodeIPs), so an outsider cannot
+    take every slot and make peers' probes fail.
     `task_status.started(port)` reports the port actually bound. Bind errors (address in
     use, not assignable) are raised as OSError before `started`; a `host` that is not an
     IP address literal raises ValueError.
@@ -136,6 +142,9 @@ async def serve_responder(
             max_connections=max_connections,
             name="responder",
             stats=counters,
+            per_source=per_source,
+            reserved=reserved,
+            trusted=trusted,
         )
     finally:
         await trio.aclose_forcefully(listener)

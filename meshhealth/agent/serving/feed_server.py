@@ -51,6 +51,7 @@ from meshhealth.documents.feed import (
 )
 from meshhealth.documents.status import PathVerdictLike
 from meshhealth.documents.status_schema import StatusDocument
+from meshhealth.http_server import accept_connections
 from meshhealth.model import PathKey, PathReport, PathSummary, ProbeResult, RoundReport
 
 if TYPE_CHECKING:
@@ -276,18 +277,23 @@ async def handle_feed_stream(stream: trio.abc.Stream, hub: FeedHub, name: str) -
 
 
 async def serve_feed(listener: trio.abc.Listener[Any], hub: FeedHub, where: str) -> None:
-    """Accept connections on `listener` until cancelled; each in its own task."""
-    async with trio.open_nursery() as nursery:
-        counter = 0
-        while True:
-            try:
-                stream = await listener.accept()
-            except OSError as exc:  # EMFILE and friends: wait a little, do not spin
-                log.warning("feed %s: accept failed: %s", where, exc)
-                await trio.sleep(defaults.FEED_ACCEPT_RETRY_S)
-                continue
-            counter += 1
-            nursery.start_soon(handle_feed_stream, stream, hub, f"{where}#{counter}")
+    """Accept connections on `listener` until cancelled; each in its own task. At most
+    FEED_MAX_CONNECTIONS at once, handshakes included, and FEED_MAX_PER_SOURCE from one
+    address (TCP): a flood of half-open connections cannot hold the agent's tasks."""
+    counter = 0
+
+    async def serve_one(stream: trio.abc.Stream) -> None:
+        nonlocal counter
+        counter += 1
+        await handle_feed_stream(stream, hub, f"{where}#{counter}")
+
+    await accept_connections(
+        listener,
+        serve_one,
+        max_connections=defaults.FEED_MAX_CONNECTIONS,
+        name=f"feed {where}",
+        per_source=defaults.FEED_MAX_PER_SOURCE,
+    )
 
 
 async def serve_feed_unix(
