@@ -161,7 +161,9 @@ def main() -> None:
     parser.add_argument("--lease-ttl", type=int, default=defaults_lease_ttl_s(),
                         help="the agents' lease TTL, s (keep-alive every third of it)")  # fmt: skip
     parser.add_argument("--port", type=int, default=21150, help="etcd client port (+1 peer)")
-    shm = "/dev/shm" if Path("/dev/shm").is_dir() else None
+    from meshhealth.lab.ram_disk import ram_disk
+
+    shm = ram_disk()
     parser.add_argument("--data-parent", default=shm,
                         help="etcd's data goes under it (default tmpfs: no fsync)")  # fmt: skip
     parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)

@@ -285,6 +285,12 @@ STALE_MARGIN_S: Final = 5.0
 # together (a round's results, a probe-now round right after) make one write.
 PUBLISH_DEBOUNCE_S: Final = 0.5
 
+# --- etcds of the labs and tests (meshhealth.lab.ram_disk) ----------------------------
+# Their data goes to RAM (/dev/shm) only with this much free: etcd preallocates a 64 MB
+# log segment, and a container's default /dev/shm is 64 MB in all; a few etcds at once
+# (a lab's members, a test's servers) need room for one segment each.
+ETCD_RAM_MIN_FREE_BYTES: Final = 512 * 1024 * 1024
+
 # --- cluster view (meshhealth.agent.cluster_view: aggregator, summary follower) -------
 # After a health report changed, the aggregator waits this long before it diagnoses: the
 # reports of one round arrive within a fraction of a second of each other, one summary.

@@ -358,3 +358,13 @@ def test_health_line_under_subset_probing_names_direct_targets() -> None:
 )
 def test_lab_interval_grows_with_the_lab_past_20_nodes(total_nodes: int, interval_s: float) -> None:
     assert P.lab_interval(total_nodes) == interval_s
+
+
+def test_etcd_data_goes_to_ram_only_with_room(tmp_path: Path) -> None:
+    """A container's /dev/shm is 64 MB and etcd preallocates a 64 MB log segment: RAM
+    only with room to spare, else a directory on disk."""
+    from meshhealth.lab.ram_disk import ram_disk
+
+    assert ram_disk(tmp_path, min_free_bytes=1) == tmp_path
+    assert ram_disk(tmp_path, min_free_bytes=1 << 62) is None  # no disk has 4 EiB free
+    assert ram_disk(tmp_path / "none", min_free_bytes=1) is None

@@ -406,9 +406,9 @@ def down(prefix: str, say: Say, root: Path = P.LAB_ROOT) -> DownReport:
             say("  /proc/sys/net read-only again")
         except netns_ops.CommandError as exc:
             say(f"  /proc/sys/net left writable: {exc}")
-    data = P.etcd_data_dir(prefix, root)
-    if data.exists():
-        shutil.rmtree(data)
+    for data in P.etcd_data_dirs(prefix, root):
+        if data.exists():
+            shutil.rmtree(data)
     with contextlib.suppress(OSError):  # the shared parent, once no lab uses it
         P.ETCD_DATA_ROOT.rmdir()
     if base.exists():

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Final
 
 from meshhealth import defaults
+from meshhealth.lab.ram_disk import ram_disk
 
 # NodeIPs use the 4th octet (1..250) of 10.77.(k-1).0; .251-.254 stay free.
 MAX_NODES: Final = 250
@@ -45,8 +46,8 @@ MAX_PREFIX_LEN: Final = 12
 LAB_ROOT: Final = Path("/run/meshhealth/lab")
 # etcd fsyncs its WAL on every write; on a disk-backed /run that took 117 ms a write
 # (average) under a 100-node lab's load, so etcd fell behind, leases expired and the
-# lab churned. Its data goes to RAM (tmpfs) when the host has /dev/shm; a lab's etcd
-# keeps nothing worth a disk.
+# lab churned. Its data goes to RAM (tmpfs) when the host's /dev/shm has room for it
+# (meshhealth.lab.ram_disk); a lab's etcd keeps nothing worth a disk.
 ETCD_DATA_ROOT: Final = Path("/dev/shm/meshhealth-lab")
 FABRIC_SUBNET: Final = "10.77.0.0/16"
 FABRIC_PREFIXLEN: Final = 16
@@ -192,11 +193,18 @@ def lab_interval(total_nodes: int) -> float:
 
 
 def etcd_data_dir(prefix: str, root: Path = LAB_ROOT) -> Path:
-    """Where the lab's etcd members keep their data: under ETCD_DATA_ROOT (tmpfs) when it
-    can be made, else in the lab's directory. Unique per prefix, as namespace names are."""
-    if ETCD_DATA_ROOT.parent.is_dir():
-        return ETCD_DATA_ROOT / validate_prefix(prefix)
+    """Where the lab's etcd members keep their data: under ETCD_DATA_ROOT (RAM) when that
+    has room (meshhealth.lab.ram_disk) or already holds this lab's, else in the lab's
+    directory. Unique per prefix, as namespace names are."""
+    in_ram = ETCD_DATA_ROOT / validate_prefix(prefix)
+    if in_ram.is_dir() or ram_disk(ETCD_DATA_ROOT.parent) is not None:
+        return in_ram
     return lab_dir(prefix, root) / "etcd"
+
+
+def etcd_data_dirs(prefix: str, root: Path = LAB_ROOT) -> tuple[Path, Path]:
+    """Both places a lab's etcd data may be (`lab down` removes whichever exists)."""
+    return ETCD_DATA_ROOT / validate_prefix(prefix), lab_dir(prefix, root) / "etcd"
 
 
 def netns_pattern(prefix: str) -> re.Pattern[str]:

@@ -32,6 +32,7 @@ from types import TracebackType
 
 from meshhealth.kvstore.etcd_config import TlsFiles
 from meshhealth.lab.certs import KeyPair, make_ca, make_cert
+from meshhealth.lab.ram_disk import ram_disk
 
 # How long a fresh etcd may take to answer /health, and to exit after SIGTERM.
 START_TIMEOUT_S = 20.0
@@ -92,9 +93,9 @@ class LocalEtcd:
         self.name = name
         self._own_dir: tempfile.TemporaryDirectory[str] | None = None
         if data_dir is None:
-            # In RAM where the host has /dev/shm: etcd fsyncs every write, and on a loaded
-            # disk that took 100 ms and more a write.
-            shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+            # In RAM where /dev/shm has room (etcd fsyncs every write, and on a loaded disk
+            # that took 100 ms and more a write); on disk in a container's small /dev/shm.
+            shm = ram_disk()
             self._own_dir = tempfile.TemporaryDirectory(prefix="meshhealth-etcd-", dir=shm)
             base = Path(self._own_dir.name)
             self.data_dir = base / "data"
