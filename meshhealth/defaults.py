@@ -261,6 +261,11 @@ ROUTE_RESYNC_INTERVAL_S: Final = 60.0
 ROUTE_DEBOUNCE_S: Final = 1.0
 # After a failed route change, retry this soon.
 ROUTE_RETRY_S: Final = 1.0
+# Without --route-cidrs-within, a peer CIDR broader than this is refused: a pod CIDR is
+# a /24 or a /64 in practice, and a forged node entry must not take a /8 or a default
+# route (docs/security.md).
+ROUTE_MIN_PREFIX_V4: Final = 16
+ROUTE_MIN_PREFIX_V6: Final = 48
 
 # --- publisher and matrix (meshhealth.agent.membership.publisher, meshhealth.documents.matrix) ---
 # A node whose paths keep their status rewrites its health entry after this long (a

@@ -122,6 +122,7 @@ class AgentMetrics:
     etcd_up: Gauge  # {cluster}
     etcd_errors: Counter  # {cluster}
     kvstore_invalid_values: Counter  # {kind}: nodes | ip | health | cluster-config
+    route_cidrs_refused: Counter  # {reason}: route_policy.REFUSAL_CODES
     endpoint_restarts: Counter
     agent_down_nodes: Gauge
     agent_down_dropped: Counter
@@ -379,6 +380,12 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
             "meshhealth_kvstore_invalid_values_total",
             "Values read from etcd that did not decode or validate and were skipped.",
             ("kind",),
+        ),
+        route_cidrs_refused=registry.counter(
+            "meshhealth_route_cidrs_refused_total",
+            "Peer CIDRs not routed by the route policy (--route-cidrs), once per node, CIDR "
+            "and reason.",
+            ("reason",),
         ),
         endpoint_restarts=registry.counter(
             "meshhealth_endpoint_restarts_total",

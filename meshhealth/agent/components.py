@@ -42,6 +42,7 @@ from meshhealth.agent.cluster_view.aggregator import Aggregator
 from meshhealth.agent.cluster_view.election import AggregatorElection
 from meshhealth.agent.cluster_view.follower import SummaryFollower
 from meshhealth.agent.config import AgentConfig
+from meshhealth.agent.health_endpoint.route_policy import parse_networks
 from meshhealth.agent.health_endpoint.routes import RouteProgrammer
 from meshhealth.agent.health_endpoint.supervisor import HealthEndpoint, endpoint_from_config
 from meshhealth.agent.indirect_policy import IndirectCheck, check_notes
@@ -182,6 +183,12 @@ def node_entry(config: AgentConfig, started_at: float) -> Node:
     )
 
 
+def own_addresses(config: AgentConfig) -> list[str]:
+    """This node's NodeIPs and HealthIPs (what no peer's CIDR may cover)."""
+    ips = (config.node_ip, config.health_ip, config.node_ip_secondary, config.health_ip_secondary)
+    return [ip for ip in ips if ip is not None]
+
+
 def build_components(
     config: AgentConfig,
     etcd: Etcd,
@@ -320,7 +327,16 @@ def build_components(
     routes: RouteProgrammer | None = None
     peer_nodes: PeerNodes | None = None
     if config.route_cidrs:  # `CIDR via NodeIP` to every peer, from the node entries
-        routes = RouteProgrammer(cluster=config.cluster, node=config.node, own_cidrs=config.cidrs)
+        routes = RouteProgrammer(
+            cluster=config.cluster,
+            node=config.node,
+            own_cidrs=config.cidrs,
+            # the route policy (route_policy.py): what a forged node entry may not take
+            within=parse_networks(config.route_cidrs_within),
+            own_addresses=own_addresses(config),
+            etcd_addresses=[endpoint.host for endpoint in etcd.endpoints],
+            refused_metric=metrics.route_cidrs_refused,
+        )
         peer_nodes = PeerNodes(
             members.etcd_sources,
             routes.set_peers,

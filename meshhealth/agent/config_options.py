@@ -178,6 +178,16 @@ OPTIONS: tuple[Option, ...] = (
         flag_only_bool=True,
     ),
     Option(
+        "route_cidrs_within",
+        values.cidr_list,
+        (),
+        "with --route-cidrs: route only peer CIDRs inside these networks (default: any "
+        "not broader than /16 or /48; never one covering a NodeIP, this node's or etcd's "
+        "address)",
+        metavar="CIDR,...",
+        default_text="any not broader than /16, /48",
+    ),
+    Option(
         "probe_targets",
         values.positive_int,
         defaults.PLAN_PROBE_TARGETS,
