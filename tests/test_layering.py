@@ -35,6 +35,7 @@ FOUNDATION = frozenset(
         "metrics",
         "http_server",
         "probe_set",
+        "node_address_policy",
         "admin_client",
         "gc_tuning",
     }

@@ -67,6 +67,7 @@ from meshhealth.documents.status import LocalNode
 from meshhealth.kvstore import Etcd
 from meshhealth.metrics import Registry
 from meshhealth.model import ClusterConfig, Node, PathKey, PathReport, RoundReport, Target
+from meshhealth.node_address_policy import NodeAddressPolicy
 from meshhealth.probe.icmp import Pinger
 from meshhealth.probe.responder import ResponderStats
 from meshhealth.probe.scheduler import DEADLINE_MARGIN_S, icmp_budget_s, run_round
@@ -214,7 +215,14 @@ def build_components(
         etcd, node_entry(config, started_at), ttl_s=config.lease_ttl_s, retain=retain
     )
     invalid_ip = metrics.invalid_values_of("ip")
-    discovery = Discovery({config.cluster: etcd}, invalid_metric=invalid_ip)
+    # forged node entries (node_address_policy.py): peers probed and heard from
+    address_policy = NodeAddressPolicy.of(config.allowed_node_cidrs, own_node_ip=config.node_ip)
+    discovery = Discovery(
+        {config.cluster: etcd},
+        invalid_metric=invalid_ip,
+        address_policy=address_policy,
+        refused_metric=metrics.node_addresses_refused,
+    )
     retained = RetainedNodes(
         etcd,
         config.cluster,
@@ -232,6 +240,8 @@ def build_components(
         config_write_metrics=metrics.writes_of("cluster-config"),
         invalid_ip_metric=invalid_ip,
         agent_down_retention_s=config.agent_down_retention_s,
+        address_policy=address_policy,
+        refused_address_metric=metrics.node_addresses_refused,
     )
     own = Target(
         config.cluster,

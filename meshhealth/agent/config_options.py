@@ -188,6 +188,16 @@ OPTIONS: tuple[Option, ...] = (
         default_text="any not broader than /16, /48",
     ),
     Option(
+        "allowed_node_cidrs",
+        values.cidr_list,
+        (),
+        "probe (and take indirect-probe requests from) only peers whose NodeIPs and "
+        "HealthIPs are inside these networks (default: any but loopback, link-local, "
+        "multicast, unspecified)",
+        metavar="CIDR,...",
+        default_text="any unicast",
+    ),
+    Option(
         "probe_targets",
         values.positive_int,
         defaults.PLAN_PROBE_TARGETS,
