@@ -278,6 +278,7 @@ def build_components(
         cluster=config.cluster,
         node=config.node,
         metrics=metrics.writes_of("summary"),
+        registered=discovery,  # only registered nodes' reports count
     )
     summaries = SummaryFollower(
         members.etcd_sources, invalid_metric=metrics.invalid_values_of("summary")
