@@ -36,6 +36,7 @@ FOUNDATION = frozenset(
         "http_server",
         "probe_set",
         "node_address_policy",
+        "terminal_text",
         "admin_client",
         "gc_tuning",
     }
