@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 
+import pytest
 import trio
 
 from meshhealth import codec, defaults, keys
@@ -12,7 +14,7 @@ from meshhealth.kvstore import Etcd, open_etcd
 from meshhealth.matrix_source import HealthReports, InvalidValue
 from tests import matrix_stories as S
 from tests.etcd_helpers import FAST_ETCD
-from tests.plugins.etcd_server import EtcdServer
+from tests.plugins.etcd_server import EtcdServer, running_etcd
 from tests.test_diagnose_cli import diagnose_cli, put_reports
 
 P = "meshhealth/test/pages/"
@@ -100,3 +102,30 @@ async def test_the_followed_copy_reads_past_junk_and_counts_it(etcd_server: Etcd
             assert reports.invalid_values == 3
             assert all("more than" in value.error for value in told)
             nursery.cancel_scope.cancel()
+
+
+def test_a_value_too_large_to_receive_is_left_out_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Only an etcd whose --max-request-bytes was raised holds a value over the receive
+    limit: that one key is left out of the listing, the rest is read."""
+    huge = b"\xc1" * (defaults.ETCD_MAX_RECEIVE_BYTES + 1024)
+    server = EtcdServer(extra_args=("--max-request-bytes", str(2 * len(huge))))
+
+    async def check() -> None:
+        async with open_etcd(server.endpoint, **FAST_ETCD) as etcd:
+            await etcd.put(P + "a", b"good a")
+            await etcd.put(P + "huge", huge)
+            await etcd.put(P + "z", b"good z")
+            kvs, _ = await etcd.get_prefix(P)
+            assert [kv.key for kv in kvs] == [P + "a", P + "z"]
+            assert etcd.stats.oversized_values == 1
+            assert etcd.stats.errors == 0
+
+    caplog.set_level(logging.WARNING)
+    with running_etcd(server):
+        trio.run(check)
+    (line,) = [r.getMessage() for r in caplog.records if "skipping" in r.getMessage()]
+    assert line.endswith(
+        f"skipping '{P}huge': its value is larger than {defaults.ETCD_MAX_RECEIVE_BYTES} bytes"
+    )
