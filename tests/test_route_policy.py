@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from meshhealth.agent.health_endpoint.route_policy import (
+    BAD_NEXT_HOP,
     OUTSIDE_ALLOWED,
     OVERLAPS_ETCD,
     OVERLAPS_NODE_IP,
@@ -22,6 +23,7 @@ from meshhealth.agent.health_endpoint.route_policy import (
 from meshhealth.agent.health_endpoint.routes import RouteProgrammer, desired_routes
 from meshhealth.metrics import Registry
 from meshhealth.model import Node
+from meshhealth.node_address_policy import NodeAddressPolicy
 
 PROTECTED = ProtectedAddresses.of(
     node_ips=[("10.0.0.2", "c1/n2"), ("fd77::2", "c1/n2")],
@@ -104,6 +106,26 @@ def test_desired_routes_refuses_forged_cidrs_and_keeps_the_rest() -> None:
         ("c1/evil", "10.0.0.64/26", OVERLAPS_NODE_IP),
         ("c1/evil", "192.0.2.10/32", OVERLAPS_ETCD),
     ]
+
+
+def test_no_route_via_a_next_hop_the_node_address_policy_refuses() -> None:
+    policy = NodeAddressPolicy()  # this node's NodeIP is not loopback
+    nodes = [
+        node("n2", "10.0.0.2", "10.1.2.0/24"),
+        node("lo", "127.0.0.1", "10.1.3.0/24"),
+        node("ll", "169.254.0.7", "10.1.4.0/24"),
+    ]
+    desired = desired_routes(nodes, cluster="c1", node="n1", next_hop_refusal=policy.refusal)
+    assert desired.routes == {"10.1.2.0/24": "10.0.0.2"}
+    assert [(r.node, r.cidr, r.refusal.code) for r in desired.refused] == [
+        ("c1/ll", "10.1.4.0/24", BAD_NEXT_HOP),
+        ("c1/lo", "10.1.3.0/24", BAD_NEXT_HOP),
+    ]
+    assert "169.254.0.7 is a link-local address" in desired.refused[0].refusal.why
+    # a mesh on one host (its own NodeIP loopback) routes via loopback peers
+    loopback_mesh = NodeAddressPolicy(allow_loopback=True)
+    desired = desired_routes(nodes, cluster="c1", node="n1", next_hop_refusal=loopback_mesh.refusal)
+    assert desired.routes == {"10.1.2.0/24": "10.0.0.2", "10.1.3.0/24": "127.0.0.1"}
 
 
 async def test_the_programmer_logs_and_counts_each_refusal_once(

@@ -347,6 +347,7 @@ def build_components(
             own_addresses=own_addresses(config),
             etcd_addresses=[endpoint.host for endpoint in etcd.endpoints],
             refused_metric=metrics.route_cidrs_refused,
+            next_hop_refusal=address_policy.refusal,  # never via a loopback NodeIP, ...
         )
         peer_nodes = PeerNodes(
             members.etcd_sources,

@@ -10,6 +10,8 @@ it is refused and why. Pure.
   (defaults.ROUTE_MIN_PREFIX_V4, ROUTE_MIN_PREFIX_V6).
 - Always: a CIDR that contains a protected address is refused: a NodeIP of the mesh
   (any registered node's), one of this node's own addresses, or an etcd endpoint's.
+- routes.desired_routes also refuses every CIDR of a peer whose NodeIP (the next hop)
+  the node address policy refuses (`bad-next-hop`: loopback, link-local, ...).
 """
 
 from __future__ import annotations
@@ -29,7 +31,15 @@ OUTSIDE_ALLOWED = "outside-allowed"
 OVERLAPS_NODE_IP = "overlaps-node-ip"
 OVERLAPS_OWN_ADDRESS = "overlaps-own-address"
 OVERLAPS_ETCD = "overlaps-etcd"
-REFUSAL_CODES = (TOO_BROAD, OUTSIDE_ALLOWED, OVERLAPS_NODE_IP, OVERLAPS_OWN_ADDRESS, OVERLAPS_ETCD)
+BAD_NEXT_HOP = "bad-next-hop"  # the peer's NodeIP itself is refused (node_address_policy)
+REFUSAL_CODES = (
+    TOO_BROAD,
+    OUTSIDE_ALLOWED,
+    OVERLAPS_NODE_IP,
+    OVERLAPS_OWN_ADDRESS,
+    OVERLAPS_ETCD,
+    BAD_NEXT_HOP,
+)
 
 MIN_PREFIX = {4: defaults.ROUTE_MIN_PREFIX_V4, 6: defaults.ROUTE_MIN_PREFIX_V6}
 

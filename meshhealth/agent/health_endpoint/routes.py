@@ -31,6 +31,7 @@ import trio
 from meshhealth import defaults
 from meshhealth.agent.health_endpoint.ip_command import PlumbingError, ip_batch_each, ip_json
 from meshhealth.agent.health_endpoint.route_policy import (
+    BAD_NEXT_HOP,
     IPNetwork,
     ProtectedAddresses,
     Refusal,
@@ -87,6 +88,7 @@ def desired_routes(
     within: Sequence[IPNetwork] = (),
     own_addresses: Iterable[str] = (),
     etcd_addresses: Iterable[str] = (),
+    next_hop_refusal: Callable[[str], tuple[str, str] | None] | None = None,
 ) -> DesiredRoutes:
     """CIDR -> NodeIP for every peer other than (cluster, node); an IPv6 CIDR of a
     dual-stack peer whose NodeIP is IPv4 goes via its secondary NodeIP (and the other
@@ -96,7 +98,8 @@ def desired_routes(
     other IP family, and a CIDR claimed by several peers (the first by (cluster, node)
     wins, so every agent picks the same one). Refused: what route_policy refuses (too
     broad, outside `within`, covering a NodeIP of `nodes`, `own_addresses` or
-    `etcd_addresses`).
+    `etcd_addresses`), and every CIDR whose next hop `next_hop_refusal` refuses
+    (NodeAddressPolicy.refusal: (code, why) or None).
     """
     nodes = sorted(nodes, key=lambda n: (n.cluster, n.name))
     protected = ProtectedAddresses.of(
@@ -145,6 +148,9 @@ def desired_routes(
                 skipped.append(f"{who}: {dst} and NodeIP {via} are of different IP families")
             elif dst in own:
                 skipped.append(f"{who}: {dst} is this node's own CIDR")
+            elif next_hop_refusal is not None and (bad := next_hop_refusal(str(via))):
+                why = f"{dst} via {via}: the next hop is refused ({bad[1]})"
+                refused.append(RefusedRoute(who, dst, Refusal(BAD_NEXT_HOP, why)))
             elif (refusal := route_refusal(net, within=within, protected=protected)) is not None:
                 refused.append(RefusedRoute(who, dst, refusal))
             elif dst in routes:
@@ -249,6 +255,7 @@ class RouteProgrammer:
         own_addresses: Iterable[str] = (),
         etcd_addresses: Iterable[str] = (),
         refused_metric: Counter | None = None,
+        next_hop_refusal: Callable[[str], tuple[str, str] | None] | None = None,
         node_netns: str | None = None,
         proto: int = ROUTE_PROTO,
         resync_interval_s: float = defaults.ROUTE_RESYNC_INTERVAL_S,
@@ -264,6 +271,7 @@ class RouteProgrammer:
         self._own_addresses = tuple(own_addresses)
         self._etcd_addresses = tuple(etcd_addresses)
         self._refused_metric = refused_metric
+        self._next_hop_refusal = next_hop_refusal
         self._refusals_said: set[tuple[str, str, str]] = set()  # (node, cidr, code)
         self._node_netns = node_netns
         self._proto = proto
@@ -317,6 +325,7 @@ class RouteProgrammer:
             within=self._within,
             own_addresses=self._own_addresses,
             etcd_addresses=self._etcd_addresses,
+            next_hop_refusal=self._next_hop_refusal,
         )
         if desired.skipped != self.state.skipped:
             for line in desired.skipped:
