@@ -151,6 +151,13 @@ ETCD_THREADS: Final = 8
 DEFAULT_ETCD: Final = "http://127.0.0.1:2379"
 # Largest value we accept from etcd; bigger ones are skipped as invalid.
 MAX_VALUE_BYTES: Final = 1024 * 1024
+# The largest answer read from etcd (gRPC's receive limit, set explicitly): etcd refuses
+# writes over 1.5 MiB by default, so one value always fits. A prefix is listed in pages
+# of this many keys (meshhealth.kvstore.client.get_prefix); a page over the receive limit
+# (a few junk values) is asked for again with fewer keys, so a few big values never stop
+# a listing. 256 health entries of a subset plan are well under 1 MiB.
+ETCD_MAX_RECEIVE_BYTES: Final = 4 * 1024 * 1024
+ETCD_LIST_PAGE_KEYS: Final = 256
 # gRPC's own reconnect back-off grows to 120 s: after an etcd restart the agent would
 # wait that long. Capped so a restarted etcd is used again within about a second.
 ETCD_CHANNEL_RECONNECT_MAX_S: Final = 1.0
@@ -267,6 +274,11 @@ ROUTE_RESYNC_INTERVAL_S: Final = 60.0
 ROUTE_DEBOUNCE_S: Final = 1.0
 # After a failed route change, retry this soon.
 ROUTE_RETRY_S: Final = 1.0
+# Without --route-cidrs-within, a peer CIDR broader than this is refused: a pod CIDR is
+# a /24 or a /64 in practice, and a forged node entry must not take a /8 or a default
+# route (docs/security.md).
+ROUTE_MIN_PREFIX_V4: Final = 16
+ROUTE_MIN_PREFIX_V6: Final = 48
 
 # --- publisher and matrix (meshhealth.agent.membership.publisher, meshhealth.documents.matrix) ---
 # A node whose paths keep their status rewrites its health entry after this long (a

@@ -228,3 +228,16 @@ def test_probe_targets_below_one_is_one_line(value: str) -> None:
         resolve({"probe_targets": value})
     assert str(caught.value).startswith("--probe-targets: ")
     assert "\n" not in str(caught.value)
+
+
+def test_forged_entry_guards_from_flag_env_and_file() -> None:
+    assert parse_flags(["--route-cidrs-within", "10.0.0.0/8"])["route_cidrs_within"]
+    flags = {"route_cidrs_within": "10.0.0.0/8, fd00::/8"}
+    assert resolve(flags).route_cidrs_within == ("10.0.0.0/8", "fd00::/8")
+    env = {"MESHHEALTH_ALLOWED_NODE_CIDRS": "10.77.0.0/16"}
+    assert resolve(env=env).allowed_node_cidrs == ("10.77.0.0/16",)
+    file_config = resolve(file_values={"allowed_node_cidrs": ["10.77.0.0/16", "fd77::/64"]})
+    assert file_config.allowed_node_cidrs == ("10.77.0.0/16", "fd77::/64")
+    assert resolve().route_cidrs_within == () == resolve().allowed_node_cidrs
+    with pytest.raises(ConfigError, match=r"--route-cidrs-within.*not a CIDR"):
+        resolve({"route_cidrs_within": "10.0.0.1/8"})

@@ -12,13 +12,15 @@ from dataclasses import dataclass, field, replace
 import trio
 
 from meshhealth import codec, keys, summary_codec
-from meshhealth.agent.cluster_view.aggregator import Aggregator
+from meshhealth.agent.cluster_view.aggregator import Aggregator, registered_reports
 from meshhealth.agent.cluster_view.election import AggregatorElection
 from meshhealth.agent.cluster_view.follower import SummaryFollower
+from meshhealth.agent.membership.discovery import Discovery
+from meshhealth.agent.membership.registrar import registration_entries
 from meshhealth.kvstore import Etcd, PrefixWatch, open_etcd
 from meshhealth.model import HealthReport
 from tests import matrix_stories as S
-from tests.etcd_helpers import FAST_ETCD, poll_until
+from tests.etcd_helpers import FAST_ETCD, make_node, poll_until
 from tests.plugins.etcd_server import EtcdServer
 
 TTL_S = 2
@@ -116,9 +118,15 @@ def _record_watches(etcd: Etcd, watched: list[str]) -> None:
 
 @asynccontextmanager
 async def agent(
-    nursery: trio.Nursery, endpoint: str, name: str, cluster: str = "lab1"
+    nursery: trio.Nursery,
+    endpoint: str,
+    name: str,
+    cluster: str = "lab1",
+    *,
+    registered_only: bool = False,
 ) -> AsyncIterator[Agent]:
     async with open_etcd(endpoint, **FAST_ETCD) as etcd:
+        discovery = Discovery({cluster: etcd}) if registered_only else None
         watched: list[str] = []
         _record_watches(etcd, watched)
         lease = Lease(etcd)
@@ -126,7 +134,9 @@ async def agent(
         election = AggregatorElection(
             etcd, lease, health, cluster=cluster, node=name, unfit_grace_s=UNFIT_GRACE_S
         )
-        aggregator = Aggregator(etcd, election, cluster=cluster, node=name, debounce_s=0.1)
+        aggregator = Aggregator(
+            etcd, election, cluster=cluster, node=name, debounce_s=0.1, registered=discovery
+        )
         follower = SummaryFollower(lambda: [(cluster, etcd)])
         scope = trio.CancelScope()
         me = Agent(name, etcd, lease, health, election, aggregator, follower, watched, scope)
@@ -135,6 +145,8 @@ async def agent(
             with scope:
                 async with trio.open_nursery() as inner:
                     await inner.start(lease.run)
+                    if discovery is not None:
+                        await inner.start(discovery.run)
                     await inner.start(election.run)
                     await inner.start(aggregator.run)
                     await inner.start(follower.run)
@@ -332,6 +344,55 @@ async def test_the_summary_goes_with_its_aggregator(etcd_server: EtcdServer) -> 
         await a1.lease.leave()
         await poll_until(lambda: follower.summary("lab1") is None, 10, what="summary gone")
         reading.cancel_scope.cancel()
+        nursery.cancel_scope.cancel()
+
+
+def test_registered_reports_leaves_out_reporters_without_a_node_entry() -> None:
+    reports = S.healthy()
+    kept, ignored = registered_reports(reports, {("lab1", "node1"), ("lab1", "node3")})
+    assert [r.node for r in kept] == ["node1", "node3"]
+    assert [r.node for r in ignored] == ["node2"]
+
+
+async def test_a_report_of_an_unregistered_node_is_not_in_the_matrix(
+    etcd_server: EtcdServer,
+) -> None:
+    """A health entry forged under a name no node registered ("node9 reaches nobody"):
+    the aggregator's matrix leaves it out, until a node of that name registers."""
+    down = S.paths((S.TIMEOUT,) * 4)
+    forged = S.report("lab1/node9", {"lab1/node1": down, "lab1/node2": down})
+    reports = [*S.healthy(("lab1/node1", "lab1/node2")), forged]
+    async with (
+        trio.open_nursery() as nursery,
+        agent(nursery, etcd_server.endpoint, "node1", registered_only=True) as a1,
+    ):
+        for i in (1, 2):
+            node = make_node(f"node{i}", f"10.0.0.{i}", cluster="lab1")
+            for key, value in registration_entries(node):
+                await a1.etcd.put(key, value)
+        await poll_until(lambda: a1.election.leading, 20, what="a holder")
+        await _put_fresh_reports(a1.etcd, reports)
+        await poll_until(
+            lambda: a1.aggregator.ignored == (("lab1", "node9"),), 20, what="node9 ignored"
+        )
+        await poll_until(
+            lambda: (w := a1.aggregator.written) is not None and w.nodes.reachable == 2,
+            20,
+            what="a summary of the registered nodes",
+        )
+        written = a1.aggregator.written
+        assert written is not None and written.failing_observers == {}
+        assert not written.findings
+        assert "lab1/node9" not in written.discounted
+        # Once node9 registers, its report counts like any other (an isolated observer).
+        for key, value in registration_entries(make_node("node9", "10.0.0.9", cluster="lab1")):
+            await a1.etcd.put(key, value)
+        await poll_until(
+            lambda: (w := a1.aggregator.written) is not None and "lab1/node9" in w.discounted,
+            20,
+            what="node9's report counted once registered",
+        )
+        assert a1.aggregator.ignored == ()
         nursery.cancel_scope.cancel()
 
 

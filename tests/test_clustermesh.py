@@ -26,8 +26,12 @@ from meshhealth.agent.membership.mesh_status import cluster_states
 from meshhealth.agent.membership.registrar import registration_entries
 from meshhealth.kvstore import open_etcd
 from meshhealth.model import ClusterConfig
+from meshhealth.node_address_policy import NodeAddressPolicy
 from tests.etcd_helpers import FAST_ETCD, make_node, poll_until
 from tests.plugins.etcd_server import EtcdServer
+
+# nodes on 127.x: a single-host mesh, whose peers may be loopback
+LOOPBACK_MESH = NodeAddressPolicy(allow_loopback=True)
 
 # --- the mesh dir's files (pure) ------------------------------------------------------------
 
@@ -182,7 +186,8 @@ async def test_remote_admitted_refused_and_degraded(
     spec = RemoteSpec("lab2", (second_etcd_server.endpoint,), "--mesh")
     async with open_etcd(etcd_server.endpoint, **FAST_ETCD) as etcd:
         mesh = ClusterMesh(etcd, ClusterConfig("lab1", 1), [spec], recheck_s=0.2,
-                           etcd_options=FAST_ETCD)  # fmt: skip
+                           etcd_options=FAST_ETCD,
+                           address_policy=LOOPBACK_MESH)  # fmt: skip
         (lab2,) = mesh.remotes
         async with trio.open_nursery() as nursery:
             await nursery.start(mesh.run)

@@ -11,6 +11,7 @@ from meshhealth import codec
 from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.agent.membership.registrar import Registrar, registration_entries
 from meshhealth.kvstore import Etcd, open_etcd
+from meshhealth.metrics import Registry
 from meshhealth.model import IPEntry, Target
 from meshhealth.probe_set import ProbeSetDiff, TargetKey
 from tests.etcd_helpers import FAST_ETCD, make_node, poll_until
@@ -196,4 +197,52 @@ async def test_exclude_and_several_clusters(etcd_server: EtcdServer) -> None:
             with trio.fail_after(5):
                 await discovery.synced.wait()
             assert discovery.targets() == [T2, Target("c2", "n1", "10.9.0.1", None)]
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_forged_loopback_or_link_local_node_is_not_a_target(
+    etcd_server: EtcdServer,
+) -> None:
+    """A node entry written by someone with etcd access, naming this host's loopback or
+    the link's metadata address: refused, logged once, counted by reason."""
+    registry = Registry()
+    refused = registry.counter("refused_total", "test", ("reason",))
+    forged = [
+        IPEntry("127.0.0.1", "127.0.0.1", "evil", 6, ("reserved:remote-node",)),
+        IPEntry("10.0.0.7", "10.0.0.7", "sly", 6, ("reserved:remote-node",)),
+        IPEntry("169.254.169.254", "10.0.0.7", "sly", 4, ("reserved:health",)),
+    ]
+    for entry in forged:
+        key = f"meshhealth/state/ip/v1/c1/{entry.ip}"
+        await etcdctl_put(etcd_server, key, codec.encode_ip_entry(entry))
+    async with open_etcd(etcd_server.endpoint, **FAST_ETCD) as etcd:
+        r1 = Registrar(etcd, N1, ttl_s=TTL_S)
+        discovery = Discovery({"c1": etcd}, refused_metric=refused)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(r1.run)
+            await nursery.start(discovery.run)
+            await poll_until(lambda: discovery.targets() == [T1], 5.0, what="n1 only")
+            assert {(r.node, r.address, r.code) for r in discovery.refused} == {
+                ("evil", "127.0.0.1", "loopback"),
+                ("sly", "169.254.169.254", "link-local"),
+            }
+            assert refused.labels(reason="loopback").value == 1
+            assert refused.labels(reason="link-local").value == 1
+            # another write of the same forged entry is not a new refusal
+            await etcdctl_put(
+                etcd_server,
+                "meshhealth/state/ip/v1/c1/127.0.0.1",
+                codec.encode_ip_entry(forged[0]),
+            )
+            version = discovery.version
+            await etcdctl_put(
+                etcd_server,
+                "meshhealth/state/ip/v1/c1/10.0.0.8",
+                codec.encode_ip_entry(
+                    IPEntry("10.0.0.8", "10.0.0.8", "n8", 6, ("reserved:remote-node",))
+                ),
+            )
+            with trio.fail_after(5):
+                await discovery.wait_changed(version)
+            assert refused.labels(reason="loopback").value == 1
             nursery.cancel_scope.cancel()

@@ -268,3 +268,35 @@ def test_nodes_in_natural_order() -> None:
         "lab1/node10:",
         "lab1/node11:",
     ]
+
+
+def test_an_escape_sequence_in_a_finding_read_from_a_summary_is_printed_escaped() -> None:
+    """A summary in etcd is anyone's who can write it: an ESC (retitle the terminal,
+    clear the screen) or a right-to-left override in a finding's evidence reaches
+    `meshhealth status`, `matrix`, `diagnose` and `watch` as visible escapes."""
+    from dataclasses import replace
+
+    from meshhealth import summary_codec
+    from meshhealth.cli.format_findings import format_findings_text
+    from meshhealth.cli.watch_view import event_line
+    from meshhealth.summary_codec import SummaryFinding
+
+    hostile = "\x1b]0;owned\x07\x1b[2J lost \u202etxt.exe"
+    forged = replace(
+        status_stories.AGENT_DOWN_SUMMARY,
+        findings=(SummaryFinding("node-down", ("lab1/node2",), 0.9, 0.0, hostile),),
+    )
+    # through etcd's encoding, as every agent reads it
+    read = summary_codec.decode_summary(summary_codec.encode_summary(forged))
+    inputs = status_stories.STORIES["agent_down_summary"]()
+    doc = build_status_document(
+        replace(inputs, cluster_summaries={"lab1": read}, verdict_clusters=("lab1",))
+    )
+    text = format_status_text(doc, verbose=False)
+    shown = "\\x1b]0;owned\\x07\\x1b[2J lost \\u202etxt.exe"
+    (line,) = [line for line in text.splitlines() if line.startswith("Finding:")]
+    assert line.endswith(shown)
+    assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
+    findings = format_findings_text({"generated_at": None, "findings": doc["findings"]})
+    assert shown in findings and "\x1b" not in findings
+    assert event_line(0.0, hostile).endswith(shown)

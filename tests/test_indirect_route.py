@@ -10,6 +10,7 @@ source address is a registered NodeIP or not (the client binds its source).
 from __future__ import annotations
 
 import functools
+import ipaddress
 import os
 import random
 import time
@@ -35,6 +36,7 @@ from meshhealth.documents.matrix import Matrix
 from meshhealth.kvstore import open_etcd
 from meshhealth.matrix_source import MatrixSource, read_matrix
 from meshhealth.model import PathKey, PathReport, ProbeStatus, Protocol, Target, TargetType
+from meshhealth.node_address_policy import NodeAddressPolicy
 from meshhealth.probe.hello_reply import Reply, text_reply
 from meshhealth.probe.http_fetch import http_get
 from meshhealth.probe.icmp import Pinger, open_pinger
@@ -43,6 +45,9 @@ from meshhealth.probe.scheduler import run_round
 from tests.etcd_helpers import FAST_ETCD, make_node, poll_until
 from tests.plugins.etcd_server import EtcdServer
 from tests.plugins.netns import require_root
+
+# nodes on 127.x: a single-host mesh, whose peers may be loopback
+LOOPBACK_MESH = NodeAddressPolicy(allow_loopback=True)
 
 OCTET = random.randrange(64, 250)
 HELPER_IP, REQUESTER_IP, TARGET_IP = (f"127.{OCTET}.1.{i}" for i in (1, 2, 3))
@@ -86,7 +91,12 @@ class Setup:
 
 
 @asynccontextmanager
-async def mesh(etcd_server: EtcdServer, **server_kwargs: float) -> AsyncIterator[Setup]:
+async def mesh(
+    etcd_server: EtcdServer,
+    policy: NodeAddressPolicy = LOOPBACK_MESH,
+    registered: int = 3,
+    **server_kwargs: float,
+) -> AsyncIterator[Setup]:
     """Helper, requester and target registered; the target's and the helper's
     responders serving; the helper's with the indirect route."""
     require_root()  # raw ICMP socket
@@ -95,7 +105,7 @@ async def mesh(etcd_server: EtcdServer, **server_kwargs: float) -> AsyncIterator
             Registrar(etcd, make_node(name, ip), ttl_s=5)
             for name, ip in (("h", HELPER_IP), ("r", REQUESTER_IP), ("t", TARGET_IP))
         ]
-        discovery = Discovery({"c1": etcd})
+        discovery = Discovery({"c1": etcd}, address_policy=policy)
         probe = CountingProbe(pinger)
         counters = IndirectCounters.unregistered()
         server = IndirectServer(
@@ -109,7 +119,9 @@ async def mesh(etcd_server: EtcdServer, **server_kwargs: float) -> AsyncIterator
             for registrar in registrars:
                 await nursery.start(registrar.run)
             await nursery.start(discovery.run)
-            await poll_until(lambda: len(discovery.targets()) == 3, 10.0, what="3 registered")
+            await poll_until(
+                lambda: len(discovery.targets()) == registered, 10.0, what="registered"
+            )
             await nursery.start(functools.partial(serve_responder, node_name="t"), TARGET_IP, PORT)
             await nursery.start(
                 functools.partial(
@@ -163,6 +175,24 @@ async def test_refusals_cost_no_probe(etcd_server: EtcdServer) -> None:
         assert refused["malformed"].value == 2
         assert refused["unknown-target"].value == 2
         assert setup.server.counters.served.value == 0
+
+
+async def test_a_registered_node_the_address_policy_refuses_is_not_heard(
+    etcd_server: EtcdServer,
+) -> None:
+    """The requester's node entry is in etcd, but its NodeIP is outside
+    --allowed-node-cidrs: it is no registered requester (403), and not a target."""
+    only_h_and_t = NodeAddressPolicy(
+        (ipaddress.ip_network(f"{HELPER_IP}/32"), ipaddress.ip_network(f"{TARGET_IP}/32")),
+        allow_loopback=True,
+    )
+    async with mesh(etcd_server, only_h_and_t, registered=2) as setup:
+        assert [r.code for r in setup.discovery.refused] == ["outside-allowed"]
+        status, body = await ask(GOOD, REQUESTER_IP)
+        assert (status, body.startswith(b"unauthorised: ")) == (403, True), body
+        status, body = await ask(indirect_query(IndirectQuery("c1", "r")), TARGET_IP)
+        assert (status, body.startswith(b"unknown-target: ")) == (404, True), body
+        assert setup.probe.calls == 0
 
 
 async def test_over_rate_gets_429_and_no_probe(etcd_server: EtcdServer) -> None:

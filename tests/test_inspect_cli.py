@@ -119,3 +119,18 @@ def test_inspect_bad_endpoint_is_one_line_exit_2() -> None:
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
     assert "unknown scheme 'ftp'" in result.stderr
+
+
+def test_text_output_escapes_what_etcd_holds() -> None:
+    rows = [
+        Row("meshhealth/x/\x1b[2Jkey", {"version": "1.0\u202e", "labels": ["a\x9bb"]}),
+        Row("meshhealth/y", error="not valid msgpack: \x1b]0;t\x07"),
+    ]
+    text = format_text(rows)
+    assert "\x1b" not in text and "\u202e" not in text and "\x9b" not in text
+    lines = text.splitlines()
+    assert lines[1].startswith("meshhealth/x/\\x1b[2Jkey  ")
+    assert "version=1.0\\u202e" in lines[1] and "labels=a\\x9bb" in lines[1]
+    assert lines[2].endswith("ERROR: not valid msgpack: \\x1b]0;t\\x07")
+    # columns stay aligned: the escaped key is what the width counts
+    assert lines[2].index("ERROR") == lines[1].index("version")

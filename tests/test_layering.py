@@ -35,6 +35,8 @@ FOUNDATION = frozenset(
         "metrics",
         "http_server",
         "probe_set",
+        "node_address_policy",
+        "terminal_text",
         "admin_client",
         "gc_tuning",
         "naming",

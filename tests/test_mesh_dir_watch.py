@@ -16,6 +16,7 @@ from meshhealth.agent.membership.registrar import registration_entries
 from meshhealth.kvstore import open_etcd
 from meshhealth.kvstore.etcd_config import etcd_access
 from meshhealth.model import ClusterConfig
+from meshhealth.node_address_policy import NodeAddressPolicy
 from tests.etcd_helpers import FAST_ETCD, make_node, poll_until
 from tests.plugins.etcd_server import EtcdServer
 
@@ -48,6 +49,7 @@ async def test_mesh_dir_changes_take_effect(
             [],
             recheck_s=0.2,
             etcd_options=FAST_ETCD,
+            address_policy=NodeAddressPolicy(allow_loopback=True),  # nodes on 127.x
             mesh_dir=str(mesh_dir),
         )
         async with trio.open_nursery() as nursery:

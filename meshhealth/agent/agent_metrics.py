@@ -122,6 +122,8 @@ class AgentMetrics:
     etcd_up: Gauge  # {cluster}
     etcd_errors: Counter  # {cluster}
     kvstore_invalid_values: Counter  # {kind}: nodes | ip | health | cluster-config
+    route_cidrs_refused: Counter  # {reason}: route_policy.REFUSAL_CODES
+    node_addresses_refused: Counter  # {reason}: node_address_policy.REFUSAL_CODES
     endpoint_restarts: Counter
     responder_refused: Counter  # {reason}: connections the /hello responder closed at once
     agent_down_nodes: Gauge
@@ -380,6 +382,18 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
             "meshhealth_kvstore_invalid_values_total",
             "Values read from etcd that did not decode or validate and were skipped.",
             ("kind",),
+        ),
+        route_cidrs_refused=registry.counter(
+            "meshhealth_route_cidrs_refused_total",
+            "Peer CIDRs not routed by the route policy (--route-cidrs), once per node, CIDR "
+            "and reason.",
+            ("reason",),
+        ),
+        node_addresses_refused=registry.counter(
+            "meshhealth_node_addresses_refused_total",
+            "Peer NodeIPs and HealthIPs refused as probe targets and indirect-probe "
+            "requesters, once per node, address and reason.",
+            ("reason",),
         ),
         endpoint_restarts=registry.counter(
             "meshhealth_endpoint_restarts_total",

@@ -48,6 +48,7 @@ from meshhealth.agent.cluster_view.aggregator import Aggregator
 from meshhealth.agent.cluster_view.election import AggregatorElection
 from meshhealth.agent.cluster_view.follower import SummaryFollower
 from meshhealth.agent.config import AgentConfig
+from meshhealth.agent.health_endpoint.route_policy import parse_networks
 from meshhealth.agent.health_endpoint.routes import RouteProgrammer
 from meshhealth.agent.health_endpoint.supervisor import HealthEndpoint, endpoint_from_config
 from meshhealth.agent.indirect_policy import IndirectCheck, check_notes
@@ -74,6 +75,7 @@ from meshhealth.documents.status import LocalNode
 from meshhealth.kvstore import Etcd
 from meshhealth.metrics import Registry
 from meshhealth.model import ClusterConfig, Node, PathKey, PathReport, RoundReport, Target
+from meshhealth.node_address_policy import NodeAddressPolicy
 from meshhealth.probe.icmp import Pinger
 from meshhealth.probe.responder import ResponderStats
 from meshhealth.probe.scheduler import DEADLINE_MARGIN_S, icmp_budget_s, run_round
@@ -189,6 +191,12 @@ def node_entry(config: AgentConfig, started_at: float) -> Node:
     )
 
 
+def own_addresses(config: AgentConfig) -> list[str]:
+    """This node's NodeIPs and HealthIPs (what no peer's CIDR may cover)."""
+    ips = (config.node_ip, config.health_ip, config.node_ip_secondary, config.health_ip_secondary)
+    return [ip for ip in ips if ip is not None]
+
+
 def build_components(
     config: AgentConfig,
     etcd: Etcd,
@@ -214,7 +222,14 @@ def build_components(
         etcd, node_entry(config, started_at), ttl_s=config.lease_ttl_s, retain=retain
     )
     invalid_ip = metrics.invalid_values_of("ip")
-    discovery = Discovery({config.cluster: etcd}, invalid_metric=invalid_ip)
+    # forged node entries (node_address_policy.py): peers probed and heard from
+    address_policy = NodeAddressPolicy.of(config.allowed_node_cidrs, own_node_ip=config.node_ip)
+    discovery = Discovery(
+        {config.cluster: etcd},
+        invalid_metric=invalid_ip,
+        address_policy=address_policy,
+        refused_metric=metrics.node_addresses_refused,
+    )
     retained = RetainedNodes(
         etcd,
         config.cluster,
@@ -232,6 +247,8 @@ def build_components(
         config_write_metrics=metrics.writes_of("cluster-config"),
         invalid_ip_metric=invalid_ip,
         agent_down_retention_s=config.agent_down_retention_s,
+        address_policy=address_policy,
+        refused_address_metric=metrics.node_addresses_refused,
     )
     own = Target(
         config.cluster,
@@ -268,6 +285,7 @@ def build_components(
         cluster=config.cluster,
         node=config.node,
         metrics=metrics.writes_of("summary"),
+        registered=discovery,  # only registered nodes' reports count
     )
     metrics.aggregating.labels().read_from(lambda: 1.0 if election.leading else 0.0)
     # The cluster summaries first: a path's verdict reads the other observers' failures.
@@ -341,7 +359,17 @@ def build_components(
     routes: RouteProgrammer | None = None
     peer_nodes: PeerNodes | None = None
     if config.route_cidrs:  # `CIDR via NodeIP` to every peer, from the node entries
-        routes = RouteProgrammer(cluster=config.cluster, node=config.node, own_cidrs=config.cidrs)
+        routes = RouteProgrammer(
+            cluster=config.cluster,
+            node=config.node,
+            own_cidrs=config.cidrs,
+            # the route policy (route_policy.py): what a forged node entry may not take
+            within=parse_networks(config.route_cidrs_within),
+            own_addresses=own_addresses(config),
+            etcd_addresses=[endpoint.host for endpoint in etcd.endpoints],
+            refused_metric=metrics.route_cidrs_refused,
+            next_hop_refusal=address_policy.refusal,  # never via a loopback NodeIP, ...
+        )
         peer_nodes = PeerNodes(
             members.etcd_sources,
             routes.set_peers,

@@ -71,6 +71,10 @@ class AgentConfig:
     # ask), and how often each peer may ask this agent (requests per second)
     indirect_helpers: int = defaults.INDIRECT_HELPERS
     indirect_rate: float = defaults.INDIRECT_RATE_PER_S
+    # forged node entries (docs/security.md): the networks peer CIDRs may be routed in,
+    # and the networks peers' NodeIPs and HealthIPs must be in (() = the built-in rules)
+    route_cidrs_within: tuple[str, ...] = ()
+    allowed_node_cidrs: tuple[str, ...] = ()
     agent_down_retention_s: float = defaults.AGENT_DOWN_RETENTION_S
     # etcd TLS and user (meshhealth.agent.etcd_access turns them into an EtcdAccess);
     # `etcd` is () when it comes from the --etcd-config file.

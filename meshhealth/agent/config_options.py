@@ -186,6 +186,26 @@ OPTIONS: tuple[Option, ...] = (
         flag_only_bool=True,
     ),
     Option(
+        "route_cidrs_within",
+        values.cidr_list,
+        (),
+        "with --route-cidrs: route only peer CIDRs inside these networks (default: any "
+        "not broader than /16 or /48; never one covering a NodeIP, this node's or etcd's "
+        "address)",
+        metavar="CIDR,...",
+        default_text="any not broader than /16, /48",
+    ),
+    Option(
+        "allowed_node_cidrs",
+        values.cidr_list,
+        (),
+        "probe (and take indirect-probe requests from) only peers whose NodeIPs and "
+        "HealthIPs are inside these networks (default: any but loopback, link-local, "
+        "multicast, unspecified)",
+        metavar="CIDR,...",
+        default_text="any unicast",
+    ),
+    Option(
         "probe_targets",
         values.positive_int,
         defaults.PLAN_PROBE_TARGETS,

@@ -126,6 +126,16 @@ def cidr(value: object) -> str:
         raise ValueError(f"not a CIDR ({exc}): {value!r}") from None
 
 
+def cidr_list(value: object) -> tuple[str, ...]:
+    """`10.0.0.0/8,fd00::/8` (or a TOML list) -> ('10.0.0.0/8', 'fd00::/8'); host bits
+    are refused, like --cidr's."""
+    raw = value if isinstance(value, list | tuple) else [value]
+    items = [part.strip() for item in raw for part in as_str(item).split(",") if part.strip()]
+    if not items:
+        raise ValueError("expected one or more CIDRs, comma-separated")
+    return tuple(dict.fromkeys(cidr(item) for item in items))
+
+
 def boolean(value: object) -> bool:
     if isinstance(value, bool):
         return value

@@ -15,6 +15,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from meshhealth import defaults
+from meshhealth.terminal_text import escape
 
 if TYPE_CHECKING:
     from meshhealth.kvstore.etcd_config import EtcdAccess
@@ -127,8 +128,9 @@ def etcd_endpoints(args: argparse.Namespace) -> str:
 
 
 def print_error(command: str, message: str) -> None:
-    """`meshhealth COMMAND: message` on stderr (one line, no traceback)."""
-    print(f"meshhealth {command}: {message}", file=sys.stderr)
+    """`meshhealth COMMAND: message` on stderr (one line, no traceback; what it quotes
+    from etcd or a peer escaped: meshhealth.terminal_text)."""
+    print(f"meshhealth {command}: {escape(message)}", file=sys.stderr)
 
 
 def usage_error(command: str, message: str) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 
 from meshhealth.diagnosis.findings import FindingJSON, FindingsJSON
+from meshhealth.terminal_text import escape
 from meshhealth.timefmt import format_age, parse_iso_time
 
 HEADER = ("KIND", "NODES", "CONFIDENCE", "SINCE", "EVIDENCE")
@@ -33,12 +34,15 @@ def _since(finding: FindingJSON, generated_at: str | None) -> str:
 def finding_columns(finding: FindingJSON, generated_at: str | None) -> tuple[str, ...]:
     """The five columns of one finding's line (a partition's evidence names its
     groups)."""
-    return (
-        finding["kind"],
-        ",".join(finding["nodes"]),
-        f"{finding['confidence']:.2f}",
-        _since(finding, generated_at),
-        finding["evidence"],
+    return tuple(
+        escape(cell)
+        for cell in (
+            finding["kind"],
+            ",".join(finding["nodes"]),
+            f"{finding['confidence']:.2f}",
+            _since(finding, generated_at),
+            finding["evidence"],
+        )
     )
 
 
@@ -46,7 +50,7 @@ def finding_line(finding: FindingJSON) -> str:
     """`Finding:   endpoint-down lab1/node2 (confidence 0.75): evidence` (one line under
     `meshhealth matrix` and `meshhealth status`)."""
     nodes = ",".join(finding["nodes"])
-    return (
+    return escape(
         f"Finding:   {finding['kind']} {nodes} (confidence {finding['confidence']:.2f}): "
         f"{finding['evidence']}"
     )

@@ -33,6 +33,7 @@ from meshhealth.diagnosis.findings import FindingJSON
 from meshhealth.documents.matrix import PATH_ORDER
 from meshhealth.documents.matrix_json import MatrixCellDocument, MatrixDocument, MatrixRowDocument
 from meshhealth.documents.status_schema import ClusterHealthDocument
+from meshhealth.terminal_text import escape_lines
 from meshhealth.timefmt import format_age, format_duration, parse_iso_time
 
 OK, FAILED, SUSPECT, UNKNOWN, NO_PATH, STALE, UNASSIGNED = "✓", "✗", "◐", "?", "-", "~", "·"
@@ -189,7 +190,7 @@ def format_matrix_text(
         lines.append(
             f"Warning:   cluster {item['cluster']}: {item['error']}: its nodes' reports are missing"
         )
-    return "\n".join(lines) + "\n"
+    return escape_lines("\n".join(lines)) + "\n"  # names, reasons: from etcd
 
 
 def format_matrix_json(doc: MatrixDocument) -> str:

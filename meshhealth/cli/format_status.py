@@ -53,6 +53,7 @@ from meshhealth.documents.status_schema import (
     ProbePlanDocument,
     StatusDocument,
 )
+from meshhealth.terminal_text import escape_lines
 from meshhealth.timefmt import format_age, format_duration, parse_iso_time
 
 ICMP_LABEL, HTTP_LABEL = "ICMP to stack:   ", "HTTP to agent:   "
@@ -339,4 +340,4 @@ def format_status_text(doc: StatusDocument, *, verbose: bool) -> str:
         lines += [cluster_line(cluster) for cluster in clusters]
     if not doc["etcd"]["up"] and not verbose:  # verbose has its own etcd line
         lines.append(f"Warning:   etcd {_etcd_state(doc['etcd'])}: the node list may be stale")
-    return "\n".join(lines) + "\n"
+    return escape_lines("\n".join(lines)) + "\n"  # names, reasons, errors: from peers

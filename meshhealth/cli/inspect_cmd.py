@@ -22,6 +22,7 @@ from meshhealth.cli.common import (
     print_error,
     usage_error,
 )
+from meshhealth.terminal_text import escape
 
 DESCRIPTION = f"""\
 Read every key under PREFIX (default {keys.PREFIX}), decode its value and print it.
@@ -103,11 +104,12 @@ def format_text(rows: Sequence[Row]) -> str:
     """An aligned table: KEY then the value's fields as name=value, or ERROR: why. Pure."""
     if not rows:
         return ""
-    width = max(len("KEY"), *(len(row.key) for row in rows))
+    # keys and values are anyone's who can write etcd: escaped before they are aligned
+    width = max(len("KEY"), *(len(escape(row.key)) for row in rows))
     lines = [f"{'KEY':<{width}}  VALUE"]
     for row in rows:
         shown = f"ERROR: {row.error}" if row.error is not None else _text_value(row.value or {})
-        lines.append(f"{row.key:<{width}}  {shown}")
+        lines.append(f"{escape(row.key):<{width}}  {escape(shown)}")
     return "".join(line + "\n" for line in lines)
 
 

@@ -15,6 +15,7 @@ from meshhealth import defaults
 from meshhealth.cli.invocation import this_program
 from meshhealth.lab import plan as P
 from meshhealth.lab import state as S
+from meshhealth.terminal_text import escape_lines
 from meshhealth.timefmt import parse_iso_time
 
 DESCRIPTION = """\
@@ -312,7 +313,7 @@ def run_status(args: argparse.Namespace) -> int:
         lines = control.status_lines(st, plan, set(netns_ops.list_netns()), verdicts)
     except _errors() as exc:
         return _err(str(exc))
-    print("\n".join(lines))
+    print(escape_lines("\n".join(lines)))  # verdicts and names come from the agents
     return 0
 
 

@@ -4,6 +4,9 @@
     frame_text(state, now=..., width=120)     # the same frame as plain text (--once)
     change_line(change)                       # one line per change (no terminal)
 
+Every value from etcd or an agent (names, statuses, errors, findings, notes) goes
+through meshhealth.terminal_text.escape before rich draws it.
+
 rich draws the table and colours (and its Live display refreshes the screen): it is well
 kept, pure Python, and much less code than curses of our own; textual would bring a
 whole application framework for one table.
@@ -29,6 +32,7 @@ from meshhealth.documents.cluster_health import SOURCE_LOCAL, SOURCE_REPORTS, is
 from meshhealth.documents.matrix import stale_after_s
 from meshhealth.model import ProbeStatus
 from meshhealth.naming import natural_key
+from meshhealth.terminal_text import escape
 from meshhealth.timefmt import format_age_short, format_duration, iso_time
 
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
@@ -125,9 +129,8 @@ def path_cell(path: PathView | None, *, now: float, interval_s: float | None) ->
     shown = path.rtt_s if path.status == ProbeStatus.OK.value else None  # not others' RTT
     rtt = format_duration(shown) if shown is not None else "-"
     loss = f"{path.loss * 100:.0f}%"
-    text = Text(
-        f"{SHORT_STATUS.get(path.status, path.status)} {rtt} {loss}", style=f"bold {colour}"
-    )
+    status = SHORT_STATUS.get(path.status, escape(path.status))  # a peer's word
+    text = Text(f"{status} {rtt} {loss}", style=f"bold {colour}")
     text.append("\n" + (sparkline(list(path.history)) or " "), style=colour)
     return text
 
@@ -136,7 +139,7 @@ def _node_label(node: NodeView) -> Text:
     colour = STATE_COLOUR.get(node.state, "grey50")
     label = Text(STATE_MARK.get(node.state, "· "))
     label.stylize(colour)
-    label.append(node.name + (" (local)" if node.is_local else ""))
+    label.append(escape(node.name) + (" (local)" if node.is_local else ""))
     return label
 
 
@@ -144,13 +147,13 @@ def header(state: WatchState, *, now: float) -> Text:
     reachable, total = state.health
     text = Text()
     text.append("meshhealth watch ", style="bold")
-    text.append(f"{state.source}  ")
+    text.append(f"{escape(state.source)}  ")
     if state.connection == "connected":
         text.append("connected", style="green")
     elif state.connection == "connecting":
         text.append("connecting…", style="yellow")
     else:
-        detail = f" ({state.connection_detail})" if state.connection_detail else ""
+        detail = f" ({escape(state.connection_detail)})" if state.connection_detail else ""
         text.append(f"disconnected, retrying…{detail}", style="bold red")
     verdicts = [v for v in state.cluster_health if v["source"] != SOURCE_LOCAL]
     # One label, one meaning (as in `status`): `Cluster health` is the cluster's verdict
@@ -168,7 +171,7 @@ def header(state: WatchState, *, now: float) -> Text:
     elif state.etcd_up:
         text.append("up", style="green")
     else:
-        text.append(f"down ({state.etcd_error or 'no answer'})", style="red")
+        text.append(f"down ({escape(state.etcd_error or 'no answer')})", style="red")
     text.append(f"   probe time: {iso(state.probe_time)} ({ago(now, state.probe_time)} ago)")
     if state.last_update is not None and state.connection == "connected":
         text.append(f"   last update {ago(now, state.last_update)} ago")
@@ -181,13 +184,13 @@ def header(state: WatchState, *, now: float) -> Text:
     for verdict in verdicts:
         good = verdict["reachable"] == verdict["total"] and not is_alone(verdict)
         named = len(verdicts) > 1 and verdict["cluster"] != local
-        label = f"Cluster health {verdict['cluster']}" if named else "Cluster health"
+        label = f"Cluster health {escape(verdict['cluster'])}" if named else "Cluster health"
         text.append(f"\n{label}: ")
-        text.append(summary_verdict_text(verdict, now), style="green" if good else "red")
+        text.append(escape(summary_verdict_text(verdict, now)), style="green" if good else "red")
     for finding in state.findings:  # the banner: whose fault it is
         text.append(f"\n{finding_line(finding)}", style="bold red")
     if state.note:
-        text.append(f"\n{state.note}", style="yellow")
+        text.append(f"\n{escape(state.note)}", style="yellow")
     return text
 
 
@@ -195,7 +198,9 @@ def list_view(state: WatchState, *, now: float) -> list[RenderableType]:
     tables: list[RenderableType] = []
     clusters = sorted({cluster for cluster, _ in state.nodes}, key=natural_key)
     for cluster in clusters:
-        table = Table(title=f"cluster {cluster}", title_justify="left", expand=False, box=None)
+        table = Table(
+            title=f"cluster {escape(cluster)}", title_justify="left", expand=False, box=None
+        )
         table.add_column("node", no_wrap=True)
         for name in PATH_NAMES:
             table.add_column(COLUMN_TITLES[name], no_wrap=True)
@@ -226,14 +231,14 @@ def matrix_view(state: WatchState) -> list[RenderableType]:
     matrix = state.matrix
     if matrix is None:
         note = state.matrix_note or "matrix: loading…"
-        return [Text(f"{note}; press m for the list", style="yellow")]
+        return [Text(f"{escape(note)}; press m for the list", style="yellow")]
     title = Text("matrix: each row is what that node sees of each column", style="bold")
     table = Table(box=None)
     table.add_column("source", no_wrap=True)
     for node in matrix["nodes"]:
-        table.add_column(node["name"], justify="center", no_wrap=True)
+        table.add_column(escape(node["name"]), justify="center", no_wrap=True)
     for row in matrix["rows"]:
-        label = row["name"] + (" (stale)" if row["stale"] else "")
+        label = escape(row["name"]) + (" (stale)" if row["stale"] else "")
         cells = [
             Text(
                 MATRIX_SYMBOL.get(cell["state"], "?"),
@@ -246,7 +251,7 @@ def matrix_view(state: WatchState) -> list[RenderableType]:
     # observers; absent from an older agent's document) plain grey.
     notes = set(matrix["summary"].get("notes", ()))
     lines = [
-        Text(line, style="grey50" if line in notes else "yellow")
+        Text(escape(line), style="grey50" if line in notes else "yellow")
         for line in matrix["summary"]["lines"]
     ]
     legend = Text(
@@ -274,10 +279,10 @@ def frame_text(state: WatchState, *, now: float, width: int = 120) -> str:
 def change_line(change: Change) -> str:
     """`2026-11-23T10:00:01Z lab1/node2 endpoint/http OK -> Connection timed out`."""
     if change.old is None:
-        return f"{iso(change.at)} {change.node} {change.path} {change.new}"
-    return f"{iso(change.at)} {change.node} {change.path} {change.old} -> {change.new}"
+        return escape(f"{iso(change.at)} {change.node} {change.path} {change.new}")
+    return escape(f"{iso(change.at)} {change.node} {change.path} {change.old} -> {change.new}")
 
 
 def event_line(now: float, text: str) -> str:
     """A line about the viewer itself (connected, disconnected) in the plain output."""
-    return f"{iso(now)} {text}"
+    return f"{iso(now)} {escape(text)}"

@@ -28,6 +28,7 @@ certificate`.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -64,6 +65,8 @@ from meshhealth.kvstore.watch import PrefixWatch
 __all__ = ["LIVENESS_KEY", "MAX_WATCHES", "Etcd", "open_etcd"]
 
 MAX_WATCHES = defaults.ETCD_MAX_WATCHES
+
+log = logging.getLogger(__name__)
 
 
 class Etcd(EtcdTransport):
@@ -104,20 +107,84 @@ class Etcd(EtcdTransport):
         kv = kv_from_message(response.kvs[0]) if response.kvs else None
         return kv, int(response.header.revision)
 
-    async def get_prefix(self, prefix: str) -> tuple[list[KV], int]:
-        """Every entry whose key starts with `prefix`, sorted by key, and the revision."""
+    async def get_prefix(
+        self, prefix: str, *, page_keys: int = defaults.ETCD_LIST_PAGE_KEYS
+    ) -> tuple[list[KV], int]:
+        """Every entry whose key starts with `prefix`, sorted by key, and the revision.
+
+        Read in pages of at most `page_keys` keys, each from the last key + "\\0", all at
+        the revision of the first page (one consistent snapshot). A page larger than the
+        receive limit (defaults.ETCD_MAX_RECEIVE_BYTES: a few big values) is asked for
+        again with half as many keys; a single value larger than the limit is left out,
+        with a warning, and counted in `stats.oversized_values`. Values larger than
+        defaults.MAX_VALUE_BYTES are returned as they are: the codec refuses them, and
+        each reader counts and logs them like any other invalid value.
+        """
         key = to_bytes(prefix)
+        end = prefix_range_end(key)
+        kvs: list[KV] = []
+        revision = 0
+        limit = max(1, page_keys)
+        while True:
+            request = etcdrpc.RangeRequest(
+                key=key,
+                range_end=end,
+                limit=limit,
+                revision=revision,
+                sort_order=etcdrpc.RangeRequest.ASCEND,
+                sort_target=etcdrpc.RangeRequest.KEY,
+            )
+            response = await self._call(f"get prefix {prefix!r}", self._range_or_none(request))
+            if response is None:  # larger than the receive limit
+                if limit > 1:
+                    limit = max(1, limit // 2)  # and so for the rest of this listing
+                    continue
+                key = await self._skip_oversized(prefix, key, end, revision)
+                if not key:
+                    break
+                continue
+            revision = revision or int(response.header.revision)
+            kvs.extend(kv_from_message(raw) for raw in response.kvs)
+            if not response.more or not response.kvs:
+                break
+            key = bytes(response.kvs[-1].key) + b"\0"
+        return kvs, revision
+
+    def _range_or_none(self, request: Any) -> Any:
+        """A Range call (worker thread) that returns None when the answer is larger than
+        the receive limit, instead of failing the request."""
+
+        def call(channel: Any, timeout_s: float) -> Any:
+            try:
+                return etcdrpc.KVStub(channel).Range(request, timeout_s, **self._meta())
+            except grpc.RpcError as error:
+                if error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    return None
+                raise
+
+        return call
+
+    async def _skip_oversized(self, prefix: str, key: bytes, end: bytes, revision: int) -> bytes:
+        """Log and count the one key at `key`.. whose value alone is too large to
+        receive; the key to go on from (b"" when none is left)."""
         request = etcdrpc.RangeRequest(
-            key=key,
-            range_end=prefix_range_end(key),
-            sort_order=etcdrpc.RangeRequest.ASCEND,
-            sort_target=etcdrpc.RangeRequest.KEY,
+            key=key, range_end=end, limit=1, revision=revision, keys_only=True
         )
         response = await self._call(
             f"get prefix {prefix!r}",
             lambda ch, t: etcdrpc.KVStub(ch).Range(request, t, **self._meta()),
         )
-        return [kv_from_message(raw) for raw in response.kvs], int(response.header.revision)
+        if not response.kvs:
+            return b""
+        skipped = bytes(response.kvs[0].key)
+        self.stats.oversized_values += 1
+        log.warning(
+            "etcd %s: skipping %r: its value is larger than %d bytes",
+            self.description,
+            skipped.decode("utf-8", "backslashreplace"),
+            defaults.ETCD_MAX_RECEIVE_BYTES,
+        )
+        return skipped + b"\0"
 
     async def put(self, key: str, value: bytes, *, lease_id: int | None = None) -> int:
         """Write `value` under `key` (attached to `lease_id`); returns the new revision."""

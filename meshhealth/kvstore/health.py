@@ -67,3 +67,4 @@ class EtcdStats:
     reconnects: int = 0
     authentications: int = 0
     token_refreshes: int = 0
+    oversized_values: int = 0  # values too large to receive, left out of a listing

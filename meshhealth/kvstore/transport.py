@@ -130,6 +130,7 @@ class EtcdTransport:
             ("grpc.min_reconnect_backoff_ms", min(100, reconnect_ms)),
             ("grpc.max_reconnect_backoff_ms", reconnect_ms),
             ("grpc.enable_http_proxy", 0),  # etcd is reached directly, never via a proxy
+            ("grpc.max_receive_message_length", defaults.ETCD_MAX_RECEIVE_BYTES),
         ]
         return etcd3.MultiEndpointEtcd3Client(
             endpoints=[

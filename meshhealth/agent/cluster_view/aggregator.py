@@ -12,6 +12,13 @@ transaction that holds only while the claim is still under this agent's lease, a
 under that lease: when the aggregator dies, its summary goes with its claim. A report
 that turns stale changes the verdict without any event: the aggregator wakes up at the
 time the next fresh report would turn stale.
+
+Only registered nodes' reports count (`registered`: this cluster's discovery, whose
+probe set is the nodes with ip entries its address policy accepts): a health entry
+written under the name of a node that is not registered (a forged or left-over entry)
+is left out of the matrix, logged once per node, so it can neither fail nor vouch for
+anyone. The summary waits for discovery's first listing, and is evaluated again when
+the registered nodes change.
 """
 
 from __future__ import annotations
@@ -19,13 +26,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import trio
 
 from meshhealth import defaults, keys, summary_codec
 from meshhealth.agent.agent_metrics import WriteCounters
 from meshhealth.agent.cluster_view.election import AggregatorElection
+from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.diagnosis.cluster_summary import build_summary, keep_since
 from meshhealth.diagnosis.diagnose import diagnose
 from meshhealth.diagnosis.from_matrix import matrix_view
@@ -55,6 +63,18 @@ def summarise(
     return summary, min(turns_stale, default=math.inf)
 
 
+def registered_reports(
+    reports: Sequence[HealthReport], registered: Collection[tuple[str, str]]
+) -> tuple[list[HealthReport], list[HealthReport]]:
+    """(the reports of registered (cluster, node)s, the others). Pure."""
+    kept: list[HealthReport] = []
+    ignored: list[HealthReport] = []
+    for report in reports:
+        is_registered = (report.cluster, report.node) in registered
+        (kept if is_registered else ignored).append(report)
+    return kept, ignored
+
+
 class Aggregator:
     """Publishes the cluster's summary while `election.leading`.
 
@@ -72,6 +92,7 @@ class Aggregator:
         debounce_s: float = defaults.SUMMARY_DEBOUNCE_S,
         clock: Callable[[], float] = time.time,
         metrics: WriteCounters | None = None,
+        registered: Discovery | None = None,
     ) -> None:
         self.etcd = etcd
         self.election = election
@@ -87,6 +108,9 @@ class Aggregator:
         self.write_errors = 0
         self.evaluations = 0
         self._wake = trio.Event()
+        self.registered = registered  # None: every report counts (tests of the summary)
+        self.ignored: tuple[tuple[str, str], ...] = ()  # unregistered reporters, last time
+        self._ignored_said: set[tuple[str, str]] = set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Aggregate while leading, wait while not; until cancelled."""
@@ -112,12 +136,18 @@ class Aggregator:
         self.reports = reports
         async with trio.open_nursery() as nursery:
             nursery.start_soon(reports.follow)
+            if self.registered is not None:
+                nursery.start_soon(self._follow_registered, self.registered)
+                await self.registered.synced.wait()
             await reports.listed.wait()
             backoff = Backoff(defaults.ETCD_RECONNECT_MIN_S, defaults.ETCD_RECONNECT_MAX_S)
             while True:
                 self._wake = trio.Event()
                 summary, turns_stale_at = summarise(
-                    reports.reports(), cluster=self.cluster, aggregator=self.node, now=self._clock()
+                    self._counted(reports.reports()),
+                    cluster=self.cluster,
+                    aggregator=self.node,
+                    now=self._clock(),
                 )
                 summary = keep_since(summary, self.written)
                 self.evaluations += 1
@@ -132,6 +162,27 @@ class Aggregator:
                 with trio.move_on_after(max(0.0, wake_in_s)):
                     await self._wake.wait()
                 await trio.sleep(self.debounce_s)  # let the rest of a round's reports in
+
+    def _counted(self, reports: Sequence[HealthReport]) -> Sequence[HealthReport]:
+        """The reports of registered nodes; the others are logged once and left out."""
+        if self.registered is None:
+            return reports
+        kept, ignored = registered_reports(reports, self.registered.probe_set())
+        self.ignored = tuple(sorted((r.cluster, r.node) for r in ignored))
+        for who in self.ignored:
+            if who not in self._ignored_said:
+                self._ignored_said.add(who)
+                log.warning(
+                    "aggregator: ignoring the health report of %s/%s: no such registered node",
+                    *who,
+                )
+        return kept
+
+    async def _follow_registered(self, registered: Discovery) -> None:
+        version = registered.version
+        while True:
+            version = await registered.wait_changed(version)
+            self._note_change()
 
     async def _write(self, summary: ClusterSummary) -> bool:
         lease_id = self.election.lease_id

@@ -8,6 +8,12 @@ Every route we add carries the protocol number ROUTE_PROTO (`ip route show proto
 That is how we find our own routes: only those are replaced or removed, leftovers of a
 crashed agent are recognised and cleaned, and nobody else's routes are ever touched.
 
+A peer CIDR is routed only when route_policy.route_refusal allows it (not broader than
+/16 or /48, or inside `--route-cidrs-within`; never covering a NodeIP of the mesh, this
+node's addresses or etcd's): a forged node entry cannot pull traffic to itself. Each
+refusal is logged once per (node, CIDR, reason) and counted in
+meshhealth_route_cidrs_refused_total{reason}.
+
 `desired_routes` and `diff_routes` are pure; `RouteProgrammer` changes the routes with
 the `ip` command (one `ip -batch` per sync).
 """
@@ -16,7 +22,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -24,6 +30,14 @@ import trio
 
 from meshhealth import defaults
 from meshhealth.agent.health_endpoint.ip_command import PlumbingError, ip_batch_each, ip_json
+from meshhealth.agent.health_endpoint.route_policy import (
+    BAD_NEXT_HOP,
+    IPNetwork,
+    ProtectedAddresses,
+    Refusal,
+    route_refusal,
+)
+from meshhealth.metrics import Counter
 from meshhealth.model import Node
 
 log = logging.getLogger(__name__)
@@ -37,9 +51,17 @@ ROUTE_PROTO = defaults.ROUTE_PROTO
 
 
 @dataclass(frozen=True, slots=True)
+class RefusedRoute:
+    node: str  # "cluster/node" of the peer that claimed it
+    cidr: str
+    refusal: Refusal
+
+
+@dataclass(frozen=True, slots=True)
 class DesiredRoutes:
     routes: dict[str, str]  # normalised CIDR -> next hop (the owner's NodeIP)
     skipped: tuple[str, ...] = ()  # one line per CIDR not routed, saying why
+    refused: tuple[RefusedRoute, ...] = ()  # CIDRs the route policy refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +80,15 @@ class RouteDiff:
 
 
 def desired_routes(
-    nodes: Iterable[Node], *, cluster: str, node: str, own_cidrs: Iterable[str] = ()
+    nodes: Iterable[Node],
+    *,
+    cluster: str,
+    node: str,
+    own_cidrs: Iterable[str] = (),
+    within: Sequence[IPNetwork] = (),
+    own_addresses: Iterable[str] = (),
+    etcd_addresses: Iterable[str] = (),
+    next_hop_refusal: Callable[[str], tuple[str, str] | None] | None = None,
 ) -> DesiredRoutes:
     """CIDR -> NodeIP for every peer other than (cluster, node); an IPv6 CIDR of a
     dual-stack peer whose NodeIP is IPv4 goes via its secondary NodeIP (and the other
@@ -66,8 +96,23 @@ def desired_routes(
 
     Skipped (and said why): our own CIDRs, invalid CIDRs or NodeIPs, a next hop of the
     other IP family, and a CIDR claimed by several peers (the first by (cluster, node)
-    wins, so every agent picks the same one).
+    wins, so every agent picks the same one). Refused: what route_policy refuses (too
+    broad, outside `within`, covering a NodeIP of `nodes`, `own_addresses` or
+    `etcd_addresses`), and every CIDR whose next hop `next_hop_refusal` refuses
+    (NodeAddressPolicy.refusal: (code, why) or None).
     """
+    nodes = sorted(nodes, key=lambda n: (n.cluster, n.name))
+    protected = ProtectedAddresses.of(
+        node_ips=[
+            (ip, f"{n.cluster}/{n.name}")
+            for n in nodes
+            for ip in (n.node_ip, n.node_ip_secondary)
+            if ip is not None
+        ],
+        own=own_addresses,
+        etcd=etcd_addresses,
+    )
+    refused: list[RefusedRoute] = []
     own: set[str] = set()
     for cidr in own_cidrs:
         try:
@@ -77,7 +122,7 @@ def desired_routes(
     routes: dict[str, str] = {}
     owners: dict[str, str] = {}
     skipped: list[str] = []
-    for peer in sorted(nodes, key=lambda n: (n.cluster, n.name)):
+    for peer in nodes:
         if (peer.cluster, peer.name) == (cluster, node):
             continue
         who = f"{peer.cluster}/{peer.name}"
@@ -103,13 +148,18 @@ def desired_routes(
                 skipped.append(f"{who}: {dst} and NodeIP {via} are of different IP families")
             elif dst in own:
                 skipped.append(f"{who}: {dst} is this node's own CIDR")
+            elif next_hop_refusal is not None and (bad := next_hop_refusal(str(via))):
+                why = f"{dst} via {via}: the next hop is refused ({bad[1]})"
+                refused.append(RefusedRoute(who, dst, Refusal(BAD_NEXT_HOP, why)))
+            elif (refusal := route_refusal(net, within=within, protected=protected)) is not None:
+                refused.append(RefusedRoute(who, dst, refusal))
             elif dst in routes:
                 if routes[dst] != str(via):
                     skipped.append(f"{who}: {dst} is already routed to {owners[dst]}")
             else:
                 routes[dst] = str(via)
                 owners[dst] = who
-    return DesiredRoutes(routes, tuple(skipped))
+    return DesiredRoutes(routes, tuple(skipped), tuple(refused))
 
 
 def diff_routes(desired: Mapping[str, str], present: Mapping[str, str | None]) -> RouteDiff:
@@ -182,6 +232,7 @@ class RouteState:
     last_error: str | None = None
     failed: dict[str, str] = field(default_factory=dict)  # cidr -> error, last sync
     skipped: tuple[str, ...] = ()  # from the last desired_routes
+    refused: tuple[RefusedRoute, ...] = ()  # from the last desired_routes
 
 
 class RouteProgrammer:
@@ -200,6 +251,11 @@ class RouteProgrammer:
         cluster: str,
         node: str,
         own_cidrs: Iterable[str] = (),
+        within: Sequence[IPNetwork] = (),
+        own_addresses: Iterable[str] = (),
+        etcd_addresses: Iterable[str] = (),
+        refused_metric: Counter | None = None,
+        next_hop_refusal: Callable[[str], tuple[str, str] | None] | None = None,
         node_netns: str | None = None,
         proto: int = ROUTE_PROTO,
         resync_interval_s: float = defaults.ROUTE_RESYNC_INTERVAL_S,
@@ -211,6 +267,12 @@ class RouteProgrammer:
         self._cluster = cluster
         self._node = node
         self._own_cidrs = tuple(own_cidrs)
+        self._within = tuple(within)
+        self._own_addresses = tuple(own_addresses)
+        self._etcd_addresses = tuple(etcd_addresses)
+        self._refused_metric = refused_metric
+        self._next_hop_refusal = next_hop_refusal
+        self._refusals_said: set[tuple[str, str, str]] = set()  # (node, cidr, code)
         self._node_netns = node_netns
         self._proto = proto
         self._resync_interval_s = resync_interval_s
@@ -256,12 +318,20 @@ class RouteProgrammer:
         what was applied: no dump.
         """
         desired = desired_routes(
-            self._peers or (), cluster=self._cluster, node=self._node, own_cidrs=self._own_cidrs
+            self._peers or (),
+            cluster=self._cluster,
+            node=self._node,
+            own_cidrs=self._own_cidrs,
+            within=self._within,
+            own_addresses=self._own_addresses,
+            etcd_addresses=self._etcd_addresses,
+            next_hop_refusal=self._next_hop_refusal,
         )
         if desired.skipped != self.state.skipped:
             for line in desired.skipped:
                 log.warning("routes: not routing %s", line)
         self.state.skipped = desired.skipped
+        self._note_refused(desired.refused)
         self.state.syncs += 1
         try:
             present = self.state.installed
@@ -292,6 +362,18 @@ class RouteProgrammer:
         for _, error in failed:
             self._record_error(error)
         return not failed
+
+    def _note_refused(self, refused: tuple[RefusedRoute, ...]) -> None:
+        """Log and count each refusal once per (node, CIDR, reason)."""
+        self.state.refused = refused
+        for item in refused:
+            said = (item.node, item.cidr, item.refusal.code)
+            if said in self._refusals_said:
+                continue
+            self._refusals_said.add(said)
+            log.warning("routes: refusing %s of %s: %s", item.cidr, item.node, item.refusal.why)
+            if self._refused_metric is not None:
+                self._refused_metric.labels(reason=item.refusal.code).inc()
 
     async def _read(self) -> dict[str, str | None]:
         self.state.reads += 1

@@ -36,8 +36,9 @@ from meshhealth.agent.membership.retained_nodes import RetainedNodes
 from meshhealth.kvstore import Backoff, Etcd, EtcdError, open_etcd
 from meshhealth.kvstore.endpoints import describe, parse_endpoints
 from meshhealth.kvstore.etcd_config import EtcdAccess, TlsFiles
-from meshhealth.metrics import CounterSeries
+from meshhealth.metrics import Counter, CounterSeries
 from meshhealth.model import ClusterConfig, Target
+from meshhealth.node_address_policy import NodeAddressPolicy
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +179,8 @@ class ClusterMesh:
         config_write_metrics: WriteCounters | None = None,
         invalid_ip_metric: CounterSeries | None = None,
         agent_down_retention_s: float = defaults.AGENT_DOWN_RETENTION_S,
+        address_policy: NodeAddressPolicy | None = None,
+        refused_address_metric: Counter | None = None,
     ) -> None:
         self.etcd = etcd
         self.configured = local
@@ -196,6 +199,9 @@ class ClusterMesh:
         self._config_write_metrics = config_write_metrics or WriteCounters()
         self._invalid_ip_metric = invalid_ip_metric
         self.agent_down_retention_s = agent_down_retention_s
+        # a remote's nodes are held to the same address policy as this cluster's
+        self._address_policy = address_policy
+        self._refused_address_metric = refused_address_metric
 
     def targets(self) -> list[Target]:
         """Nodes of every admitted remote cluster."""
@@ -281,7 +287,10 @@ class ClusterMesh:
             try:
                 await self._admit(remote, etcd)
                 remote.discovery = Discovery(
-                    {remote.name: etcd}, invalid_metric=self._invalid_ip_metric
+                    {remote.name: etcd},
+                    invalid_metric=self._invalid_ip_metric,
+                    address_policy=self._address_policy,
+                    refused_metric=self._refused_address_metric,
                 )
                 remote.retained = RetainedNodes(
                     etcd,

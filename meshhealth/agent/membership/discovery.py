@@ -14,6 +14,12 @@ is replaced by the diff against what we had, so no target is lost or repeated.
 Values are untrusted: one that does not decode is skipped (its key counts as absent),
 logged once per key and revision, and counted in `invalid_values` (and in the
 `invalid_metric` series it is given: meshhealth_kvstore_invalid_values_total{kind=ip}).
+
+Addresses are untrusted too: a node whose NodeIP or HealthIP the `address_policy`
+refuses (meshhealth.node_address_policy: loopback, link-local, multicast, unspecified,
+outside --allowed-node-cidrs) is left out of the probe set, logged once per node,
+address and reason, and counted in `refused_metric`
+(meshhealth_node_addresses_refused_total{reason}).
 """
 
 from __future__ import annotations
@@ -26,8 +32,9 @@ import trio
 from meshhealth import codec, defaults, keys
 from meshhealth.kvstore import KV, Etcd, EventKind, WatchEvent
 from meshhealth.kvstore.follow import follow_prefix
-from meshhealth.metrics import CounterSeries
+from meshhealth.metrics import Counter, CounterSeries
 from meshhealth.model import IPEntry, Target
+from meshhealth.node_address_policy import NodeAddressPolicy, RefusedAddress, screen_targets
 from meshhealth.probe_set import ProbeSetDiff, TargetKey, build_probe_set, diff_probe_sets
 
 log = logging.getLogger(__name__)
@@ -47,6 +54,8 @@ class Discovery:
         *,
         exclude: Iterable[TargetKey] = (),
         invalid_metric: CounterSeries | None = None,
+        address_policy: NodeAddressPolicy | None = None,
+        refused_metric: Counter | None = None,
     ) -> None:
         items = list(sources.items()) if isinstance(sources, Mapping) else list(sources)
         if not items:
@@ -66,6 +75,10 @@ class Discovery:
         self._invalid_metric = invalid_metric if invalid_metric is not None else CounterSeries()
         self.resyncs = 0
         self.dropped_subscribers = 0
+        self.address_policy = address_policy if address_policy is not None else NodeAddressPolicy()
+        self._refused_metric = refused_metric
+        self.refused: tuple[RefusedAddress, ...] = ()  # of the last probe set built
+        self._refusals_said: set[RefusedAddress] = set()
 
     # --- reading ---------------------------------------------------------------------
 
@@ -178,6 +191,20 @@ class Discovery:
                 entries[event.key] = entry
         self._publish()
 
+    def _note_refused(self) -> None:
+        for item in self.refused:
+            if item in self._refusals_said:
+                continue
+            self._refusals_said.add(item)
+            log.warning(
+                "discovery: not probing %s/%s, nor taking its indirect-probe requests: %s",
+                item.cluster,
+                item.node,
+                item.why,
+            )
+            if self._refused_metric is not None:
+                self._refused_metric.labels(reason=item.code).inc()
+
     def _publish(self) -> None:
         new = build_probe_set(
             (cluster, entry)
@@ -186,6 +213,8 @@ class Discovery:
         )
         for key in self.exclude:
             new.pop(key, None)
+        new, self.refused = screen_targets(new, self.address_policy)
+        self._note_refused()
         diff = diff_probe_sets(self._probe_set, new)
         if diff.empty:
             return
