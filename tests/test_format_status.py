@@ -211,7 +211,7 @@ def test_a_finding_contradicted_by_newer_probes_is_marked_stale() -> None:
     carries the finding: the finding says so instead of standing beside the OK."""
     from dataclasses import replace
 
-    from meshhealth.summary_codec import SummaryFinding
+    from meshhealth.wire.summary import SummaryFinding
 
     inputs = status_stories.mtu_blackhole()
     summary = status_stories.AGENT_DOWN_SUMMARY

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from meshhealth import codec, summary_codec
 from meshhealth.model import (
     ClusterConfig,
     HealthReport,
@@ -20,12 +19,19 @@ from meshhealth.model import (
     RetainedNode,
     TargetHealth,
 )
-from meshhealth.summary_codec import (
-    AggregatorClaim,
+from meshhealth.wire.claim import AggregatorClaim, decode_claim, encode_claim
+from meshhealth.wire.cluster_config import decode_cluster_config, encode_cluster_config
+from meshhealth.wire.health import decode_health_report, encode_health_report
+from meshhealth.wire.ip_entry import decode_ip_entry, encode_ip_entry
+from meshhealth.wire.node import decode_node, encode_node
+from meshhealth.wire.retained import decode_retained, encode_retained
+from meshhealth.wire.summary import (
     ClusterSummary,
     DiscountedObserver,
     NodeCounts,
     SummaryFinding,
+    decode_summary,
+    encode_summary,
 )
 
 NODE = Node(
@@ -129,13 +135,13 @@ VALUES = {
 }
 
 ENCODERS: dict[str, tuple[Callable[[Any], bytes], Callable[[bytes], Any]]] = {
-    "node": (codec.encode_node, codec.decode_node),
-    "retained": (codec.encode_retained, codec.decode_retained),
-    "ip_entry": (codec.encode_ip_entry, codec.decode_ip_entry),
-    "cluster_config": (codec.encode_cluster_config, codec.decode_cluster_config),
-    "health": (codec.encode_health_report, codec.decode_health_report),
-    "claim": (summary_codec.encode_claim, summary_codec.decode_claim),
-    "summary": (summary_codec.encode_summary, summary_codec.decode_summary),
+    "node": (encode_node, decode_node),
+    "retained": (encode_retained, decode_retained),
+    "ip_entry": (encode_ip_entry, decode_ip_entry),
+    "cluster_config": (encode_cluster_config, decode_cluster_config),
+    "health": (encode_health_report, decode_health_report),
+    "claim": (encode_claim, decode_claim),
+    "summary": (encode_summary, decode_summary),
 }
 
 GOLDEN = {
