@@ -4,11 +4,9 @@ id (1..255, as Cilium's cluster-id) and the capabilities its agents share.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from meshhealth.model import ClusterConfig
 from meshhealth.wire import fields as f
-from meshhealth.wire.envelope import SCHEMA_VERSION, pack, unpack_map
+from meshhealth.wire.envelope import Codec
 from meshhealth.wire.fields import Field
 
 MIN_CLUSTER_ID = 1  # like Cilium's cluster-id; 0 is invalid
@@ -20,23 +18,5 @@ FIELDS = (
     Field("id", f.integer(MIN_CLUSTER_ID, MAX_CLUSTER_ID)),
     Field("capabilities", f.list_of(f.text(), MAX_CAPABILITIES)),
 )
-
-
-def encode_cluster_config(c: ClusterConfig) -> bytes:
-    return pack("cluster-config", cluster_config_to_wire(c), _canonical)
-
-
-def decode_cluster_config(data: bytes) -> ClusterConfig:
-    return _from_wire(unpack_map(data))
-
-
-def cluster_config_to_wire(c: ClusterConfig) -> dict[str, object]:
-    return {"v": SCHEMA_VERSION, **f.write(c, FIELDS)}
-
-
-def _canonical(m: Mapping[str, object]) -> dict[str, object]:
-    return cluster_config_to_wire(_from_wire(m))
-
-
-def _from_wire(m: Mapping[str, object]) -> ClusterConfig:
-    return ClusterConfig(**f.read(m, FIELDS))
+CLUSTER_CONFIG = Codec.of("cluster-config", ClusterConfig, FIELDS)
+encode_cluster_config, decode_cluster_config = CLUSTER_CONFIG.encode, CLUSTER_CONFIG.decode

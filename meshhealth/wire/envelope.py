@@ -1,37 +1,64 @@
 """The envelope of every etcd value: a msgpack map of at most MAX_VALUE_BYTES with the
-schema version `v`. Unpacking treats its input as untrusted (DecodeError naming what
-is wrong); packing validates through the value's decoder first, so what is written can
-be read back, and emits the decoder's canonical form.
+schema version `v`, and `Codec`, a value's reader and writer around it. Unpacking
+treats its input as untrusted (DecodeError naming what is wrong); encoding validates
+through the reader first and emits its canonical form, so what is written reads back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import msgpack
 
 from meshhealth import defaults
-from meshhealth.wire.fields import DecodeError, type_name
+from meshhealth.wire import fields as f
+from meshhealth.wire.fields import DecodeError
 
 SCHEMA_VERSION = 1
+T = TypeVar("T")
 
 
-def pack(
-    what: str,
-    wire: dict[str, object],
-    canonical: Callable[[Mapping[str, object]], dict[str, object]],
-) -> bytes:
-    """The bytes of `wire` after `canonical` (decode, then back to a map) accepted it."""
-    try:
-        checked = canonical(wire)
-    except DecodeError as error:
-        raise ValueError(f"cannot encode {what}: {error}") from None
-    data: bytes = msgpack.packb(checked, use_bin_type=True)
-    if len(data) > defaults.MAX_VALUE_BYTES:
-        raise ValueError(
-            f"cannot encode {what}: {len(data)} bytes, more than {defaults.MAX_VALUE_BYTES}"
-        )
-    return data
+@dataclass(frozen=True, slots=True)
+class Codec(Generic[T]):
+    """A value's codec: `read` (wire map -> model, DecodeError) and `write` (model -> the
+    wire map without `v`)."""
+
+    what: str
+    read: Callable[[Mapping[str, object]], T]
+    write: Callable[[T], dict[str, object]]
+
+    @staticmethod
+    def of(
+        what: str,
+        build: Callable[..., T],
+        table: Sequence[f.Field],
+        check: Callable[[T], T] = lambda value: value,
+    ) -> Codec[T]:
+        """The codec of a model type whose wire map is `table`; `check` then sees the
+        value (rules across fields)."""
+        return Codec(what, lambda m: check(build(**f.read(m, table))), lambda v: f.write(v, table))
+
+    def to_wire(self, value: T) -> dict[str, object]:
+        """The wire map, `v` included (JSON-ready)."""
+        return {"v": SCHEMA_VERSION, **self.write(value)}
+
+    def encode(self, value: T) -> bytes:
+        try:
+            checked = self.to_wire(self.read(self.to_wire(value)))
+        except DecodeError as error:
+            raise ValueError(f"cannot encode {self.what}: {error}") from None
+        data: bytes = msgpack.packb(checked, use_bin_type=True)
+        if len(data) > defaults.MAX_VALUE_BYTES:
+            raise ValueError(
+                f"cannot encode {self.what}: {len(data)} bytes, more than "
+                f"{defaults.MAX_VALUE_BYTES}"
+            )
+        return data
+
+    def decode(self, data: bytes) -> T:
+        return self.read(unpack_map(data))
 
 
 def unpack_map(data: bytes) -> Mapping[str, object]:
@@ -50,18 +77,16 @@ def unpack_map(data: bytes) -> Mapping[str, object]:
         OverflowError,
         RecursionError,
     ) as error:
-        detail = str(error) or type(error).__name__
-        raise DecodeError(f"not valid msgpack: {detail}") from None
+        raise DecodeError(f"not valid msgpack: {str(error) or type(error).__name__}") from None
     if not isinstance(obj, dict):
-        raise DecodeError(f"value must be a msgpack map, got {type_name(obj)}")
+        raise DecodeError(f"value must be a msgpack map, got {f.type_name(obj)}")
     if "v" not in obj:
         raise DecodeError("missing field 'v' (schema version)")
-    version = obj["v"]
-    if type(version) is not int:
-        raise DecodeError(f"field 'v': must be an integer, got {type_name(version)}")
-    if version != SCHEMA_VERSION:
+    if type(obj["v"]) is not int:
+        raise DecodeError(f"field 'v': must be an integer, got {f.type_name(obj['v'])}")
+    if obj["v"] != SCHEMA_VERSION:
         raise DecodeError(
-            f"field 'v': unsupported schema version {version} (this meshhealth reads "
+            f"field 'v': unsupported schema version {obj['v']} (this meshhealth reads "
             f"version {SCHEMA_VERSION})"
         )
     return obj

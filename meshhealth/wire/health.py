@@ -28,7 +28,7 @@ from meshhealth.model import (
     path_name,
 )
 from meshhealth.wire import fields as f
-from meshhealth.wire.envelope import SCHEMA_VERSION, pack, unpack_map
+from meshhealth.wire.envelope import Codec
 from meshhealth.wire.fields import DecodeError, Field
 
 MAX_TARGETS = 10_000
@@ -151,18 +151,6 @@ FIELDS = (
 )
 
 
-def encode_health_report(r: HealthReport) -> bytes:
-    return pack("health report", health_to_wire(r), lambda m: health_to_wire(_report(m)))
-
-
-def decode_health_report(data: bytes) -> HealthReport:
-    return _report(unpack_map(data))
-
-
-def health_to_wire(r: HealthReport) -> dict[str, object]:
-    return {"v": SCHEMA_VERSION, **f.write(r, FIELDS)}
-
-
 def _report(m: Mapping[str, object]) -> HealthReport:
     read: dict[str, Any] = f.read(m, FIELDS)
     shared = read.pop("secondary_family")
@@ -181,3 +169,7 @@ def _report(m: Mapping[str, object]) -> HealthReport:
         seen.add((t["cluster"], t["node"]))
         targets.append(TargetHealth(**t, secondary_family=family))
     return HealthReport(**read, targets=tuple(targets))
+
+
+HEALTH = Codec("health report", _report, lambda r: f.write(r, FIELDS))
+encode_health_report, decode_health_report = HEALTH.encode, HEALTH.decode

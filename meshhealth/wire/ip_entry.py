@@ -4,11 +4,9 @@ node and security identity an address (a health or pod IP) belongs to.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from meshhealth.model import IPEntry
 from meshhealth.wire import fields as f
-from meshhealth.wire.envelope import SCHEMA_VERSION, pack, unpack_map
+from meshhealth.wire.envelope import Codec
 from meshhealth.wire.fields import Field
 
 MIN_IDENTITY = 1
@@ -22,19 +20,5 @@ FIELDS = (
     Field("identity", f.integer(MIN_IDENTITY, MAX_IDENTITY)),
     Field("labels", f.list_of(f.text(), MAX_LABELS)),
 )
-
-
-def encode_ip_entry(e: IPEntry) -> bytes:
-    return pack("ip entry", ip_entry_to_wire(e), lambda m: ip_entry_to_wire(_from_wire(m)))
-
-
-def decode_ip_entry(data: bytes) -> IPEntry:
-    return _from_wire(unpack_map(data))
-
-
-def ip_entry_to_wire(e: IPEntry) -> dict[str, object]:
-    return {"v": SCHEMA_VERSION, **f.write(e, FIELDS)}
-
-
-def _from_wire(m: Mapping[str, object]) -> IPEntry:
-    return IPEntry(**f.read(m, FIELDS))
+IP_ENTRY = Codec.of("ip entry", IPEntry, FIELDS)
+encode_ip_entry, decode_ip_entry = IP_ENTRY.encode, IP_ENTRY.decode

@@ -5,11 +5,9 @@ addresses family by family, are declared here; fields.py reads and writes them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from meshhealth.model import Node, ip_family
 from meshhealth.wire import fields as f
-from meshhealth.wire.envelope import SCHEMA_VERSION, pack, unpack_map
+from meshhealth.wire.envelope import Codec
 from meshhealth.wire.fields import DecodeError, Field
 
 MAX_CIDRS = 64
@@ -33,32 +31,14 @@ FIELDS = (
 )
 
 
-def encode_node(n: Node) -> bytes:
-    return pack("node", node_to_wire(n), lambda m: node_to_wire(node_from_wire(m)))
-
-
-def decode_node(data: bytes) -> Node:
-    return node_from_wire(unpack_map(data))
-
-
-def node_to_wire(n: Node) -> dict[str, object]:
-    return {"v": SCHEMA_VERSION, **f.write(n, FIELDS)}
-
-
-def node_from_wire(m: Mapping[str, object]) -> Node:
-    node = Node(**f.read(m, FIELDS))
-    _check_dual_stack(node)
-    return node
-
-
-def _check_dual_stack(n: Node) -> None:
+def _checked(n: Node) -> Node:
     """A secondary address is of the other family than its primary, and a node's
     health addresses pair with its node addresses family by family (so readers of the
     ip entries can tell primary from secondary by family alone)."""
     if n.node_ip_secondary is None:
         if n.health_ip_secondary is not None:
             raise DecodeError("field 'health_ip_secondary': set without 'node_ip_secondary'")
-        return
+        return n
     primary = ip_family(n.node_ip)
     if ip_family(n.node_ip_secondary) == primary:
         raise DecodeError(
@@ -75,3 +55,8 @@ def _check_dual_stack(n: Node) -> None:
             f"field 'health_ip_secondary': must be of node_ip_secondary's family, got "
             f"{n.health_ip_secondary}"
         )
+    return n
+
+
+NODE = Codec.of("node", Node, FIELDS, _checked)
+encode_node, decode_node = NODE.encode, NODE.decode

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from meshhealth.wire import fields as f
-from meshhealth.wire.envelope import SCHEMA_VERSION, pack, unpack_map
+from meshhealth.wire.envelope import Codec
 from meshhealth.wire.fields import DecodeError, Field
 from meshhealth.wire.health import MAX_TARGETS
 
@@ -162,19 +162,6 @@ FIELDS = (
 )
 
 
-def encode_summary(summary: ClusterSummary) -> bytes:
-    wire = summary_to_wire(summary)
-    return pack("cluster summary", wire, lambda m: summary_to_wire(_summary(m)))
-
-
-def decode_summary(data: bytes) -> ClusterSummary:
-    return _summary(unpack_map(data))
-
-
-def summary_to_wire(s: ClusterSummary) -> dict[str, object]:
-    return {"v": SCHEMA_VERSION, **f.write(s, FIELDS)}
-
-
 def finding_to_wire(finding: SummaryFinding) -> dict[str, object]:
     return f.write(finding, FINDING_FIELDS)
 
@@ -185,3 +172,7 @@ def _summary(m: Mapping[str, object]) -> ClusterSummary:
     return ClusterSummary(
         **read, observers_min=observers["min"], observers_median=observers["median"]
     )
+
+
+SUMMARY = Codec("cluster summary", _summary, lambda s: f.write(s, FIELDS))
+encode_summary, decode_summary, summary_to_wire = SUMMARY.encode, SUMMARY.decode, SUMMARY.to_wire
