@@ -140,90 +140,28 @@ def nullable(inner: Check) -> Check:
     return lambda value, where: None if value is None else inner(value, where)
 
 
-def string(value: object, where: str) -> str:
-    if not isinstance(value, str):
-        raise DecodeError(f"field '{where}': must be a string, got {type_name(value)}")
-    return value
+def typed(test: Callable[[object], bool], want: str) -> Check:
+    """A value `test` accepts, else "must be `want`, got <its type>"."""
 
-
-def text(max_chars: int = MAX_TEXT_CHARS, *, allow_empty: bool = False) -> Check:
-    def check(value: object, where: str) -> str:
-        s = string(value, where)
-        if not s and not allow_empty:
-            raise DecodeError(f"field '{where}': must not be empty")
-        if len(s) > max_chars:
-            raise DecodeError(f"field '{where}': longer than {max_chars} characters")
-        return s
-
-    return check
-
-
-def pattern(regex: str, what: str) -> Check:
-    """A string matching `regex`, else `what` (which may use {got}) is the message."""
-    compiled = re.compile(regex)
-
-    def check(value: object, where: str) -> str:
-        s = string(value, where)
-        if not compiled.fullmatch(s):
-            raise DecodeError(f"field '{where}': " + what.format(got=short(s)))
-        return s
-
-    return check
-
-
-def choice(enum_type: type[Enum], what: str) -> Check:
-    """A string naming one of `enum_type`'s values."""
-
-    def check(value: object, where: str) -> Enum:
-        s = string(value, where)
-        try:
-            return enum_type(s)
-        except ValueError:
-            raise DecodeError(
-                f"field '{where}': unknown {what} {short(s)}, expected one of "
-                + ", ".join(str(e.value) for e in enum_type)
-            ) from None
-
-    return check
-
-
-def one_of(choices: Sequence[str]) -> Check:
-    def check(value: object, where: str) -> str:
-        if value not in choices:
-            raise DecodeError(
-                f"field '{where}': must be one of {', '.join(choices)}, got {short(value)}"
-            )
-        return str(value)
-
-    return check
-
-
-def integer(low: int, high: int) -> Check:
-    def check(value: object, where: str) -> int:
-        if type(value) is not int:  # bool is an int subclass: refuse it
-            raise DecodeError(f"field '{where}': must be an integer, got {type_name(value)}")
-        if not low <= value <= high:
-            raise DecodeError(f"field '{where}': must be {low}..{high}, got {value}")
+    def check(value: object, where: str) -> Any:
+        if not test(value):
+            raise DecodeError(f"field '{where}': must be {want}, got {type_name(value)}")
         return value
 
     return check
 
 
-def count(high: int) -> Check:
-    """An integer 0..high, refused in one message."""
+def rule(inner: Check, ok: Callable[[Any], object], message: str) -> Check:
+    """`inner`'s value if `ok` accepts it, else `message` ({got}: the value, {short}: it
+    quoted and shortened)."""
 
-    def check(value: object, where: str) -> int:
-        if type(value) is not int or not 0 <= value <= high:
-            raise DecodeError(f"field '{where}': must be an integer 0..{high}, got {short(value)}")
-        return value
+    def check(value: object, where: str) -> Any:
+        got = inner(value, where)
+        if not ok(got):
+            raise DecodeError(f"field '{where}': " + message.format(got=got, short=short(got)))
+        return got
 
     return check
-
-
-def boolean(value: object, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise DecodeError(f"field '{where}': must be true or false, got {type_name(value)}")
-    return value
 
 
 def number(value: object, where: str) -> float:
@@ -239,27 +177,51 @@ def number(value: object, where: str) -> float:
     return value_f
 
 
-def fraction(value: object, where: str) -> float:
-    """A number 0..1 (loss, confidence)."""
-    value_f = number(value, where)
-    if not 0.0 <= value_f <= 1.0:
-        raise DecodeError(f"field '{where}': must be 0..1, got {value_f}")
-    return value_f
+string = typed(lambda v: isinstance(v, str), "a string")
+boolean = typed(lambda v: isinstance(v, bool), "true or false")
+fraction = rule(number, lambda v: 0.0 <= v <= 1.0, "must be 0..1, got {got}")  # loss, confidence
+seconds = rule(number, lambda v: v >= 0, "must not be negative, got {got}")  # a time or duration
+positive_seconds = rule(seconds, lambda v: v > 0, "must be > 0, got {got}")
 
 
-def seconds(value: object, where: str) -> float:
-    """A time or duration in seconds: a finite number >= 0."""
-    value_s = number(value, where)
-    if value_s < 0:
-        raise DecodeError(f"field '{where}': must not be negative, got {value_s}")
-    return value_s
+def text(max_chars: int = MAX_TEXT_CHARS, *, allow_empty: bool = False) -> Check:
+    not_empty = rule(string, lambda s: s or allow_empty, "must not be empty")
+    return rule(not_empty, lambda s: len(s) <= max_chars, f"longer than {max_chars} characters")
 
 
-def positive_seconds(value: object, where: str) -> float:
-    value_s = seconds(value, where)
-    if value_s <= 0:
-        raise DecodeError(f"field '{where}': must be > 0, got {value_s}")
-    return value_s
+def pattern(regex: str, message: str) -> Check:
+    return rule(string, re.compile(regex).fullmatch, message)
+
+
+def one_of(choices: Sequence[str]) -> Check:
+    return rule(
+        lambda v, _: v, choices.__contains__, f"must be one of {', '.join(choices)}, got {{short}}"
+    )
+
+
+def choice(enum_type: type[Enum], what: str) -> Check:
+    """A string naming one of `enum_type`'s values, as that enum."""
+    names = ", ".join(str(e.value) for e in enum_type)
+    named = rule(
+        string,
+        lambda s: s in {e.value for e in enum_type},
+        f"unknown {what} {{short}}, expected one of {names}",
+    )
+    return lambda value, where: enum_type(named(value, where))
+
+
+def integer(low: int, high: int) -> Check:
+    an_int = typed(lambda v: type(v) is int, "an integer")  # bool is an int subclass: refused
+    return rule(an_int, lambda v: low <= v <= high, f"must be {low}..{high}, got {{got}}")
+
+
+def count(high: int) -> Check:
+    """An integer 0..high, refused in one message."""
+    return rule(
+        lambda v, _: v,
+        lambda v: type(v) is int and 0 <= v <= high,
+        f"must be an integer 0..{high}, got {{short}}",
+    )
 
 
 def _validated(validate: Callable[[str], str]) -> Check:

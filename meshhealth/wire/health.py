@@ -143,7 +143,7 @@ FIELDS = (
     Field(
         "degraded_reasons",
         f.list_of(
-            f.pattern(r"[a-z0-9][a-z0-9-]{0,39}", "not a reason code (a-z, 0-9, '-'), got {got}"),
+            f.pattern(r"[a-z0-9][a-z0-9-]{0,39}", "not a reason code (a-z, 0-9, '-'), got {short}"),
             MAX_DEGRADED_REASONS,
         ),
         default=(),

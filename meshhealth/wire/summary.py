@@ -130,7 +130,7 @@ DISCOUNTED_FIELDS = (
         f.pattern(
             rf"[a-z][a-z0-9-]{{0,{MAX_KIND_CHARS - 1}}}",
             f"must be a code like 'egress-blocked' (a-z, 0-9, '-', at most {MAX_KIND_CHARS}), "
-            "got {got}",
+            "got {short}",
         ),
     ),
     *(Field(name, _count) for name in ("fails", "targets", "reached_by", "observers")),
