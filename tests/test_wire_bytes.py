@@ -1,5 +1,5 @@
-"""The bytes on the wire: a fixed set of values of every kind encodes to the bytes
-recorded here (taken from the codecs before the wire package), and decodes back."""
+"""The bytes on the wire are a public contract (docs/kvstore.md): a fixed value of every
+kind encodes to exactly the bytes recorded here, and decodes back to what encodes them."""
 
 from __future__ import annotations
 
