@@ -314,6 +314,30 @@ def test_decode_rejects(
         decode_value(KEY_OF[kind], data)
 
 
+@pytest.mark.parametrize(
+    ("kind", "path", "value", "message"),
+    [
+        ("node", ("name",), 7, "field 'name': must be a string, got an integer"),
+        ("node", ("cluster",), None, "field 'cluster': must be a string, got nil"),
+        ("node", ("node_ip",), [], "field 'node_ip': must be a string, got a list"),
+        ("node", ("cidrs",), [5], "field 'cidrs[0]': must be a string, got an integer"),
+        ("ip", ("host_ip",), 1.5, "field 'host_ip': must be a string, got a float"),
+        (
+            "health",
+            ("targets", 0, "node"),
+            True,
+            "field 'targets[0].node': must be a string, got a boolean",
+        ),
+    ],
+)
+def test_a_message_names_its_field_once(
+    kind: str, path: tuple[str | int, ...], value: object, message: str
+) -> None:
+    with pytest.raises(DecodeError) as caught:
+        DECODERS[kind](_mutated(kind, path, value))
+    assert str(caught.value) == message
+
+
 def test_duplicate_health_targets_are_rejected() -> None:
     wire = copy.deepcopy(WIRE["health"])
     wire["targets"].append(copy.deepcopy(wire["targets"][0]))

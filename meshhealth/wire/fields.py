@@ -228,8 +228,9 @@ def _validated(validate: Callable[[str], str]) -> Check:
     """A string `validate` accepts (its ValueError names the problem)."""
 
     def check(value: object, where: str) -> str:
+        s = string(value, where)
         try:
-            return validate(string(value, where))
+            return validate(s)
         except ValueError as error:
             raise DecodeError(f"field '{where}': {error}") from None
 
