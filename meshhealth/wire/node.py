@@ -5,6 +5,8 @@ addresses family by family, are declared here; fields.py reads and writes them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from meshhealth.model import Node, ip_family
 from meshhealth.wire import fields as f
 from meshhealth.wire.envelope import Codec
@@ -31,32 +33,45 @@ FIELDS = (
 )
 
 
-def _checked(n: Node) -> Node:
+def _read(m: Mapping[str, object]) -> Node:
+    """The addresses first and the dual-stack rule over them, then the other fields (so
+    an entry with several errors reports the documented first one)."""
+    addresses = f.read(m, FIELDS[:5] + FIELDS[8:])
+    _check_dual_stack(**addresses)
+    return Node(**addresses, **f.read(m, FIELDS[5:8]))
+
+
+def _check_dual_stack(
+    node_ip: str,
+    health_ip: str | None,
+    node_ip_secondary: str | None,
+    health_ip_secondary: str | None,
+    **_: object,
+) -> None:
     """A secondary address is of the other family than its primary, and a node's
     health addresses pair with its node addresses family by family (so readers of the
     ip entries can tell primary from secondary by family alone)."""
-    if n.node_ip_secondary is None:
-        if n.health_ip_secondary is not None:
+    if node_ip_secondary is None:
+        if health_ip_secondary is not None:
             raise DecodeError("field 'health_ip_secondary': set without 'node_ip_secondary'")
-        return n
-    primary = ip_family(n.node_ip)
-    if ip_family(n.node_ip_secondary) == primary:
+        return
+    primary = ip_family(node_ip)
+    if ip_family(node_ip_secondary) == primary:
         raise DecodeError(
             f"field 'node_ip_secondary': must be of the other family than node_ip "
-            f"({primary}), got {n.node_ip_secondary}"
+            f"({primary}), got {node_ip_secondary}"
         )
-    if n.health_ip is not None and ip_family(n.health_ip) != primary:
+    if health_ip is not None and ip_family(health_ip) != primary:
         raise DecodeError(
             f"field 'health_ip': a dual-stack node's HealthIP is of node_ip's family "
-            f"({primary}), got {n.health_ip}"
+            f"({primary}), got {health_ip}"
         )
-    if n.health_ip_secondary is not None and ip_family(n.health_ip_secondary) == primary:
+    if health_ip_secondary is not None and ip_family(health_ip_secondary) == primary:
         raise DecodeError(
             f"field 'health_ip_secondary': must be of node_ip_secondary's family, got "
-            f"{n.health_ip_secondary}"
+            f"{health_ip_secondary}"
         )
-    return n
 
 
-NODE = Codec.of("node", Node, FIELDS, _checked)
+NODE = Codec("node", _read, lambda n: f.write(n, FIELDS))
 encode_node, decode_node = NODE.encode, NODE.decode
