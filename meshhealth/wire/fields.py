@@ -33,29 +33,27 @@ class Field:
     """One wire field: `check` reads it; without a `default` it must be present.
 
     An optional field that is absent or nil reads as `default`, and is left out on the
-    wire when it holds `default` (unless `always`). `attr` names the model attribute
-    when it differs from the wire name; `get` computes the wire form from the object
-    (else `plain` makes it from the attribute)."""
+    wire when it holds `default` (unless `always`). The model attribute has the field's
+    name; `get`, when given, computes the wire form from the whole object instead."""
 
     name: str
     check: Check
     default: Any = _REQUIRED
     always: bool = False
-    attr: str = ""
     get: Callable[[Any], object] | None = None
 
 
 def read(m: Mapping[str, object], table: Sequence[Field], where: str = "") -> dict[str, Any]:
-    """The fields of `table` in map `m`, by model attribute, checked in table order."""
+    """The fields of `table` in map `m`, by name, checked in table order."""
     found: dict[str, Any] = {}
     for f in table:
         raw = m.get(f.name)
         if f.default is not _REQUIRED and raw is None:
-            found[f.attr or f.name] = f.default.copy() if isinstance(f.default, dict) else f.default
+            found[f.name] = f.default.copy() if isinstance(f.default, dict) else f.default
         elif f.name not in m:
             raise DecodeError(f"missing field '{join(where, f.name)}'")
         else:
-            found[f.attr or f.name] = f.check(raw, join(where, f.name))
+            found[f.name] = f.check(raw, join(where, f.name))
     return found
 
 
@@ -63,7 +61,7 @@ def write(obj: object, table: Sequence[Field]) -> dict[str, object]:
     """The wire map of `obj` by `table` (defaults of optional fields left out)."""
     wire: dict[str, object] = {}
     for f in table:
-        value = f.get(obj) if f.get else plain(getattr(obj, f.attr or f.name))
+        value = f.get(obj) if f.get else plain(getattr(obj, f.name))
         if f.default is _REQUIRED or f.always or value != plain(f.default):
             wire[f.name] = value
     return wire

@@ -101,17 +101,16 @@ def node_label(cluster: str, node: str) -> str:
     return f"{cluster}/{node}"
 
 
-def _kind(value: object, where: str) -> str:
-    """A finding's kind: text, then at most MAX_KIND_CHARS."""
-    return str(f.text(MAX_KIND_CHARS)(f.text()(value, where), where))
-
-
 def _groups(value: object, where: str) -> tuple[tuple[str, ...], ...]:
     if not isinstance(value, list) or len(value) > MAX_GROUPS:
         raise DecodeError(f"field '{where}': must be a list of at most {MAX_GROUPS}")
     return tuple(_node_list(group, f"{where}[{i}]") for i, group in enumerate(value))
 
 
+# A finding's kind: text, then at most MAX_KIND_CHARS.
+_kind = f.rule(
+    f.text(), lambda s: len(s) <= MAX_KIND_CHARS, f"longer than {MAX_KIND_CHARS} characters"
+)
 _node_list = f.list_of(f.node_ref, MAX_FINDING_NODES, of=object, tail="")
 _count = f.count(MAX_COUNT)
 FINDING_FIELDS = (
