@@ -7,7 +7,7 @@ directory, stopped by PID at the end) and `--workers` processes, each simulating
 share of the agents with meshhealth's own code: the real `Registrar` (node and ip
 entries in one transaction under a lease, keep-alive every TTL/3), a discovery watch of
 the ip prefix (`Etcd.watch_prefix`), the real `Publisher` (change-driven writes, the
-liveness refresh, codec.encode_health_report) fed by a round every interval whose
+liveness refresh, wire.health.encode_health_report) fed by a round every interval whose
 targets come from the real probe plan (`build_plan`: K targets + the node itself,
 rotated every epoch), and the cluster-verdict readers: ONE aggregator watching the
 health prefix and writing one summary key when the summary changes, and N agents

@@ -20,7 +20,7 @@ from typing import Any
 import msgpack
 import trio
 
-from meshhealth import codec, defaults, keys
+from meshhealth import defaults
 from meshhealth.agent.membership.publisher import Publisher
 from meshhealth.agent.membership.registrar import Registrar
 from meshhealth.kvstore import Etcd, EtcdError, EventKind, open_etcd
@@ -38,6 +38,8 @@ from meshhealth.model import (
 )
 from meshhealth.probe.assignment import ProbePlan, build_plan, epoch_at, epoch_length_s
 from meshhealth.probe.scheduler import enumerate_paths
+from meshhealth.wire import keys
+from meshhealth.wire.health import decode_health_report
 
 CLUSTER = "bench"
 SUMMARY_KEY = keys.summary_key(CLUSTER)  # the aggregator's one key
@@ -309,7 +311,7 @@ class Aggregator:
         prefix = keys.health_prefix(CLUSTER)
         kvs, revision = await self.etcd.get_prefix(prefix)
         for kv in kvs:
-            self.reports[kv.key] = codec.decode_health_report(kv.value)
+            self.reports[kv.key] = decode_health_report(kv.value)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.writer)
             async with self.etcd.watch_prefix(prefix, start_revision=revision + 1) as watch:
@@ -317,7 +319,7 @@ class Aggregator:
                     self.worker.counts["health_events"] += len(batch.events)
                     for event in batch.events:
                         if event.kind is EventKind.PUT:
-                            self.reports[event.key] = codec.decode_health_report(event.value)
+                            self.reports[event.key] = decode_health_report(event.value)
                         else:
                             self.reports.pop(event.key, None)
                     self.wanted = self.summary()

@@ -29,11 +29,14 @@ from dataclasses import dataclass
 
 import trio
 
-from meshhealth import codec, defaults, keys
+from meshhealth import defaults
 from meshhealth.documents.matrix import Matrix, NodeRef, build_matrix
 from meshhealth.kvstore import KV, Etcd, EtcdError, EventKind, WatchEvent
 from meshhealth.kvstore.follow import follow_prefix
 from meshhealth.model import HealthReport
+from meshhealth.wire import keys
+from meshhealth.wire.fields import DecodeError
+from meshhealth.wire.values import decode_value
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +60,8 @@ class InvalidValue:
 def decode_report(key: str, value: bytes, mod_revision: int) -> HealthReport | InvalidValue:
     """The health report stored at `key`, or why it cannot be read."""
     try:
-        report = codec.decode_value(key, value)
-    except codec.DecodeError as error:
+        report = decode_value(key, value)
+    except DecodeError as error:
         return InvalidValue(key, mod_revision, str(error))
     if not isinstance(report, HealthReport):
         return InvalidValue(key, mod_revision, f"not a health report: {type(report).__name__}")

@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from meshhealth import codec, keys
 from meshhealth.model import (
     IDENTITY_HEALTH,
     IDENTITY_REMOTE_NODE,
@@ -44,6 +43,8 @@ from meshhealth.model import (
     LABEL_REMOTE_NODE,
     IPEntry,
 )
+from meshhealth.wire import keys
+from meshhealth.wire.ip_entry import encode_ip_entry
 from tests.plugins.etcd_server import EtcdServer, running_etcd
 from tests.plugins.local_etcd import free_loopback_port
 
@@ -441,10 +442,10 @@ def dead_target_entries(
     for index, node_ip in enumerate(node_ips):
         name = f"dead{index}"
         entry = IPEntry(node_ip, node_ip, name, IDENTITY_REMOTE_NODE, (LABEL_REMOTE_NODE,))
-        items.append((keys.ip_key(cluster, node_ip), codec.encode_ip_entry(entry)))
+        items.append((keys.ip_key(cluster, node_ip), encode_ip_entry(entry)))
         if index < len(health_ips):
             health = IPEntry(health_ips[index], node_ip, name, IDENTITY_HEALTH, (LABEL_HEALTH,))
-            items.append((keys.ip_key(cluster, health.ip), codec.encode_ip_entry(health)))
+            items.append((keys.ip_key(cluster, health.ip), encode_ip_entry(health)))
     return items
 
 

@@ -7,7 +7,6 @@ import ipaddress
 
 from hypothesis import strategies as st
 
-from meshhealth.health_wire import PATH_NAMES
 from meshhealth.model import (
     ADDRESS_FAMILIES,
     ClusterConfig,
@@ -19,6 +18,7 @@ from meshhealth.model import (
     ProbeStatus,
     TargetHealth,
 )
+from meshhealth.wire.health import PATH_NAMES
 
 cluster_names = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?", fullmatch=True)
 _node_labels = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", fullmatch=True)

@@ -39,7 +39,7 @@ from meshhealth.model import (
     TargetType,
 )
 from meshhealth.probe.stats import StatsBook
-from meshhealth.summary_codec import ClusterSummary, NodeCounts, SummaryFinding
+from meshhealth.wire.summary import ClusterSummary, NodeCounts, SummaryFinding
 from tests import matrix_stories
 
 NOW = 1_795_341_603.0  # 2026-11-22T10:00:03Z

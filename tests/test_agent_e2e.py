@@ -22,7 +22,9 @@ from typing import Any
 
 import pytest
 
-from meshhealth import codec, keys
+from meshhealth.wire import keys
+from meshhealth.wire.ip_entry import decode_ip_entry
+from meshhealth.wire.retained import decode_retained
 from tests.agent_cluster import (
     AgentCluster,
     AgentProcess,
@@ -58,7 +60,7 @@ def _keys_of(etcd: EtcdServer, cluster: str, node: str) -> list[str]:
         parsed = keys.parse_key(key)
         if parsed.cluster != cluster:
             continue
-        owner = codec.decode_ip_entry(value).node if parsed.kind == keys.KeyKind.IP else parsed.name
+        owner = decode_ip_entry(value).node if parsed.kind == keys.KeyKind.IP else parsed.name
         if owner == node:
             out.append(key)
     return sorted(out)
@@ -246,7 +248,7 @@ def test_sigkill_keeps_the_node_as_agent_down_then_drops_it(
         # the lease's entries are gone, the retained one stays, stamped
         left = _keys_of(etcd_server, "c1", "n3")
         assert left == [keys.retained_key("c1", "n3")]
-        stamped = codec.decode_retained(
+        stamped = decode_retained(
             etcdctl_get_prefix(etcd_server, keys.retained_prefix("c1"))[left[0]]
         )
         assert stamped.down_since is not None and stamped.node.node_ip == victim.node_ip

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from meshhealth import keys, summary_codec
 from meshhealth.agent.cluster_view.aggregator import summarise
 from meshhealth.diagnosis.cluster_summary import build_summary, keep_since
 from meshhealth.diagnosis.diagnose import diagnose
@@ -21,14 +20,22 @@ from meshhealth.documents.cluster_health import discounted_text, this_node_text
 from meshhealth.documents.matrix import build_matrix, stale_after_s
 from meshhealth.documents.reachability import node_consensus
 from meshhealth.model import HealthReport
-from meshhealth.summary_codec import (
-    AggregatorClaim,
+from meshhealth.wire import keys
+from meshhealth.wire.claim import AggregatorClaim, decode_claim, encode_claim
+from meshhealth.wire.fields import DecodeError
+from meshhealth.wire.summary import (
+    MAX_COUNT,
+    NODE_STATES,
     ClusterSummary,
-    DecodeError,
     DiscountedObserver,
     NodeCounts,
     SummaryFinding,
+    decode_summary,
+    encode_summary,
+    finding_to_wire,
+    summary_to_wire,
 )
+from meshhealth.wire.values import decode_cluster_value
 from tests import matrix_stories as S
 from tests.kv_strategies import cluster_names, node_names, times
 
@@ -96,28 +103,28 @@ def test_bad_cluster_value_keys(key: str, message: str) -> None:
 
 
 def test_summary_round_trip_and_wire_fields() -> None:
-    data = summary_codec.encode_summary(SUMMARY)
-    assert summary_codec.decode_summary(data) == SUMMARY
+    data = encode_summary(SUMMARY)
+    assert decode_summary(data) == SUMMARY
     wire = msgpack.unpackb(data)
     assert wire["v"] == 1
     assert wire["nodes"] == {"reachable": 2, "unreachable": 1, "suspect": 0, "unknown": 0}
     assert wire["observers"] == {"min": 2, "median": 2.0}
     assert wire["failing_observers"] == {"lab1/node3": 2}
     # fields older writers do not send: absent reads as empty
-    assert summary_codec.decode_summary(_wire(node_states=None, discounted=None)) == SUMMARY
+    assert decode_summary(_wire(node_states=None, discounted=None)) == SUMMARY
     assert "groups" not in wire["findings"][0] and len(wire["findings"][1]["groups"]) == 2
-    assert summary_codec.decode_cluster_value(keys.summary_key("lab1"), data) == SUMMARY
+    assert decode_cluster_value(keys.summary_key("lab1"), data) == SUMMARY
 
 
 def test_claim_round_trip() -> None:
     claim = AggregatorClaim("lab1", "node2", 1_795_000_000.0)
-    data = summary_codec.encode_claim(claim)
-    assert summary_codec.decode_claim(data) == claim
-    assert summary_codec.decode_cluster_value(keys.aggregator_key("lab1"), data) == claim
+    data = encode_claim(claim)
+    assert decode_claim(data) == claim
+    assert decode_cluster_value(keys.aggregator_key("lab1"), data) == claim
 
 
 def _wire(**changes: object) -> bytes:
-    wire = summary_codec.summary_to_wire(SUMMARY)
+    wire = summary_to_wire(SUMMARY)
     for name, value in changes.items():
         if value is None:
             del wire[name]
@@ -151,31 +158,29 @@ def _wire(**changes: object) -> bytes:
         (_wire(discounted={"lab1/node3": {"reason": "\x1b[31m", "fails": 0, "targets": 0,
                                           "reached_by": 0, "observers": 0}}),
          "field 'discounted.lab1/node3.reason'"),
-        (_wire(findings=[{**summary_codec._finding_to_wire(FINDING), "confidence": 1.5}]),
+        (_wire(findings=[{**finding_to_wire(FINDING), "confidence": 1.5}]),
          "confidence': must be 0..1"),
-        (_wire(findings=[{**summary_codec._finding_to_wire(FINDING), "nodes": ["x"]}]),
+        (_wire(findings=[{**finding_to_wire(FINDING), "nodes": ["x"]}]),
          "findings[0].nodes[0]"),
         (_wire(findings="none"), "field 'findings': must be a list"),
     ],
 )  # fmt: skip
 def test_bad_summaries_are_one_line_errors(data: bytes, message: str) -> None:
     with pytest.raises(DecodeError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        summary_codec.decode_summary(data)
+        decode_summary(data)
 
 
 def test_the_key_and_the_value_must_agree() -> None:
-    data = summary_codec.encode_summary(SUMMARY)
+    data = encode_summary(SUMMARY)
     with pytest.raises(DecodeError, match="the key says 'lab2'"):
-        summary_codec.decode_cluster_value(keys.summary_key("lab2"), data)
+        decode_cluster_value(keys.summary_key("lab2"), data)
     with pytest.raises(DecodeError, match="not an aggregator or summary key"):
-        summary_codec.decode_cluster_value(keys.health_key("lab1", "n1"), data)
+        decode_cluster_value(keys.health_key("lab1", "n1"), data)
 
 
 def test_encoding_refuses_what_it_could_not_read_back() -> None:
     with pytest.raises(ValueError, match="cannot encode cluster summary"):
-        summary_codec.encode_summary(
-            ClusterSummary("lab1", "node1", 1.0, NodeCounts(), 0, 0.0, {"bad": 1})
-        )
+        encode_summary(ClusterSummary("lab1", "node1", 1.0, NodeCounts(), 0, 0.0, {"bad": 1}))
 
 
 def test_same_content_ignores_only_the_time() -> None:
@@ -200,7 +205,7 @@ findings = st.builds(
     evidence=st.text(max_size=80),
     groups=st.lists(st.lists(node_refs, max_size=3).map(tuple), max_size=3).map(tuple),
 )
-counts = st.integers(min_value=0, max_value=summary_codec.MAX_COUNT)
+counts = st.integers(min_value=0, max_value=MAX_COUNT)
 summaries = st.builds(
     ClusterSummary,
     cluster=cluster_names,
@@ -213,9 +218,9 @@ summaries = st.builds(
         lambda d: dict(sorted(d.items()))
     ),
     findings=st.lists(findings, max_size=4).map(tuple),
-    node_states=st.dictionaries(
-        node_refs, st.sampled_from(summary_codec.NODE_STATES), max_size=5
-    ).map(lambda d: dict(sorted(d.items()))),
+    node_states=st.dictionaries(node_refs, st.sampled_from(NODE_STATES), max_size=5).map(
+        lambda d: dict(sorted(d.items()))
+    ),
     discounted=st.dictionaries(
         node_refs,
         st.builds(
@@ -234,15 +239,15 @@ summaries = st.builds(
 @settings(deadline=None, max_examples=100)
 @given(summaries)
 def test_every_summary_survives_the_wire(summary: ClusterSummary) -> None:
-    assert summary_codec.decode_summary(summary_codec.encode_summary(summary)) == summary
+    assert decode_summary(encode_summary(summary)) == summary
 
 
 @settings(deadline=None, max_examples=300)
 @given(st.binary(max_size=200))
 def test_garbage_is_a_decode_error_never_a_crash(data: bytes) -> None:
     try:
-        summary_codec.decode_summary(data)
-        summary_codec.decode_claim(data)
+        decode_summary(data)
+        decode_claim(data)
     except DecodeError:
         pass
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field, replace
 
 import trio
 
-from meshhealth import codec, keys, summary_codec
 from meshhealth.agent.cluster_view.aggregator import Aggregator, registered_reports
 from meshhealth.agent.cluster_view.election import AggregatorElection
 from meshhealth.agent.cluster_view.follower import SummaryFollower
@@ -19,6 +18,9 @@ from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.agent.membership.registrar import registration_entries
 from meshhealth.kvstore import Etcd, PrefixWatch, open_etcd
 from meshhealth.model import HealthReport
+from meshhealth.wire import keys
+from meshhealth.wire.claim import decode_claim
+from meshhealth.wire.health import encode_health_report
 from tests import matrix_stories as S
 from tests.etcd_helpers import FAST_ETCD, make_node, poll_until
 from tests.plugins.etcd_server import EtcdServer
@@ -182,7 +184,7 @@ async def test_one_holder_and_a_takeover_when_it_crashes(etcd_server: EtcdServer
         others = [a for a in agents if a is not holder]
         kv, _ = await a1.etcd.get(keys.aggregator_key("lab1"))
         assert kv is not None and kv.lease_id == holder.lease.lease_id
-        assert summary_codec.decode_claim(kv.value).node == holder.name
+        assert decode_claim(kv.value).node == holder.name
 
         # The holder crashes: no more keepalives, no revoke; its process is gone.
         holder.lease.crash()
@@ -401,6 +403,4 @@ async def _put_fresh_reports(etcd: Etcd, reports: list[HealthReport]) -> None:
     shift = time.time() - S.NOW
     for report in reports:
         fresh = replace(report, probe_time=report.probe_time + shift)
-        await etcd.put(
-            keys.health_key(report.cluster, report.node), codec.encode_health_report(fresh)
-        )
+        await etcd.put(keys.health_key(report.cluster, report.node), encode_health_report(fresh))

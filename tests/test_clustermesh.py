@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import trio
 
-from meshhealth import codec, keys
 from meshhealth.agent.membership.clustermesh import (
     ClusterMesh,
     MeshConfigError,
@@ -27,6 +26,8 @@ from meshhealth.agent.membership.registrar import registration_entries
 from meshhealth.kvstore import open_etcd
 from meshhealth.model import ClusterConfig
 from meshhealth.node_address_policy import NodeAddressPolicy
+from meshhealth.wire import keys
+from meshhealth.wire.cluster_config import decode_cluster_config, encode_cluster_config
 from tests.etcd_helpers import FAST_ETCD, make_node, poll_until
 from tests.plugins.etcd_server import EtcdServer
 
@@ -153,7 +154,7 @@ def test_check_remote(
 
 async def _put_config(endpoint: str, config: ClusterConfig) -> None:
     async with open_etcd(endpoint, liveness=False) as etcd:
-        await etcd.put(keys.cluster_config_key(config.name), codec.encode_cluster_config(config))
+        await etcd.put(keys.cluster_config_key(config.name), encode_cluster_config(config))
 
 
 async def test_local_config_is_written_once_and_read_back(etcd_server: EtcdServer) -> None:
@@ -170,7 +171,7 @@ async def test_local_config_is_written_once_and_read_back(etcd_server: EtcdServe
         assert (second.config_written, second.local) == (False, ClusterConfig("lab1", 5))
         kv, _ = await etcd.get("meshhealth/cluster-config/lab1")
         assert kv is not None and kv.lease_id == 0  # no lease: it outlives the agents
-        assert codec.decode_cluster_config(kv.value) == ClusterConfig("lab1", 5)
+        assert decode_cluster_config(kv.value) == ClusterConfig("lab1", 5)
 
 
 async def test_remote_admitted_refused_and_degraded(

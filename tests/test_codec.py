@@ -14,8 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from meshhealth import codec, defaults, health_wire, keys
-from meshhealth.codec import DecodeError
+from meshhealth import defaults
 from meshhealth.model import (
     ClusterConfig,
     HealthReport,
@@ -26,6 +25,20 @@ from meshhealth.model import (
     RetainedNode,
     TargetHealth,
 )
+from meshhealth.wire import keys
+from meshhealth.wire.cluster_config import decode_cluster_config, encode_cluster_config
+from meshhealth.wire.envelope import SCHEMA_VERSION
+from meshhealth.wire.fields import DecodeError
+from meshhealth.wire.health import (
+    MAX_TARGETS,
+    PATH_NAMES,
+    decode_health_report,
+    encode_health_report,
+)
+from meshhealth.wire.ip_entry import decode_ip_entry, encode_ip_entry
+from meshhealth.wire.node import decode_node, encode_node
+from meshhealth.wire.retained import decode_retained, encode_retained
+from meshhealth.wire.values import decode_value, to_jsonable
 from tests.kv_strategies import (
     cluster_configs,
     entries,
@@ -75,17 +88,17 @@ HEALTH = HealthReport(
 
 Decode = Callable[[bytes], object]
 DECODERS: dict[str, Decode] = {
-    "node": codec.decode_node,
-    "ip": codec.decode_ip_entry,
-    "cluster-config": codec.decode_cluster_config,
-    "health": codec.decode_health_report,
+    "node": decode_node,
+    "ip": decode_ip_entry,
+    "cluster-config": decode_cluster_config,
+    "health": decode_health_report,
 }
-ALL_DECODERS = [*DECODERS.values(), lambda data: codec.decode_value(KEY_OF["node"], data)]
+ALL_DECODERS = [*DECODERS.values(), lambda data: decode_value(KEY_OF["node"], data)]
 WIRE: dict[str, dict[str, Any]] = {
-    "node": codec.to_jsonable(NODE),
-    "ip": codec.to_jsonable(IP_ENTRY),
-    "cluster-config": codec.to_jsonable(CLUSTER_CONFIG),
-    "health": codec.to_jsonable(HEALTH),
+    "node": to_jsonable(NODE),
+    "ip": to_jsonable(IP_ENTRY),
+    "cluster-config": to_jsonable(CLUSTER_CONFIG),
+    "health": to_jsonable(HEALTH),
 }
 KEY_OF = {
     "node": keys.node_key("default", "node-1"),
@@ -148,14 +161,14 @@ def test_values_are_json_serialisable() -> None:
 @pytest.mark.parametrize("kind", sorted(DECODERS))
 def test_decode_value_dispatches_on_the_key(kind: str) -> None:
     data = msgpack.packb(WIRE[kind])
-    value = codec.decode_value(KEY_OF[kind], data)
+    value = decode_value(KEY_OF[kind], data)
     assert value == DECODERS[kind](data)
-    assert codec.decode_value(KEY_OF[kind].encode(), data) == value
+    assert decode_value(KEY_OF[kind].encode(), data) == value
 
 
 def test_encoding_emits_canonical_forms() -> None:
     node = Node("n", "c", "FD00:0::1", "10.0.0.2", ("FD00:1:0::/64",), 1, "", 5)
-    decoded = codec.decode_node(codec.encode_node(node))
+    decoded = decode_node(encode_node(node))
     assert decoded.node_ip == "fd00::1"
     assert decoded.cidrs == ("fd00:1::/64",)
     assert decoded.started_at == 5.0
@@ -164,16 +177,16 @@ def test_encoding_emits_canonical_forms() -> None:
 
 def test_unknown_extra_fields_are_ignored() -> None:
     wire = {**WIRE["node"], "zone": "eu-1", "future": {"nested": [1, 2]}}
-    assert codec.decode_node(msgpack.packb(wire)) == NODE
+    assert decode_node(msgpack.packb(wire)) == NODE
     health = copy.deepcopy(WIRE["health"])
     health["targets"][0]["extra"] = 1
     health["targets"][0]["paths"]["node/icmp"]["p95_s"] = 0.1
-    assert codec.decode_health_report(msgpack.packb(health)) == HEALTH
+    assert decode_health_report(msgpack.packb(health)) == HEALTH
 
 
 def test_integer_times_from_other_writers_are_accepted() -> None:
     data = _mutated("node", ("started_at",), 1_700_000_000)
-    assert codec.decode_node(data).started_at == 1_700_000_000.0
+    assert decode_node(data).started_at == 1_700_000_000.0
 
 
 @pytest.mark.parametrize(
@@ -298,14 +311,38 @@ def test_decode_rejects(
     # Messages quote the field as 'targets[0].paths["node/icmp"]'; compare quote-blind.
     assert message.replace('"', "'") in str(caught.value).replace('"', "'")
     with pytest.raises(DecodeError):
-        codec.decode_value(KEY_OF[kind], data)
+        decode_value(KEY_OF[kind], data)
+
+
+@pytest.mark.parametrize(
+    ("kind", "path", "value", "message"),
+    [
+        ("node", ("name",), 7, "field 'name': must be a string, got an integer"),
+        ("node", ("cluster",), None, "field 'cluster': must be a string, got nil"),
+        ("node", ("node_ip",), [], "field 'node_ip': must be a string, got a list"),
+        ("node", ("cidrs",), [5], "field 'cidrs[0]': must be a string, got an integer"),
+        ("ip", ("host_ip",), 1.5, "field 'host_ip': must be a string, got a float"),
+        (
+            "health",
+            ("targets", 0, "node"),
+            True,
+            "field 'targets[0].node': must be a string, got a boolean",
+        ),
+    ],
+)
+def test_a_message_names_its_field_once(
+    kind: str, path: tuple[str | int, ...], value: object, message: str
+) -> None:
+    with pytest.raises(DecodeError) as caught:
+        DECODERS[kind](_mutated(kind, path, value))
+    assert str(caught.value) == message
 
 
 def test_duplicate_health_targets_are_rejected() -> None:
     wire = copy.deepcopy(WIRE["health"])
     wire["targets"].append(copy.deepcopy(wire["targets"][0]))
     with pytest.raises(DecodeError, match=r"targets\[1\]': duplicate target default/node-2"):
-        codec.decode_health_report(msgpack.packb(wire))
+        decode_health_report(msgpack.packb(wire))
 
 
 @pytest.mark.parametrize(
@@ -340,7 +377,7 @@ def test_decode_rejects_oversized_values(decode: Decode) -> None:
 
 def test_decode_rejects_non_bytes() -> None:
     with pytest.raises(DecodeError, match="must be bytes, got str"):
-        codec.decode_node("not bytes")  # type: ignore[arg-type]
+        decode_node("not bytes")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -361,7 +398,7 @@ def test_decode_value_checks_key_against_value(
     key: str | bytes, data: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(DecodeError, match=message):
-        codec.decode_value(key, msgpack.packb(data))
+        decode_value(key, msgpack.packb(data))
 
 
 OK_PATH = PathHealth(ProbeStatus.OK, 0.001, 0.0)
@@ -370,13 +407,13 @@ OK_PATH = PathHealth(ProbeStatus.OK, 0.001, 0.0)
 @pytest.mark.parametrize(
     ("encode", "value", "message"),
     [
-        (codec.encode_node, Node("n", "c", "1.2.3", None, (), 1, "", 0.0), "node_ip"),
-        (codec.encode_node, Node("N", "c", "1.2.3.4", None, (), 1, "", 0.0), "name"),
-        (codec.encode_node, Node("n", "c", "1.2.3.4", None, (), 0, "", 0.0), "health_port"),
-        (codec.encode_ip_entry, IPEntry("10.0.0.1", "10.0.0.1", "n", 0), "identity"),
-        (codec.encode_cluster_config, ClusterConfig("c", 256), "id"),
+        (encode_node, Node("n", "c", "1.2.3", None, (), 1, "", 0.0), "node_ip"),
+        (encode_node, Node("N", "c", "1.2.3.4", None, (), 1, "", 0.0), "name"),
+        (encode_node, Node("n", "c", "1.2.3.4", None, (), 0, "", 0.0), "health_port"),
+        (encode_ip_entry, IPEntry("10.0.0.1", "10.0.0.1", "n", 0), "identity"),
+        (encode_cluster_config, ClusterConfig("c", 256), "id"),
         (
-            codec.encode_health_report,
+            encode_health_report,
             HealthReport("n", "c", 0.0, 10.0, (TargetHealth("c", "m", {"x": OK_PATH}),)),
             "unknown path",
         ),
@@ -391,11 +428,11 @@ def test_encode_refuses_invalid_values(
 
 def test_encode_refuses_oversized_values() -> None:
     many = tuple(
-        TargetHealth("c", f"node-{i}", {name: OK_PATH for name in health_wire.PATH_NAMES})
-        for i in range(health_wire.MAX_TARGETS)
+        TargetHealth("c", f"node-{i}", {name: OK_PATH for name in PATH_NAMES})
+        for i in range(MAX_TARGETS)
     )
     with pytest.raises(ValueError, match=r"cannot encode health report: .* bytes, more than"):
-        codec.encode_health_report(HealthReport("n", "c", 0.0, 10.0, many))
+        encode_health_report(HealthReport("n", "c", 0.0, 10.0, many))
 
 
 # --- properties ------------------------------------------------------------------------
@@ -404,45 +441,45 @@ def test_encode_refuses_oversized_values() -> None:
 @FAST
 @given(node=nodes)
 def test_node_round_trip(node: Node) -> None:
-    assert codec.decode_node(codec.encode_node(node)) == node
-    assert codec.decode_value(keys.node_key(node.cluster, node.name), codec.encode_node(node))
+    assert decode_node(encode_node(node)) == node
+    assert decode_value(keys.node_key(node.cluster, node.name), encode_node(node))
 
 
 @FAST
 @given(entry=ip_entries, cluster=st.sampled_from(["default", "c2"]))
 def test_ip_entry_round_trip(entry: IPEntry, cluster: str) -> None:
-    data = codec.encode_ip_entry(entry)
-    assert codec.decode_ip_entry(data) == entry
-    assert codec.decode_value(keys.ip_key(cluster, entry.ip), data) == entry
+    data = encode_ip_entry(entry)
+    assert decode_ip_entry(data) == entry
+    assert decode_value(keys.ip_key(cluster, entry.ip), data) == entry
 
 
 @FAST
 @given(config=cluster_configs)
 def test_cluster_config_round_trip(config: ClusterConfig) -> None:
-    data = codec.encode_cluster_config(config)
-    assert codec.decode_cluster_config(data) == config
-    assert codec.decode_value(keys.cluster_config_key(config.name), data) == config
+    data = encode_cluster_config(config)
+    assert decode_cluster_config(data) == config
+    assert decode_value(keys.cluster_config_key(config.name), data) == config
 
 
 @FAST
 @given(report=health_reports)
 def test_health_report_round_trip(report: HealthReport) -> None:
-    data = codec.encode_health_report(report)
-    assert codec.decode_health_report(data) == report
-    assert codec.decode_value(keys.health_key(report.cluster, report.node), data) == report
+    data = encode_health_report(report)
+    assert decode_health_report(data) == report
+    assert decode_value(keys.health_key(report.cluster, report.node), data) == report
 
 
 @FAST
 @given(entry=entries)
 def test_to_jsonable_is_the_wire_map(entry: Any) -> None:
-    wire = codec.to_jsonable(entry)
-    assert wire["v"] == codec.SCHEMA_VERSION
+    wire = to_jsonable(entry)
+    assert wire["v"] == SCHEMA_VERSION
     assert json.loads(json.dumps(wire, allow_nan=False)) == wire
     decode = {
-        Node: codec.decode_node,
-        IPEntry: codec.decode_ip_entry,
-        ClusterConfig: codec.decode_cluster_config,
-        HealthReport: codec.decode_health_report,
+        Node: decode_node,
+        IPEntry: decode_ip_entry,
+        ClusterConfig: decode_cluster_config,
+        HealthReport: decode_health_report,
     }[type(entry)]
     assert decode(msgpack.packb(wire)) == entry
 
@@ -519,7 +556,7 @@ def test_docs_list_every_wire_field() -> None:
     names |= set(WIRE["health"]["targets"][0]) | {"status", "rtt_s", "loss"}
     missing = sorted(name for name in names if f"| `{name}` |" not in text)
     assert not missing, f"fields missing from {DOCS.name}: {missing}"
-    for path in health_wire.PATH_NAMES:
+    for path in PATH_NAMES:
         assert f"`{path}`" in text
 
 
@@ -532,29 +569,29 @@ def test_docs_examples_decode() -> None:
     assert len(lines) >= 3
     for line in lines:
         shown = json.loads(line)
-        value = codec.decode_value(shown["key"], msgpack.packb(shown["value"]))
-        assert codec.to_jsonable(value) == shown["value"]
+        value = decode_value(shown["key"], msgpack.packb(shown["value"]))
+        assert to_jsonable(value) == shown["value"]
 
 
 @FAST
 @given(node=nodes, down_since=st.none() | st.floats(0, 4e9))
 def test_retained_node_round_trip(node: Node, down_since: float | None) -> None:
     retained = RetainedNode(node, down_since)
-    data = codec.encode_retained(retained)
-    assert codec.decode_retained(data) == retained
-    assert codec.decode_value(keys.retained_key(node.cluster, node.name), data) == retained
+    data = encode_retained(retained)
+    assert decode_retained(data) == retained
+    assert decode_value(keys.retained_key(node.cluster, node.name), data) == retained
     # an older reader of the node's fields still reads it (down_since is one more field)
-    assert codec.decode_node(data) == node
+    assert decode_node(data) == node
 
 
 def test_retained_node_must_agree_with_its_key_and_have_a_valid_stamp() -> None:
     node = Node("n3", "c1", "10.0.0.3", None, (), 4240, "", 5.0)
-    data = codec.encode_retained(RetainedNode(node))
-    with pytest.raises(codec.DecodeError, match="key says 'n4'"):
-        codec.decode_value(keys.retained_key("c1", "n4"), data)
-    wire = {**codec.to_jsonable(RetainedNode(node)), "down_since": -1}
-    with pytest.raises(codec.DecodeError, match="down_since"):
-        codec.decode_retained(msgpack.packb(wire))
+    data = encode_retained(RetainedNode(node))
+    with pytest.raises(DecodeError, match="key says 'n4'"):
+        decode_value(keys.retained_key("c1", "n4"), data)
+    wire = {**to_jsonable(RetainedNode(node)), "down_since": -1}
+    with pytest.raises(DecodeError, match="down_since"):
+        decode_retained(msgpack.packb(wire))
     assert keys.parse_key(keys.retained_key("c1", "n3")) == keys.ParsedKey(
         keys.KeyKind.RETAINED, "c1", "n3"
     )

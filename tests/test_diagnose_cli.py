@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from meshhealth import codec
-from meshhealth.keys import health_key
 from meshhealth.model import HealthReport
+from meshhealth.wire.health import encode_health_report
+from meshhealth.wire.keys import health_key
 from tests import matrix_stories as S
 from tests.plugins.etcd_server import EtcdServer
 from tests.plugins.local_etcd import free_loopback_port
@@ -47,7 +47,7 @@ def put_reports(server: EtcdServer, story: Callable[[], list[HealthReport]]) -> 
     for report in story():
         fresh = dataclasses.replace(report, probe_time=report.probe_time + shift)
         key = health_key(report.cluster, report.node)
-        server.etcdctl("put", key, input_bytes=codec.encode_health_report(fresh))
+        server.etcdctl("put", key, input_bytes=encode_health_report(fresh))
 
 
 def test_a_healthy_cluster_has_no_findings_exit_0(etcd_server: EtcdServer) -> None:

@@ -7,13 +7,13 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from meshhealth import codec
 from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.agent.membership.registrar import Registrar, registration_entries
 from meshhealth.kvstore import Etcd, open_etcd
 from meshhealth.metrics import Registry
 from meshhealth.model import IPEntry, Target
 from meshhealth.probe_set import ProbeSetDiff, TargetKey
+from meshhealth.wire.ip_entry import encode_ip_entry
 from tests.etcd_helpers import FAST_ETCD, make_node, poll_until
 from tests.plugins.etcd_server import EtcdServer
 
@@ -131,13 +131,13 @@ async def test_garbage_is_skipped_counted_and_replaced_by_a_valid_value(
             await poll_until(lambda: discovery.invalid_values == 3, 5.0)
             # an entry whose key and value disagree is invalid too
             wrong_ip = IPEntry("10.0.0.8", "10.0.0.9", "n9", 6, ("reserved:remote-node",))
-            await etcdctl_put(etcd_server, garbage_key, codec.encode_ip_entry(wrong_ip))
+            await etcdctl_put(etcd_server, garbage_key, encode_ip_entry(wrong_ip))
             await poll_until(lambda: discovery.invalid_values == 4, 5.0)
             assert discovery.targets() == [T1]
 
             # a valid value for the same key is taken
             valid = IPEntry("10.0.0.9", "10.0.0.9", "n9", 6, ("reserved:remote-node",))
-            await etcdctl_put(etcd_server, garbage_key, codec.encode_ip_entry(valid))
+            await etcdctl_put(etcd_server, garbage_key, encode_ip_entry(valid))
             t9 = Target("c1", "n9", "10.0.0.9", None)
             await poll_until(lambda: recorder.sees(T1, t9), 5.0, what="valid value taken")
             # and garbage again makes the key count as absent
@@ -214,7 +214,7 @@ async def test_a_forged_loopback_or_link_local_node_is_not_a_target(
     ]
     for entry in forged:
         key = f"meshhealth/state/ip/v1/c1/{entry.ip}"
-        await etcdctl_put(etcd_server, key, codec.encode_ip_entry(entry))
+        await etcdctl_put(etcd_server, key, encode_ip_entry(entry))
     async with open_etcd(etcd_server.endpoint, **FAST_ETCD) as etcd:
         r1 = Registrar(etcd, N1, ttl_s=TTL_S)
         discovery = Discovery({"c1": etcd}, refused_metric=refused)
@@ -232,13 +232,13 @@ async def test_a_forged_loopback_or_link_local_node_is_not_a_target(
             await etcdctl_put(
                 etcd_server,
                 "meshhealth/state/ip/v1/c1/127.0.0.1",
-                codec.encode_ip_entry(forged[0]),
+                encode_ip_entry(forged[0]),
             )
             version = discovery.version
             await etcdctl_put(
                 etcd_server,
                 "meshhealth/state/ip/v1/c1/10.0.0.8",
-                codec.encode_ip_entry(
+                encode_ip_entry(
                     IPEntry("10.0.0.8", "10.0.0.8", "n8", 6, ("reserved:remote-node",))
                 ),
             )

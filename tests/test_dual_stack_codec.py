@@ -8,9 +8,7 @@ import dataclasses
 import msgpack
 import pytest
 
-from meshhealth import codec
 from meshhealth.agent.membership.registrar import node_ip_entries
-from meshhealth.codec import DecodeError
 from meshhealth.model import (
     IDENTITY_HEALTH,
     IDENTITY_REMOTE_NODE,
@@ -22,6 +20,11 @@ from meshhealth.model import (
     TargetHealth,
 )
 from meshhealth.probe_set import build_probe_set
+from meshhealth.wire.fields import DecodeError
+from meshhealth.wire.health import decode_health_report, encode_health_report
+from meshhealth.wire.ip_entry import decode_ip_entry, encode_ip_entry
+from meshhealth.wire.node import decode_node, encode_node
+from meshhealth.wire.values import to_jsonable
 
 # The path names a reader that predates dual stack accepts inside `paths`.
 V1_PATH_NAMES = {"node/icmp", "node/http", "endpoint/icmp", "endpoint/http"}
@@ -50,31 +53,31 @@ def pack(wire: dict[str, object]) -> bytes:
 
 
 def test_dual_stack_node_round_trips() -> None:
-    assert codec.decode_node(codec.encode_node(DUAL)) == DUAL
-    wire = codec.to_jsonable(DUAL)
+    assert decode_node(encode_node(DUAL)) == DUAL
+    wire = to_jsonable(DUAL)
     assert wire["node_ip_secondary"] == "fd77::1"
     assert wire["health_ip_secondary"] == "fd00:1::2"
 
 
 def test_single_stack_node_is_written_as_before() -> None:
-    assert "node_ip_secondary" not in codec.to_jsonable(SINGLE)
-    assert "health_ip_secondary" not in codec.to_jsonable(SINGLE)
+    assert "node_ip_secondary" not in to_jsonable(SINGLE)
+    assert "health_ip_secondary" not in to_jsonable(SINGLE)
 
 
 def test_entry_of_an_older_writer_decodes_without_secondaries() -> None:
-    old = {k: v for k, v in codec.to_jsonable(DUAL).items() if "secondary" not in k}
-    node = codec.decode_node(pack(old))
+    old = {k: v for k, v in to_jsonable(DUAL).items() if "secondary" not in k}
+    node = decode_node(pack(old))
     assert (node.node_ip_secondary, node.health_ip_secondary) == (None, None)
 
 
 def test_nil_secondary_is_none() -> None:
-    wire = codec.to_jsonable(SINGLE) | {"node_ip_secondary": None}
-    assert codec.decode_node(pack(wire)).node_ip_secondary is None
+    wire = to_jsonable(SINGLE) | {"node_ip_secondary": None}
+    assert decode_node(pack(wire)).node_ip_secondary is None
 
 
 def test_a_reader_ignores_fields_it_does_not_know() -> None:
-    wire = codec.to_jsonable(DUAL) | {"node_ip_tertiary": "192.0.2.1"}
-    assert codec.decode_node(pack(wire)) == DUAL
+    wire = to_jsonable(DUAL) | {"node_ip_tertiary": "192.0.2.1"}
+    assert decode_node(pack(wire)) == DUAL
 
 
 @pytest.mark.parametrize(
@@ -96,9 +99,9 @@ def test_a_reader_ignores_fields_it_does_not_know() -> None:
 )
 def test_bad_secondaries_are_refused(fields: dict[str, object], error: str) -> None:
     with pytest.raises(DecodeError, match=error):
-        codec.decode_node(pack(codec.to_jsonable(SINGLE) | fields))
+        decode_node(pack(to_jsonable(SINGLE) | fields))
     with pytest.raises(ValueError, match="cannot encode node"):
-        codec.encode_node(dataclasses.replace(SINGLE, **fields))  # type: ignore[arg-type]
+        encode_node(dataclasses.replace(SINGLE, **fields))  # type: ignore[arg-type]
 
 
 def test_ipv6_primary_with_ipv4_secondary() -> None:
@@ -109,7 +112,7 @@ def test_ipv6_primary_with_ipv4_secondary() -> None:
         node_ip_secondary="10.0.0.1",
         health_ip_secondary="10.1.0.5",
     )
-    assert codec.decode_node(codec.encode_node(node)) == node
+    assert decode_node(encode_node(node)) == node
 
 
 def test_registrar_entries_all_carry_the_primary_node_ip() -> None:
@@ -121,7 +124,7 @@ def test_registrar_entries_all_carry_the_primary_node_ip() -> None:
         ("fd00:1::2", "10.0.0.1", IDENTITY_HEALTH),
     ]
     for entry in entries:
-        assert codec.decode_ip_entry(codec.encode_ip_entry(entry)) == entry
+        assert decode_ip_entry(encode_ip_entry(entry)) == entry
 
 
 @pytest.mark.parametrize(
@@ -174,8 +177,8 @@ def test_secondary_paths_round_trip_outside_paths() -> None:
             "endpoint/http": PathHealth(ProbeStatus.TIMEOUT, None, 1),
         },
     )
-    encoded = codec.encode_health_report(report(target))
-    assert codec.decode_health_report(encoded) == report(target)
+    encoded = encode_health_report(report(target))
+    assert decode_health_report(encoded) == report(target)
     wire_target = msgpack.unpackb(encoded)["targets"][0]
     # An older reader checks `paths` against the names it knows and ignores the rest.
     assert set(wire_target["paths"]) <= V1_PATH_NAMES
@@ -183,15 +186,15 @@ def test_secondary_paths_round_trip_outside_paths() -> None:
 
 
 def test_single_stack_target_has_no_secondary_paths_field() -> None:
-    encoded = codec.encode_health_report(report(TargetHealth("default", "n2", {"node/icmp": OK})))
+    encoded = encode_health_report(report(TargetHealth("default", "n2", {"node/icmp": OK})))
     assert "secondary_paths" not in msgpack.unpackb(encoded)["targets"][0]
 
 
 def test_unknown_secondary_path_is_refused() -> None:
-    wire = codec.to_jsonable(report(TargetHealth("default", "n2", {"node/icmp": OK})))
+    wire = to_jsonable(report(TargetHealth("default", "n2", {"node/icmp": OK})))
     wire["targets"][0]["secondary_paths"] = {"node/udp": {"status": "ok", "rtt_s": 0.0, "loss": 0}}  # type: ignore[index]
     with pytest.raises(DecodeError, match=r"targets\[0\].secondary_paths': unknown path"):
-        codec.decode_health_report(pack(wire))
+        decode_health_report(pack(wire))
 
 
 def _family_report(*families: str | None) -> HealthReport:
@@ -222,30 +225,30 @@ def test_secondary_family_is_said_once_per_report(
     families: tuple[str | None, ...], shared: str | None, own: list[str | None]
 ) -> None:
     report = _family_report(*families)
-    encoded = codec.encode_health_report(report)
-    assert codec.decode_health_report(encoded) == report
+    encoded = encode_health_report(report)
+    assert decode_health_report(encoded) == report
     wire = msgpack.unpackb(encoded)
     assert wire.get("secondary_family") == shared
     assert [t.get("secondary_family") for t in wire["targets"]] == own
 
 
 def test_secondary_family_of_older_writers_and_bad_values() -> None:
-    wire = codec.to_jsonable(_family_report("ipv6", "ipv6"))
+    wire = to_jsonable(_family_report("ipv6", "ipv6"))
     del wire["secondary_family"]  # written before the field: None, the rest as before
-    assert [t.secondary_family for t in codec.decode_health_report(pack(wire)).targets] == [
+    assert [t.secondary_family for t in decode_health_report(pack(wire)).targets] == [
         None,
         None,
     ]
     wire["secondary_family"] = "ipx"
     with pytest.raises(DecodeError, match=r"'secondary_family': must be one of ipv4, ipv6, got"):
-        codec.decode_health_report(pack(wire))
+        decode_health_report(pack(wire))
     wire["secondary_family"] = "ipv6"
     wire["targets"][0]["secondary_family"] = 6  # type: ignore[index]
     with pytest.raises(DecodeError, match=r"targets\[0\].secondary_family': must be one of"):
-        codec.decode_health_report(pack(wire))
+        decode_health_report(pack(wire))
 
 
 def test_single_stack_targets_say_no_family() -> None:
-    encoded = codec.encode_health_report(report(TargetHealth("default", "n2", {"node/icmp": OK})))
+    encoded = encode_health_report(report(TargetHealth("default", "n2", {"node/icmp": OK})))
     assert "secondary_family" not in msgpack.unpackb(encoded)
     assert "secondary_family" not in msgpack.unpackb(encoded)["targets"][0]

@@ -214,7 +214,7 @@ def test_a_finding_contradicted_by_newer_probes_is_marked_stale() -> None:
     carries the finding: the finding says so instead of standing beside the OK."""
     from dataclasses import replace
 
-    from meshhealth.summary_codec import SummaryFinding
+    from meshhealth.wire.summary import SummaryFinding
 
     inputs = status_stories.mtu_blackhole()
     summary = status_stories.AGENT_DOWN_SUMMARY
@@ -276,10 +276,9 @@ def test_an_escape_sequence_in_a_finding_read_from_a_summary_is_printed_escaped(
     `meshhealth status`, `matrix`, `diagnose` and `watch` as visible escapes."""
     from dataclasses import replace
 
-    from meshhealth import summary_codec
     from meshhealth.cli.format_findings import format_findings_text
     from meshhealth.cli.watch_view import event_line
-    from meshhealth.summary_codec import SummaryFinding
+    from meshhealth.wire.summary import SummaryFinding, decode_summary, encode_summary
 
     hostile = "\x1b]0;owned\x07\x1b[2J lost \u202etxt.exe"
     forged = replace(
@@ -287,7 +286,7 @@ def test_an_escape_sequence_in_a_finding_read_from_a_summary_is_printed_escaped(
         findings=(SummaryFinding("node-down", ("lab1/node2",), 0.9, 0.0, hostile),),
     )
     # through etcd's encoding, as every agent reads it
-    read = summary_codec.decode_summary(summary_codec.encode_summary(forged))
+    read = decode_summary(encode_summary(forged))
     inputs = status_stories.STORIES["agent_down_summary"]()
     doc = build_status_document(
         replace(inputs, cluster_summaries={"lab1": read}, verdict_clusters=("lab1",))

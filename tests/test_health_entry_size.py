@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from meshhealth import codec, defaults
+from meshhealth import defaults
 from meshhealth.model import (
     REACHABILITY_PROTOCOLS,
     HealthReport,
@@ -15,6 +15,7 @@ from meshhealth.model import (
     TargetType,
     path_name,
 )
+from meshhealth.wire.health import encode_health_report
 
 ENTRY_LIMIT_BYTES = 8 * 1024
 # The longest names the bound is stated for: a cluster name at its limit (32) and node
@@ -60,7 +61,7 @@ def _report(
 
 
 def _size(report: HealthReport) -> int:
-    return len(codec.encode_health_report(report))
+    return len(encode_health_report(report))
 
 
 @pytest.mark.parametrize(("node_len", "cluster"), [(5, "c"), (20, "prod-eu"), (63, CLUSTER)])

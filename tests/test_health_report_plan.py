@@ -8,9 +8,10 @@ from typing import Any
 import msgpack
 import pytest
 
-from meshhealth import codec
-from meshhealth.codec import DecodeError
 from meshhealth.model import HealthReport, PathHealth, PlanInfo, ProbeStatus, TargetHealth
+from meshhealth.wire.fields import DecodeError
+from meshhealth.wire.health import decode_health_report, encode_health_report
+from meshhealth.wire.values import to_jsonable
 
 PLAN = PlanInfo(
     epoch=29_458_123, k=5, rotation_rounds=6, full_mesh=False, full_mesh_max_nodes=16, nodes=99
@@ -32,7 +33,7 @@ def _packed(wire: dict[str, Any]) -> bytes:
 
 
 def test_the_plan_is_published_field_by_field() -> None:
-    wire = codec.to_jsonable(REPORT)
+    wire = to_jsonable(REPORT)
     assert wire["plan"] == {
         "epoch": 29_458_123,
         "k": 5,
@@ -41,21 +42,21 @@ def test_the_plan_is_published_field_by_field() -> None:
         "full_mesh_max_nodes": 16,
         "nodes": 99,
     }
-    assert codec.decode_health_report(codec.encode_health_report(REPORT)) == REPORT
+    assert decode_health_report(encode_health_report(REPORT)) == REPORT
 
 
 def test_a_report_without_a_plan_has_no_plan_field_and_decodes_to_none() -> None:
     old = HealthReport("node-1", "default", 1.0, 10.0, ())
-    wire = codec.to_jsonable(old)
+    wire = to_jsonable(old)
     assert "plan" not in wire  # what an old writer wrote, byte for byte
-    assert codec.decode_health_report(codec.encode_health_report(old)).plan is None
+    assert decode_health_report(encode_health_report(old)).plan is None
 
 
 def test_an_old_reader_ignores_the_plan() -> None:
     """Readers ignore fields they do not know: the report minus its plan is what they get."""
-    wire = codec.to_jsonable(REPORT)
+    wire = to_jsonable(REPORT)
     wire["plan"]["something_new"] = [1, 2]  # a later writer may add settings
-    decoded = codec.decode_health_report(_packed(wire))
+    decoded = decode_health_report(_packed(wire))
     assert decoded == REPORT
 
 
@@ -77,7 +78,7 @@ def test_an_old_reader_ignores_the_plan() -> None:
 def test_a_bad_plan_is_refused_with_one_line(
     field: str | None, value: object, message: str
 ) -> None:
-    wire = copy.deepcopy(codec.to_jsonable(REPORT))
+    wire = copy.deepcopy(to_jsonable(REPORT))
     if field is None:
         wire["plan"] = value
     elif value is DecodeError:
@@ -85,7 +86,7 @@ def test_a_bad_plan_is_refused_with_one_line(
     else:
         wire["plan"][field] = value
     with pytest.raises(DecodeError) as caught:
-        codec.decode_health_report(_packed(wire))
+        decode_health_report(_packed(wire))
     assert message in str(caught.value)
     assert "\n" not in str(caught.value)
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from meshhealth import codec
 from meshhealth.agent.membership.registrar import registration_entries
 from meshhealth.cli.inspect_cmd import Row, decode_rows, format_json, format_text
+from meshhealth.wire.values import to_jsonable
 from tests.etcd_helpers import make_node
 from tests.plugins.etcd_server import EtcdServer
 from tests.plugins.local_etcd import free_loopback_port
@@ -46,7 +46,7 @@ def test_decode_and_format() -> None:
     lines = [json.loads(line) for line in format_json(rows).splitlines()]
     assert lines[0] == {
         "key": "meshhealth/state/nodes/v1/c1/n1",
-        "value": codec.to_jsonable(NODE),
+        "value": to_jsonable(NODE),
     }
     assert lines[3]["key"] == "meshhealth/state/ip/v1/c1/10.0.0.9"
     assert lines[3]["error"].startswith("not valid msgpack")

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from meshhealth import keys
-from meshhealth.keys import InvalidKey, KeyKind, ParsedKey
+from meshhealth.wire import keys
+from meshhealth.wire.keys import InvalidKey, KeyKind, ParsedKey
 from tests.kv_strategies import cluster_names, ips, node_names
 
 FAST = settings(max_examples=200, deadline=None)

@@ -9,9 +9,11 @@ import time
 import pytest
 import trio
 
-from meshhealth import codec, defaults, keys
+from meshhealth import defaults
 from meshhealth.kvstore import Etcd, open_etcd
 from meshhealth.matrix_source import HealthReports, InvalidValue
+from meshhealth.wire import keys
+from meshhealth.wire.health import encode_health_report
 from tests import matrix_stories as S
 from tests.etcd_helpers import FAST_ETCD
 from tests.plugins.etcd_server import EtcdServer, running_etcd
@@ -89,7 +91,7 @@ async def test_the_followed_copy_reads_past_junk_and_counts_it(etcd_server: Etcd
         for report in S.healthy():
             fresh = dataclasses.replace(report, probe_time=report.probe_time + shift)
             await etcd.put(
-                keys.health_key(report.cluster, report.node), codec.encode_health_report(fresh)
+                keys.health_key(report.cluster, report.node), encode_health_report(fresh)
             )
         told: list[InvalidValue] = []
         reports = HealthReports(etcd, "lab1", on_invalid=told.append)

@@ -23,11 +23,7 @@ FOUNDATION = frozenset(
         "",  # `from meshhealth import __version__`
         "defaults",
         "model",
-        "keys",
-        "wire_fields",
-        "codec",
-        "health_wire",
-        "summary_codec",
+        "wire",
         "addresses",
         "timefmt",
         "backoff",
@@ -97,7 +93,7 @@ def is_module(name: str) -> bool:
 
 
 def layer(module: str) -> str:
-    """`meshhealth.agent.app` -> 'agent'; `meshhealth.keys` -> 'keys'; `meshhealth` -> ''."""
+    """`meshhealth.agent.app` -> 'agent'; `meshhealth.wire.keys` -> 'wire'; `meshhealth` -> ''."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else ""
 
@@ -152,6 +148,19 @@ def test_the_checker_sees_the_imports_it_judges() -> None:
     assert len(all_modules()) > 50
 
 
+def test_wire_imports_only_defaults_and_model() -> None:
+    """The etcd keys and values (meshhealth/wire/) rest on the model alone, so any layer
+    may read and write them."""
+    found = [
+        f"{module}:{line} -> {target}"
+        for module, imports in all_modules()
+        if layer(module) == "wire"
+        for line, target in imports
+        if target.startswith("meshhealth.") and layer(target) not in {"wire", "defaults", "model"}
+    ]
+    assert found == []
+
+
 @pytest.mark.parametrize(
     ("module", "source", "expected"),
     [
@@ -162,6 +171,8 @@ def test_the_checker_sees_the_imports_it_judges() -> None:
         ("meshhealth.cli.status_cmd", "from meshhealth.agent import app", "only cli/agent_cmd"),
         ("meshhealth.agent.app", "from meshhealth.cli.common import x", "must not import cli"),
         ("meshhealth.model", "from meshhealth.probe import stats", "foundation"),
+        ("meshhealth.wire.node", "from meshhealth.agent import app", "foundation"),
+        ("meshhealth.wire.health", "from meshhealth.documents import x", "foundation"),
         ("meshhealth.web.page", "from meshhealth.cli import main", "must not import cli"),
         ("meshhealth.lab.build", "def f():\n    from meshhealth.agent import app", "agent"),
         ("meshhealth.cli.agent_cmd", "from meshhealth.agent.app import run", None),

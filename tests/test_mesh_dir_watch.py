@@ -10,13 +10,14 @@ from pathlib import Path
 import trio
 import trio.lowlevel
 
-from meshhealth import codec, keys
 from meshhealth.agent.membership.clustermesh import ClusterMesh
 from meshhealth.agent.membership.registrar import registration_entries
 from meshhealth.kvstore import open_etcd
 from meshhealth.kvstore.etcd_config import etcd_access
 from meshhealth.model import ClusterConfig
 from meshhealth.node_address_policy import NodeAddressPolicy
+from meshhealth.wire import keys
+from meshhealth.wire.cluster_config import encode_cluster_config
 from tests.etcd_helpers import FAST_ETCD, make_node, poll_until
 from tests.plugins.etcd_server import EtcdServer
 
@@ -34,7 +35,7 @@ async def test_mesh_dir_changes_take_effect(
     files = remote.tls_files()
     async with open_etcd(etcd_access(remote.endpoint, tls=files), liveness=False) as etcd2:
         await etcd2.put(
-            keys.cluster_config_key("lab2"), codec.encode_cluster_config(ClusterConfig("lab2", 2))
+            keys.cluster_config_key("lab2"), encode_cluster_config(ClusterConfig("lab2", 2))
         )
         for key, value in registration_entries(make_node("n9", "127.0.0.9", None, cluster="lab2")):
             await etcd2.put(key, value)

@@ -32,7 +32,7 @@ from meshhealth.model import (
     TargetType,
 )
 from meshhealth.probe.stats import StatsBook
-from meshhealth.summary_codec import ClusterSummary
+from meshhealth.wire.summary import ClusterSummary
 from tests import status_stories
 
 # One sample line of the text format 0.0.4: name, optional {labels}, value.

@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import msgpack
 
-from meshhealth import codec, health_wire
 from meshhealth.diagnosis.diagnose import diagnose
 from meshhealth.diagnosis.findings import FindingKind
 from meshhealth.diagnosis.from_matrix import matrix_view
 from meshhealth.documents.matrix import build_matrix
 from meshhealth.model import HealthReport, PathHealth, ProbeStatus, TargetHealth
+from meshhealth.wire.health import (
+    CORE_PATH_NAMES,
+    PATH_NAMES,
+    decode_health_report,
+    encode_health_report,
+)
 
 OK = PathHealth(ProbeStatus.OK, 0.0004, 0.0)
 LOST = PathHealth(ProbeStatus.TIMEOUT, None, 1.0)
@@ -22,7 +27,7 @@ NOW = 1_000.0
 def _report(source: str, *, big_to_node3: PathHealth = LOST) -> HealthReport:
     targets = []
     for node in NODES:
-        paths = {name: OK for name in health_wire.CORE_PATH_NAMES}
+        paths = {name: OK for name in CORE_PATH_NAMES}
         paths["node/icmp-df"] = big_to_node3 if node == "node3" and source != node else OK
         targets.append(TargetHealth("c1", node, paths))
     return HealthReport(source, "c1", NOW - 1, 10.0, tuple(targets))
@@ -30,20 +35,20 @@ def _report(source: str, *, big_to_node3: PathHealth = LOST) -> HealthReport:
 
 def test_the_df_path_is_written_where_older_readers_ignore_it() -> None:
     report = _report("node1")
-    wire = msgpack.unpackb(codec.encode_health_report(report))
+    wire = msgpack.unpackb(encode_health_report(report))
     node3 = wire["targets"][2]
-    assert sorted(node3["paths"]) == sorted(health_wire.CORE_PATH_NAMES)  # what older readers read
+    assert sorted(node3["paths"]) == sorted(CORE_PATH_NAMES)  # what older readers read
     assert node3["extra_paths"] == {
         "node/icmp-df": {"status": "timeout", "rtt_s": None, "loss": 1.0}
     }
-    assert codec.decode_health_report(codec.encode_health_report(report)) == report
+    assert decode_health_report(encode_health_report(report)) == report
 
 
 def test_unknown_extra_paths_are_skipped_not_refused() -> None:
-    wire = msgpack.unpackb(codec.encode_health_report(_report("node1")))
+    wire = msgpack.unpackb(encode_health_report(_report("node1")))
     wire["targets"][0]["extra_paths"]["node/quic"] = {"status": "ok", "rtt_s": 0.1, "loss": 0}
-    decoded = codec.decode_health_report(msgpack.packb(wire))
-    assert set(decoded.targets[0].paths) == set(health_wire.PATH_NAMES)
+    decoded = decode_health_report(msgpack.packb(wire))
+    assert set(decoded.targets[0].paths) == set(PATH_NAMES)
 
 
 def test_a_lost_big_probe_is_an_mtu_blackhole_not_unreachable() -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import trio
 
-from meshhealth import codec, keys
 from meshhealth.agent.membership.peer_nodes import PeerNodes, decode_nodes
 from meshhealth.kvstore import open_etcd
 from meshhealth.model import ClusterConfig, Node
+from meshhealth.wire import keys
+from meshhealth.wire.cluster_config import encode_cluster_config
+from meshhealth.wire.node import encode_node
 from tests.etcd_helpers import FAST_ETCD, poll_until
 from tests.plugins.etcd_server import EtcdServer
 
@@ -20,10 +22,10 @@ def node(name: str, cidr: str) -> Node:
 def test_valid_nodes_decode_and_bad_values_are_reported_not_raised() -> None:
     good = node("n1", "10.1.0.0/24")
     items = [
-        (keys.node_key("c1", "n1"), codec.encode_node(good)),
+        (keys.node_key("c1", "n1"), encode_node(good)),
         (keys.node_key("c1", "n2"), b"garbage"),
         # a value whose name disagrees with its key is refused too
-        (keys.node_key("c1", "n3"), codec.encode_node(node("n4", "10.4.0.0/24"))),
+        (keys.node_key("c1", "n3"), encode_node(node("n4", "10.4.0.0/24"))),
     ]
     nodes, errors = decode_nodes(items)
     assert nodes == [good]
@@ -34,7 +36,7 @@ def test_valid_nodes_decode_and_bad_values_are_reported_not_raised() -> None:
 
 def test_entries_of_other_kinds_are_ignored() -> None:
     nodes, errors = decode_nodes(
-        [(keys.cluster_config_key("c1"), codec.encode_cluster_config(ClusterConfig("c1", 7)))]
+        [(keys.cluster_config_key("c1"), encode_cluster_config(ClusterConfig("c1", 7)))]
     )
     assert nodes == [] and errors == []
 
@@ -51,13 +53,13 @@ async def test_follows_joins_and_leaves_with_one_list(
         return {n.name for n in delivered[-1]} if delivered else set()
 
     async with open_etcd(etcd_server.endpoint, **FAST_ETCD) as etcd:
-        await etcd.put(keys.node_key("c1", "n1"), codec.encode_node(node("n1", "10.1.1.0/24")))
+        await etcd.put(keys.node_key("c1", "n1"), encode_node(node("n1", "10.1.1.0/24")))
         peers = PeerNodes(lambda: [("c1", etcd)], delivered.append, sources_check_s=0.05)
         async with trio.open_nursery() as nursery:
             await nursery.start(peers.run)
             await poll_until(lambda: names() == {"n1"}, 5.0, what="n1 listed")
             for k in range(2, 6):  # joins come through the watch: no list per join
-                value = codec.encode_node(node(f"n{k}", f"10.1.{k}.0/24"))
+                value = encode_node(node(f"n{k}", f"10.1.{k}.0/24"))
                 await etcd.put(keys.node_key("c1", f"n{k}"), value)
             await poll_until(lambda: len(names()) == 5, 5.0, what="n2..n5 joined")
             await etcd.put(keys.node_key("c1", "n6"), b"garbage")
@@ -73,9 +75,9 @@ async def test_follows_joins_and_leaves_with_one_list(
 async def test_a_remote_that_leaves_the_sources_takes_its_nodes(etcd_server: EtcdServer) -> None:
     delivered: list[list[Node]] = []
     async with open_etcd(etcd_server.endpoint, **FAST_ETCD) as etcd:
-        await etcd.put(keys.node_key("c1", "n1"), codec.encode_node(node("n1", "10.1.1.0/24")))
+        await etcd.put(keys.node_key("c1", "n1"), encode_node(node("n1", "10.1.1.0/24")))
         remote = Node("r1", "c2", "10.0.9.1", None, ("10.9.0.0/24",), 4240, "0.1.0", 1.0)
-        await etcd.put(keys.node_key("c2", "r1"), codec.encode_node(remote))
+        await etcd.put(keys.node_key("c2", "r1"), encode_node(remote))
         sources = [("c1", etcd), ("c2", etcd)]
         peers = PeerNodes(lambda: list(sources), delivered.append, sources_check_s=0.05)
 

@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from meshhealth import codec, keys
 from meshhealth.model import HealthReport
 from meshhealth.probe.assignment import FULL_MESH_ALWAYS, build_plan
+from meshhealth.wire import keys
+from meshhealth.wire.health import decode_health_report
 from tests.agent_cluster import AgentCluster, AgentProcess, wait_for
 from tests.etcd_helpers import etcdctl_get_prefix
 from tests.plugins.etcd_server import EtcdServer
@@ -42,7 +43,7 @@ def planned(tmp_path: Path, etcd_server: EtcdServer) -> Iterator[AgentCluster]:
 
 def _reports(etcd: EtcdServer) -> dict[str, HealthReport]:
     found = etcdctl_get_prefix(etcd, keys.health_prefix("c1"))
-    reports = [codec.decode_health_report(value) for value in found.values()]
+    reports = [decode_health_report(value) for value in found.values()]
     return {report.node: report for report in reports}
 
 

@@ -9,7 +9,6 @@ from dataclasses import replace
 import msgpack
 import pytest
 
-from meshhealth import codec
 from meshhealth.agent.membership.publisher import (
     LocalHealthMark,
     change_signature,
@@ -37,6 +36,9 @@ from meshhealth.model import (
     TargetType,
 )
 from meshhealth.probe.stats import StatsBook
+from meshhealth.wire.fields import DecodeError
+from meshhealth.wire.health import decode_health_report, encode_health_report
+from meshhealth.wire.values import to_jsonable
 from tests import matrix_stories
 
 OK, TIMEOUT = ProbeStatus.OK, ProbeStatus.TIMEOUT
@@ -69,25 +71,25 @@ def test_codec_round_trip_of_the_optional_fields() -> None:
         degraded_since=NOW - 30,
         degraded_reasons=("targets-failing", "some-future-reason"),
     )
-    back = codec.decode_health_report(codec.encode_health_report(report))
+    back = decode_health_report(encode_health_report(report))
     assert back == report  # a code this version does not know is kept
-    wire = codec.to_jsonable(report)
+    wire = to_jsonable(report)
     assert wire["health_score"] == 3 and wire["degraded_since"] == NOW - 30
     assert wire["degraded_reasons"] == ["targets-failing", "some-future-reason"]
     assert "state" not in wire["targets"][0]["paths"]["node/http"]  # type: ignore[index]
 
 
 def test_a_healthy_report_carries_none_of_them() -> None:
-    wire = codec.to_jsonable(_report({"node/icmp": PathHealth(OK, 0.001, 0.0)}))
+    wire = to_jsonable(_report({"node/icmp": PathHealth(OK, 0.001, 0.0)}))
     assert "health_score" not in wire and "degraded_since" not in wire
     assert "degraded_reasons" not in wire
     assert set(wire["targets"][0]["paths"]["node/icmp"]) == {"status", "rtt_s", "loss"}  # type: ignore[index]
 
 
 def test_a_verdict_this_version_does_not_know_is_ignored() -> None:
-    wire = codec.to_jsonable(_report({"node/icmp": PathHealth(TIMEOUT, None, 1.0)}))
+    wire = to_jsonable(_report({"node/icmp": PathHealth(TIMEOUT, None, 1.0)}))
     wire["targets"][0]["paths"]["node/icmp"]["state"] = "haunted"  # type: ignore[index]
-    back = codec.decode_health_report(msgpack.packb(wire))
+    back = decode_health_report(msgpack.packb(wire))
     assert back.targets[0].paths["node/icmp"].state is None  # the status decides
 
 
@@ -104,10 +106,10 @@ def test_a_verdict_this_version_does_not_know_is_ignored() -> None:
     ],
 )
 def test_bad_local_health_fields_are_refused(field: str, value: object) -> None:
-    wire = codec.to_jsonable(_report({}))
+    wire = to_jsonable(_report({}))
     wire[field] = value
-    with pytest.raises(codec.DecodeError, match=field):
-        codec.decode_health_report(msgpack.packb(wire))
+    with pytest.raises(DecodeError, match=field):
+        decode_health_report(msgpack.packb(wire))
 
 
 def _round(n3_icmp: ProbeStatus) -> tuple[RoundReport, StatsBook]:

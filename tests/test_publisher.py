@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from meshhealth import codec, defaults, health_wire, keys
+from meshhealth import defaults
 from meshhealth.agent.agent_metrics import WriteCounters
 from meshhealth.agent.membership.publisher import (
     Publisher,
@@ -37,6 +37,9 @@ from meshhealth.model import (
     TargetType,
 )
 from meshhealth.probe.stats import StatsBook
+from meshhealth.wire import keys
+from meshhealth.wire.health import CORE_PATH_NAMES, encode_health_report
+from meshhealth.wire.values import decode_value
 from tests.etcd_helpers import FAST_ETCD, poll_until
 from tests.plugins.etcd_server import EtcdServer
 
@@ -218,7 +221,7 @@ def test_health_report_has_every_probed_path() -> None:
         "c1", "a", 110.0, 10.0,
     )  # fmt: skip
     by_node = {t.node: t for t in report.targets}
-    assert sorted(by_node["a"].paths) == sorted(health_wire.CORE_PATH_NAMES)
+    assert sorted(by_node["a"].paths) == sorted(CORE_PATH_NAMES)
     assert sorted(by_node["b"].paths) == ["node/http", "node/icmp"]  # no endpoint
     icmp = by_node["b"].paths["node/icmp"]
     assert (icmp.status, icmp.rtt_s, icmp.loss) == (TIMEOUT, None, 0.5)
@@ -226,7 +229,7 @@ def test_health_report_has_every_probed_path() -> None:
     assert change_signature(report)[("c2", "b", "node/http")] is TIMEOUT
     # it encodes, and `meshhealth inspect` decodes it
     key = keys.health_key("c1", "a")
-    (row,) = decode_rows([(key, codec.encode_health_report(report))])
+    (row,) = decode_rows([(key, encode_health_report(report))])
     assert row.error is None and row.value is not None
     assert row.value["targets"][1]["paths"]["node/icmp"]["status"] == "timeout"
 
@@ -285,7 +288,7 @@ async def test_publishes_under_the_lease_and_again_after_a_new_one(
             await poll_until(lambda: publisher.writes == 1, 5, what="first write")
             kv, _ = await etcd.get(key)
             assert kv is not None and kv.lease_id == registrar.lease_id
-            assert codec.decode_value(key, kv.value) == publisher.last_written
+            assert decode_value(key, kv.value) == publisher.last_written
             assert (metrics.writes.value, metrics.write_bytes.value) == (1, len(kv.value))
 
             # the same statuses again: no write

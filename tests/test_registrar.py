@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 import trio
 
-from meshhealth import codec, keys
 from meshhealth.agent.membership.registrar import NodeNameTaken, Registrar, registration_entries
 from meshhealth.kvstore import Etcd, open_etcd
 from meshhealth.model import IPEntry, RetainedNode
+from meshhealth.wire import keys
+from meshhealth.wire.node import decode_node
+from meshhealth.wire.values import decode_value
 from tests.etcd_helpers import FAST_ETCD, etcdctl_get_prefix_async, make_node, poll_until
 from tests.plugins.etcd_server import EtcdServer
 
@@ -84,7 +86,7 @@ async def test_register_is_visible_with_etcdctl_and_revoked_on_shutdown(
                 await registrar.first_registered.wait()
             assert registrar.registered
             seen = await entries_in_etcd(etcd_server)
-            decoded = {key: codec.decode_value(key, value) for key, value in seen.items()}
+            decoded = {key: decode_value(key, value) for key, value in seen.items()}
             assert decoded == {
                 "meshhealth/state/nodes/v1/c1/n1": NODE,
                 "meshhealth/state/ip/v1/c1/10.0.0.1": IPEntry(
@@ -148,7 +150,7 @@ async def test_live_agent_holding_the_name_is_refused(etcd_server: EtcdServer) -
             # The other agent's entries are untouched.
             kv, _ = await etcd.get("meshhealth/state/nodes/v1/c1/n1")
             assert kv is not None
-            assert codec.decode_node(kv.value).node_ip == "10.0.0.7"
+            assert decode_node(kv.value).node_ip == "10.0.0.7"
 
 
 async def test_two_agents_racing_for_a_name_one_wins(etcd_server: EtcdServer) -> None:

@@ -16,7 +16,6 @@ import pytest
 import trio
 from rich.text import Text
 
-from meshhealth import codec, keys
 from meshhealth.cli.watch_feed import feed_target
 from meshhealth.cli.watch_state import (
     PATH_NAMES,
@@ -48,6 +47,8 @@ from meshhealth.model import (
     TargetType,
 )
 from meshhealth.probe.stats import StatsBook
+from meshhealth.wire import keys
+from meshhealth.wire.health import encode_health_report
 from tests.agent_cluster import ROOT, AgentCluster, wait_for
 from tests.plugins.etcd_server import EtcdServer
 
@@ -323,7 +324,7 @@ async def test_etcd_once_list_and_matrix(etcd_server: EtcdServer) -> None:
     now = time.time()
     async with open_etcd(etcd_server.endpoint) as etcd:
         for node, status in (("node1", ProbeStatus.OK), ("node2", ProbeStatus.TIMEOUT)):
-            value = codec.encode_health_report(report(node, status, now))
+            value = encode_health_report(report(node, status, now))
             await etcd.put(keys.health_key("lab1", node), value)
     listing = await trio.run_process(
         watch_argv("--etcd", etcd_server.endpoint, "--once"), capture_stdout=True, cwd=ROOT

@@ -13,10 +13,11 @@ from typing import cast
 import pytest
 import trio
 
-from meshhealth import codec, keys
 from meshhealth.kvstore import Etcd, EventKind, WatchEvent, open_etcd
 from meshhealth.matrix_source import HealthReports, InvalidValue
 from meshhealth.model import HealthReport, PathHealth, ProbeStatus, TargetHealth
+from meshhealth.wire import keys
+from meshhealth.wire.health import encode_health_report
 from tests.agent_cluster import ROOT, AgentCluster, wait_for
 from tests.plugins.etcd_server import EtcdServer
 from tests.test_watch import run_watch, wait_healthy, watch_argv
@@ -31,7 +32,7 @@ def report(node: str, status: ProbeStatus = ProbeStatus.OK, at: float | None = N
     }
     targets = tuple(TargetHealth("lab1", t, paths) for t in ("node1", "node2") if t != node)
     when = time.time() if at is None else at
-    return codec.encode_health_report(HealthReport(node, "lab1", when, 10.0, targets))
+    return encode_health_report(HealthReport(node, "lab1", when, 10.0, targets))
 
 
 def put(key: str, value: bytes, revision: int) -> WatchEvent:

@@ -41,7 +41,7 @@ from meshhealth.model import (
     TargetType,
     ip_family,
 )
-from meshhealth.summary_codec import ClusterSummary
+from meshhealth.wire.summary import ClusterSummary
 
 TARGET_LABELS = (
     "source_cluster",

@@ -23,7 +23,7 @@ from typing import Any
 from meshhealth import defaults
 from meshhealth.agent import config_values as values
 from meshhealth.agent.config_options import OPTIONS, OPTIONS_BY_NAME, Option
-from meshhealth.keys import validate_node_name
+from meshhealth.wire.keys import validate_node_name
 
 HEALTH_MODES = values.HEALTH_MODES
 # The etcd user's password comes from a file or from this variable, never from a flag.

@@ -2,8 +2,8 @@
 
 Pure. Each raises ValueError with a message fit for users; meshhealth.agent.config adds
 the source (flag, environment variable or file key). Where the project already has a
-validator for a kind of value (node and cluster names in meshhealth.keys, IP addresses
-in meshhealth.keys.canonical_ip, etcd endpoints in meshhealth.kvstore.endpoints), the
+validator for a kind of value (node and cluster names in meshhealth.wire.keys, IP addresses
+in meshhealth.wire.keys.canonical_ip, etcd endpoints in meshhealth.kvstore.endpoints), the
 parser delegates to it, so a value the agent accepts at start is one the rest of the code
 accepts too.
 """
@@ -15,8 +15,8 @@ import re
 from collections.abc import Mapping
 
 from meshhealth.defaults import MTU_PROBE_AUTO, MTU_PROBE_OFF
-from meshhealth.keys import canonical_ip, validate_cluster_name, validate_node_name
 from meshhealth.kvstore.endpoints import parse_endpoints
+from meshhealth.wire.keys import canonical_ip, validate_cluster_name, validate_node_name
 
 HEALTH_MODES = ("loopback", "netns", "none")
 
@@ -110,7 +110,7 @@ def fraction(value: object) -> float:
 
 
 def ip(value: object) -> str:
-    """An IP address as the key and wire validators accept it (meshhealth.keys)."""
+    """An IP address as the key and wire validators accept it (meshhealth.wire.keys)."""
     text = as_str(value)
     try:
         ipaddress.ip_address(text)

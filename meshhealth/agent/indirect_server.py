@@ -40,11 +40,11 @@ from meshhealth.documents.indirect import (
     encode_answer,
     parse_indirect_query,
 )
-from meshhealth.keys import canonical_ip
 from meshhealth.model import PathReport, Target
 from meshhealth.probe.hello_reply import Reply, json_reply, text_reply
 from meshhealth.probe.responder import ExtraRoute, RouteRequest
 from meshhealth.probe.token_bucket import TokenBuckets
+from meshhealth.wire.keys import canonical_ip
 
 log = logging.getLogger("meshhealth.agent")
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from meshhealth import defaults, keys
+from meshhealth import defaults
 from meshhealth.cli.common import (
     ENV_ETCD,
     EXIT_UNAVAILABLE,
@@ -23,6 +23,7 @@ from meshhealth.cli.common import (
     usage_error,
 )
 from meshhealth.terminal_text import escape
+from meshhealth.wire import keys
 
 DESCRIPTION = f"""\
 Read every key under PREFIX (default {keys.PREFIX}), decode its value and print it.
@@ -45,7 +46,7 @@ class Row:
 
 
 def _per_cluster(key: str) -> bool:
-    """An aggregator claim or a cluster summary (meshhealth.summary_codec)."""
+    """An aggregator claim or a cluster summary (meshhealth.wire.summary)."""
     try:
         kind = keys.parse_key(key).kind
     except keys.InvalidKey:
@@ -55,17 +56,18 @@ def _per_cluster(key: str) -> bool:
 
 def decode_rows(items: Sequence[tuple[str, bytes]]) -> list[Row]:
     """Decode (key, value) pairs. Pure."""
-    from meshhealth import codec, summary_codec
+    from meshhealth.wire.fields import DecodeError
+    from meshhealth.wire.values import decode_cluster_value, decode_value, to_jsonable
 
     rows = []
     for key, data in items:
         try:
             if _per_cluster(key):
-                decoded = summary_codec.decode_cluster_value(key, data)
-                rows.append(Row(key, value=summary_codec.to_jsonable(decoded)))
+                decoded = decode_cluster_value(key, data)
+                rows.append(Row(key, value=to_jsonable(decoded)))
             else:
-                rows.append(Row(key, value=codec.to_jsonable(codec.decode_value(key, data))))
-        except codec.DecodeError as error:
+                rows.append(Row(key, value=to_jsonable(decode_value(key, data))))
+        except DecodeError as error:
             rows.append(Row(key, error=str(error)))
     return rows
 

@@ -88,7 +88,7 @@ def add_matrix_source_options(parser: argparse.ArgumentParser) -> None:
 def _sources(args: argparse.Namespace) -> list[tuple[str | None, EtcdAccess]]:
     """(cluster or None, etcd) to read; ValueError with a one-line message. `--mesh`
     clusters use the same TLS files and user as the local one."""
-    from meshhealth.keys import validate_cluster_name
+    from meshhealth.wire.keys import validate_cluster_name
 
     access = etcd_access_from_args(args)
     cluster = None if args.cluster is None else validate_cluster_name(args.cluster)

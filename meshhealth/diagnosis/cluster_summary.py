@@ -3,7 +3,7 @@
     matrix = build_matrix(reports, now=now)
     summary = build_summary(matrix, diagnose(matrix_view(matrix)),
                             cluster="lab1", aggregator="node2")
-    summary_codec.encode_summary(summary)         # what the aggregator publishes
+    wire.summary.encode_summary(summary)          # what the aggregator publishes
 
 - the verdict counts the nodes of `cluster` (the matrix's columns of that cluster) by
   the observers' consensus (`node_consensus`, meshhealth.documents.reachability) over
@@ -37,7 +37,7 @@ from meshhealth.documents.reachability import (
     OBSERVED_CELL_STATES,
     node_consensus,
 )
-from meshhealth.summary_codec import (
+from meshhealth.wire.summary import (
     MAX_EVIDENCE_CHARS,
     ClusterSummary,
     DiscountedObserver,

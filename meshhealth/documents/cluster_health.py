@@ -4,7 +4,7 @@
     findings_document(["lab1", "lab2"], summaries)
 
 One `cluster_health` entry per cluster the agent follows (its own first, then each
-admitted clustermesh remote). With a summary (meshhealth.summary_codec, published by
+admitted clustermesh remote). With a summary (meshhealth.wire.summary, published by
 the cluster's aggregator) the counts are the cluster's verdict over every observer's
 results (`source: "summary"`); without one yet (no aggregator, or it just changed) they
 are this node's own probes of that cluster's nodes (`source: "local"`), and say so.
@@ -27,8 +27,8 @@ from meshhealth.documents.status_schema import (
     SummaryDocument,
 )
 from meshhealth.naming import NaturalKey, natural_key
-from meshhealth.summary_codec import ClusterSummary, DiscountedObserver, SummaryFinding
 from meshhealth.timefmt import iso_time
+from meshhealth.wire.summary import ClusterSummary, DiscountedObserver, SummaryFinding
 
 SOURCE_SUMMARY = "summary"
 SOURCE_LOCAL = "local"

@@ -23,9 +23,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypedDict
 
-from meshhealth.keys import validate_cluster_name, validate_node_name
 from meshhealth.model import PathReport, ProbeStatus, Protocol, TargetType, path_name
 from meshhealth.timefmt import iso_time
+from meshhealth.wire.keys import validate_cluster_name, validate_node_name
 
 INDIRECT_PATH = "/v1/indirect"
 ANSWER_VERSION = 1

@@ -25,7 +25,7 @@ from meshhealth.model import (
     PlanInfo,
     Target,
 )
-from meshhealth.summary_codec import ClusterSummary
+from meshhealth.wire.summary import ClusterSummary
 
 PathState = Reachability
 PATH_STATES: tuple[PathState, ...] = REACHABILITY_STATES

@@ -7,7 +7,7 @@ report of the cluster, diagnoses the matrix and publishes one summary.
 Only the holder of the claim (AggregatorElection) reads the health prefix: a list, then a
 resuming watch (matrix_source.HealthReports). After a change it waits `debounce_s` (a
 round's reports arrive together), builds the matrix, runs diagnosis and writes
-`state/summary/v1/<cluster>` (meshhealth.summary_codec) when its content changed, in a
+`state/summary/v1/<cluster>` (meshhealth.wire.summary) when its content changed, in a
 transaction that holds only while the claim is still under this agent's lease, and
 under that lease: when the aggregator dies, its summary goes with its claim. A report
 that turns stale changes the verdict without any event: the aggregator wakes up at the
@@ -30,7 +30,7 @@ from collections.abc import Callable, Collection, Sequence
 
 import trio
 
-from meshhealth import defaults, keys, summary_codec
+from meshhealth import defaults
 from meshhealth.agent.agent_metrics import WriteCounters
 from meshhealth.agent.cluster_view.election import AggregatorElection
 from meshhealth.agent.membership.discovery import Discovery
@@ -41,7 +41,8 @@ from meshhealth.documents.matrix import build_matrix, stale_after_s
 from meshhealth.kvstore import Backoff, Etcd, EtcdError, LeaseIs, Put
 from meshhealth.matrix_source import HealthReports
 from meshhealth.model import HealthReport
-from meshhealth.summary_codec import ClusterSummary
+from meshhealth.wire import keys
+from meshhealth.wire.summary import ClusterSummary, encode_summary
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +189,7 @@ class Aggregator:
         lease_id = self.election.lease_id
         if lease_id is None:
             return False
-        value = summary_codec.encode_summary(summary)
+        value = encode_summary(summary)
         try:
             result = await self.etcd.txn(
                 [LeaseIs(self.election.key, lease_id)], [Put(self.key, value, lease_id)]

@@ -26,7 +26,7 @@ from typing import Protocol
 
 import trio
 
-from meshhealth import defaults, keys, summary_codec
+from meshhealth import defaults
 from meshhealth.kvstore import (
     Backoff,
     Delete,
@@ -40,7 +40,9 @@ from meshhealth.kvstore import (
     ResyncNeeded,
     WatchEvent,
 )
-from meshhealth.summary_codec import AggregatorClaim, DecodeError
+from meshhealth.wire import keys
+from meshhealth.wire.claim import AggregatorClaim, decode_claim, encode_claim
+from meshhealth.wire.fields import DecodeError
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +169,7 @@ class AggregatorElection:
         claim = AggregatorClaim(self.cluster, self.node, self._clock())
         result = await self.etcd.txn(
             [KeyAbsent(self.key)],
-            [Put(self.key, summary_codec.encode_claim(claim), lease_id)],
+            [Put(self.key, encode_claim(claim), lease_id)],
             [Get(self.key)],
         )
         if result.succeeded:
@@ -192,7 +194,7 @@ class AggregatorElection:
 
     def _decode(self, value: bytes) -> AggregatorClaim | None:
         try:
-            return summary_codec.decode_claim(value)
+            return decode_claim(value)
         except DecodeError as error:
             log.warning("aggregator claim %s does not decode: %s", self.key, error)
             return None

@@ -25,10 +25,13 @@ from collections.abc import Callable, Sequence
 
 import trio
 
-from meshhealth import defaults, keys, summary_codec
+from meshhealth import defaults
 from meshhealth.kvstore import Backoff, Etcd, EtcdError, EventKind, ResyncNeeded
 from meshhealth.metrics import CounterSeries
-from meshhealth.summary_codec import ClusterSummary, DecodeError, node_label
+from meshhealth.wire import keys
+from meshhealth.wire.fields import DecodeError
+from meshhealth.wire.summary import ClusterSummary, node_label
+from meshhealth.wire.values import decode_cluster_value
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +130,7 @@ class SummaryFollower:
 
     def _decode(self, cluster: str, key: str, value: bytes) -> ClusterSummary | None:
         try:
-            decoded = summary_codec.decode_cluster_value(key, value)
+            decoded = decode_cluster_value(key, value)
         except DecodeError as error:
             self.invalid_values += 1
             self._invalid_metric.inc()

@@ -29,7 +29,7 @@ from typing import Any
 
 import trio
 
-from meshhealth import codec, defaults, keys
+from meshhealth import defaults
 from meshhealth.agent.agent_metrics import WriteCounters
 from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.agent.membership.retained_nodes import RetainedNodes
@@ -39,6 +39,9 @@ from meshhealth.kvstore.etcd_config import EtcdAccess, TlsFiles
 from meshhealth.metrics import Counter, CounterSeries
 from meshhealth.model import ClusterConfig, Target
 from meshhealth.node_address_policy import NodeAddressPolicy
+from meshhealth.wire import keys
+from meshhealth.wire.cluster_config import decode_cluster_config, encode_cluster_config
+from meshhealth.wire.fields import DecodeError
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +251,7 @@ class ClusterMesh:
     async def _local_config(self) -> None:
         """Create `cluster-config/<local>` when absent, then read what is stored."""
         key = keys.cluster_config_key(self.configured.name)
-        value = codec.encode_cluster_config(self.configured)
+        value = encode_cluster_config(self.configured)
         backoff = Backoff(defaults.ETCD_RECONNECT_MIN_S, defaults.ETCD_RECONNECT_MAX_S)
         while True:
             try:
@@ -266,8 +269,8 @@ class ClusterMesh:
                     await self.etcd.health.wait_changed()
         if kv is not None:
             try:
-                stored = codec.decode_cluster_config(kv.value)
-            except codec.DecodeError as error:
+                stored = decode_cluster_config(kv.value)
+            except DecodeError as error:
                 log.warning("%s does not decode (%s); using id %d", key, error, self.local.id)
             else:
                 if stored.id != self.configured.id:
@@ -323,8 +326,8 @@ class ClusterMesh:
                     problem = f"no {key} entry yet (has an agent of {remote.name} started?)"
                 else:
                     try:
-                        remote.config = codec.decode_cluster_config(kv.value)
-                    except codec.DecodeError as error:
+                        remote.config = decode_cluster_config(kv.value)
+                    except DecodeError as error:
                         problem, refused = f"{key} does not decode: {error}", True
                     else:
                         problem = check_remote(

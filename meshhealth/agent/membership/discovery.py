@@ -29,13 +29,16 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import trio
 
-from meshhealth import codec, defaults, keys
+from meshhealth import defaults
 from meshhealth.kvstore import KV, Etcd, EventKind, WatchEvent
 from meshhealth.kvstore.follow import follow_prefix
 from meshhealth.metrics import Counter, CounterSeries
 from meshhealth.model import IPEntry, Target
 from meshhealth.node_address_policy import NodeAddressPolicy, RefusedAddress, screen_targets
 from meshhealth.probe_set import ProbeSetDiff, TargetKey, build_probe_set, diff_probe_sets
+from meshhealth.wire import keys
+from meshhealth.wire.fields import DecodeError
+from meshhealth.wire.values import decode_value
 
 log = logging.getLogger(__name__)
 
@@ -145,10 +148,10 @@ class Discovery:
 
     def _decode(self, cluster: str, key: str, value: bytes, revision: int) -> IPEntry | None:
         try:
-            entry = codec.decode_value(key, value)
+            entry = decode_value(key, value)
             if not isinstance(entry, IPEntry):
-                raise codec.DecodeError(f"not an ip entry: {type(entry).__name__}")
-        except codec.DecodeError as error:
+                raise DecodeError(f"not an ip entry: {type(entry).__name__}")
+        except DecodeError as error:
             invalid = self._invalid[cluster]
             if invalid.get(key) != revision:
                 invalid[key] = revision

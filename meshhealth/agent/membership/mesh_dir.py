@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from meshhealth import defaults, keys
+from meshhealth import defaults
 from meshhealth.agent.membership.clustermesh import MeshConfigError, RemoteSpec, remote_specs
 from meshhealth.kvstore.etcd_config import (
     EtcdConfigError,
@@ -39,6 +39,7 @@ from meshhealth.kvstore.etcd_config import (
     parse_etcd_config,
 )
 from meshhealth.kvstore.tls import Fingerprint, files_fingerprint
+from meshhealth.wire import keys
 
 if TYPE_CHECKING:
     from meshhealth.agent.membership.clustermesh import ClusterMesh

@@ -17,18 +17,20 @@ from collections.abc import Callable, Iterable, Sequence
 
 import trio
 
-from meshhealth import codec, defaults, keys
+from meshhealth import defaults
 from meshhealth.kvstore import KV, Etcd, EventKind, WatchEvent
 from meshhealth.kvstore.follow import follow_prefix
 from meshhealth.metrics import CounterSeries
 from meshhealth.model import Node
+from meshhealth.wire import keys
+from meshhealth.wire.values import decode_entries
 
 log = logging.getLogger(__name__)
 
 
 def decode_nodes(items: Iterable[tuple[str, bytes]]) -> tuple[list[Node], list[str]]:
     """(key, value) pairs -> the valid Node entries, and one error line per bad value."""
-    return codec.decode_entries(items, Node)
+    return decode_entries(items, Node)
 
 
 class PeerNodes:

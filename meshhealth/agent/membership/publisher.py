@@ -5,7 +5,7 @@
     await nursery.start(publisher.run)
     publisher.note_round(report, book.summaries())      # after every round
 
-Writes `meshhealth/state/health/v1/<cluster>/<node>` (codec.encode_health_report) under
+Writes `meshhealth/state/health/v1/<cluster>/<node>` (encode_health_report) under
 the registrar's lease (nothing is written before there is one, and a dead writer's entry
 vanishes with its lease). When to write is decided by `PublishPolicy` (pure), so etcd
 load follows changes, not N x rounds:
@@ -35,7 +35,7 @@ from typing import Protocol
 
 import trio
 
-from meshhealth import codec, defaults, keys
+from meshhealth import defaults
 from meshhealth.agent.agent_metrics import WriteCounters
 from meshhealth.documents.status import NO_VERDICTS, Verdicts
 from meshhealth.kvstore import Backoff, Etcd, EtcdError
@@ -51,6 +51,8 @@ from meshhealth.model import (
     path_name,
 )
 from meshhealth.model import Protocol as ProbeProtocol
+from meshhealth.wire import keys
+from meshhealth.wire.health import encode_health_report
 
 log = logging.getLogger(__name__)
 
@@ -372,7 +374,7 @@ class Publisher:
         report, registration = self._report, self.policy.registration
         reason = self.policy.reason() or "?"
         assert report is not None and isinstance(registration, tuple)
-        value = codec.encode_health_report(report)
+        value = encode_health_report(report)
         try:
             await self.etcd.put(self.key, value, lease_id=registration[0])
         except EtcdError as error:

@@ -30,7 +30,7 @@ import logging
 
 import trio
 
-from meshhealth import codec, defaults, keys
+from meshhealth import defaults
 from meshhealth.kvstore import KV, Backoff, Etcd, EtcdError, Get, KeyAbsent, Put
 from meshhealth.model import (
     IDENTITY_HEALTH,
@@ -41,6 +41,11 @@ from meshhealth.model import (
     Node,
     RetainedNode,
 )
+from meshhealth.wire import keys
+from meshhealth.wire.fields import DecodeError
+from meshhealth.wire.ip_entry import encode_ip_entry
+from meshhealth.wire.node import decode_node, encode_node
+from meshhealth.wire.retained import encode_retained
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +88,9 @@ def node_ip_entries(node: Node) -> list[IPEntry]:
 
 def registration_entries(node: Node) -> list[tuple[str, bytes]]:
     """(key, value) of everything the registrar puts for `node`, node entry first."""
-    items = [(keys.node_key(node.cluster, node.name), codec.encode_node(node))]
+    items = [(keys.node_key(node.cluster, node.name), encode_node(node))]
     for entry in node_ip_entries(node):
-        items.append((keys.ip_key(node.cluster, entry.ip), codec.encode_ip_entry(entry)))
+        items.append((keys.ip_key(node.cluster, entry.ip), encode_ip_entry(entry)))
     return items
 
 
@@ -112,7 +117,7 @@ class Registrar:
         self.node_key = keys.node_key(node.cluster, node.name)
         self._entries = registration_entries(node)
         self.retained_key = keys.retained_key(node.cluster, node.name)
-        self._retained = codec.encode_retained(RetainedNode(node)) if retain else None
+        self._retained = encode_retained(RetainedNode(node)) if retain else None
         self.first_registered = trio.Event()
         self.lease_id: int | None = None
         self.registrations = 0
@@ -251,9 +256,9 @@ class Registrar:
 
     def _taken_message(self, holder: KV) -> str:
         try:
-            other = codec.decode_node(holder.value)
+            other = decode_node(holder.value)
             where = f"node_ip {other.node_ip}"
-        except codec.DecodeError:
+        except DecodeError:
             where = "entry does not decode"
         if holder.lease_id == 0:
             return (

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import trio
 
-from meshhealth import codec, defaults, keys, timefmt
+from meshhealth import defaults, timefmt
 from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.agent.membership.retention import HeldEntry, RetentionDecision, decide
 from meshhealth.kvstore import (
@@ -39,6 +39,10 @@ from meshhealth.kvstore import (
 from meshhealth.kvstore.follow import follow_prefix
 from meshhealth.metrics import CounterSeries, GaugeSeries
 from meshhealth.model import RetainedNode, Target
+from meshhealth.wire import keys
+from meshhealth.wire.fields import DecodeError
+from meshhealth.wire.retained import encode_retained
+from meshhealth.wire.values import decode_value
 
 log = logging.getLogger(__name__)
 
@@ -130,10 +134,10 @@ class RetainedNodes:
 
     def _put(self, key: str, value: bytes, mod_revision: int) -> None:
         try:
-            entry = codec.decode_value(key, value)
+            entry = decode_value(key, value)
             if not isinstance(entry, RetainedNode):
-                raise codec.DecodeError(f"not a retained node: {type(entry).__name__}")
-        except codec.DecodeError as error:
+                raise DecodeError(f"not a retained node: {type(entry).__name__}")
+        except DecodeError as error:
             self.invalid_values += 1
             log.warning("skipping invalid value of %s (revision %d): %s", key, mod_revision, error)
             return
@@ -192,7 +196,7 @@ class RetainedNodes:
         for name in decision.to_stamp:
             held = self._held[name]
             stamped = RetainedNode(held.entry.node, down_since=now)
-            if await self._txn(name, held, Put(self._key(name), codec.encode_retained(stamped))):
+            if await self._txn(name, held, Put(self._key(name), encode_retained(stamped))):
                 self.stamped += 1
         for name in decision.to_delete:
             if await self._txn(name, self._held[name], Delete(self._key(name))):
