@@ -12,6 +12,8 @@
 - Every variable the DaemonSet sets is an agent option's or a documented one.
 - The PrometheusRule holds exactly deploy/prometheus/meshhealth.rules.yml's rules.
 - The compose lab runs the same image, command and variable names as the DaemonSet.
+- The entrypoint still numbers the compose lab's nodes by name; docs/kubernetes.md's
+  links resolve.
 """
 
 from __future__ import annotations
@@ -176,9 +178,9 @@ def make_secret_files(tmp_path: Path) -> Path:
     return secrets
 
 
-def run_entrypoint(tmp_path: Path, env: dict[str, str]) -> tuple[list[str], str]:
-    """compose/node-entrypoint.sh with stubs for mount, ip and meshhealth: the argv it
-    execs `meshhealth` with, and what `ip` was asked."""
+def entrypoint(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """compose/node-entrypoint.sh with stubs for mount, ip and meshhealth that record
+    their arguments in tmp_path/record.NAME."""
     stubs = tmp_path / "bin"
     stubs.mkdir()
     record = tmp_path / "record"
@@ -196,10 +198,39 @@ def run_entrypoint(tmp_path: Path, env: dict[str, str]) -> tuple[list[str], str]
         timeout=30,
         check=False,
     )
+    return done
+
+
+def run_entrypoint(tmp_path: Path, env: dict[str, str]) -> tuple[list[str], str]:
+    """The argv the entrypoint execs `meshhealth` with, and what `ip` was asked."""
+    done = entrypoint(tmp_path, env)
     assert done.returncode == 0, done.stderr
+    record = tmp_path / "record"
     argv = Path(f"{record}.meshhealth").read_text().splitlines()
     ip_args = Path(f"{record}.ip").read_text().replace("\n", " ").strip()
     return argv, ip_args
+
+
+def test_the_compose_lab_still_numbers_nodes_by_name(tmp_path: Path) -> None:
+    argv, ip_args = run_entrypoint(
+        tmp_path, {"MESHHEALTH_NODE": "node3", "MESHHEALTH_NODE_IP": "10.79.0.13"}
+    )
+    assert argv[argv.index("--cidr") + 1] == "10.80.3.0/24"
+    assert argv[argv.index("--health-ip") + 1] == "10.80.3.2"
+    assert ip_args == "route replace unreachable 10.80.0.0/16"
+
+
+def test_health_from_node_ip_refuses_an_ipv6_node_ip(tmp_path: Path) -> None:
+    done = entrypoint(
+        tmp_path,
+        {
+            "MESHHEALTH_NODE": "w1",
+            "MESHHEALTH_NODE_IP": "fd00::7",
+            "MH_HEALTH_FROM_NODE_IP": "true",
+        },
+    )
+    assert done.returncode == 1
+    assert "MH_HEALTH_FROM_NODE_IP needs an IPv4 NodeIP, got 'fd00::7'" in done.stderr
 
 
 def test_the_containers_command_line_parses_with_the_agents_parser(tmp_path: Path) -> None:
@@ -349,3 +380,34 @@ def test_dockerfile_default_command_runs_the_agent() -> None:
     assert 'CMD ["meshhealth-node"]' in text
     assert "exec meshhealth agent" in ENTRYPOINT.read_text()
     assert os.access(ENTRYPOINT, os.R_OK)
+
+
+# --- docs/kubernetes.md -----------------------------------------------------------------
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to dashes (code
+    blocks' comment lines are not headings)."""
+    anchors = set()
+    in_code = False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        elif line.startswith("#") and not in_code:
+            title = re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower())
+            anchors.add(title.replace(" ", "-"))
+    return anchors
+
+
+def test_every_link_of_the_kubernetes_doc_resolves() -> None:
+    text = DOC.read_text()
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert links
+    for link in links:
+        target, _, anchor = link.partition("#")
+        path = DOC.parent / target if target else DOC
+        assert path.is_file(), link
+        if anchor:
+            assert anchor in _anchors(path.read_text()), link
+    for name in ("meshhealth.yaml", "prometheusrule.yaml", "gen-prometheusrule.py"):
+        assert f"deploy/kubernetes/{name}" in text
