@@ -10,6 +10,9 @@
 #   CIDR       MESHHEALTH_CIDR, else ${MH_POD_NET:-10.80}.N.0/24
 #   HealthIP   MESHHEALTH_HEALTH_IP, else ${MH_POD_NET:-10.80}.N.2
 #   metrics    MESHHEALTH_METRICS_LISTEN, else NodeIP:9962 (as in the netns lab)
+# With MH_HEALTH_FROM_NODE_IP=true (the Kubernetes DaemonSet, deploy/kubernetes/: node
+# names say nothing there) the index is not used: for NodeIP A.B.C.D the HealthIP is
+# ${MH_POD_NET:-10.80}.C.D and the CIDR that HealthIP/32, unique among NodeIPs of one /16.
 # Everything else comes from MESHHEALTH_* variables (see `meshhealth agent --help`);
 # arguments are passed on to the agent.
 set -eu
@@ -46,25 +49,34 @@ if [ -z "$node_ip" ]; then
     done
 fi
 
-index="${MH_NODE_INDEX:-}"
-if [ -z "$index" ]; then
-    index="$(printf '%s' "$node" | sed -n 's/^.*[^0-9]\([0-9][0-9]*\)$/\1/p')"
-fi
-if [ -z "$index" ]; then
-    index="${node_ip##*.}"
-fi
-case "$index" in
-    '' | *[!0-9]*) say "node index '$index' is not a number; set MH_NODE_INDEX"; exit 1 ;;
-esac
-index=$((index + 0))
-if [ "$index" -lt 1 ] || [ "$index" -gt 254 ]; then
-    say "node index $index is outside 1..254; set MH_NODE_INDEX or MESHHEALTH_CIDR"
-    exit 1
-fi
-
 pod_net="${MH_POD_NET:-10.80}"
-cidr="${MESHHEALTH_CIDR:-$pod_net.$index.0/24}"
-health_ip="${MESHHEALTH_HEALTH_IP:-$pod_net.$index.2}"
+if [ "${MH_HEALTH_FROM_NODE_IP:-false}" = true ]; then
+    case "$node_ip" in
+        *:* | '') say "MH_HEALTH_FROM_NODE_IP needs an IPv4 NodeIP, got '$node_ip'"; exit 1 ;;
+    esac
+    low="${node_ip#*.*.}" # A.B.C.D -> C.D
+    cidr="${MESHHEALTH_CIDR:-$pod_net.$low/32}"
+    health_ip="${MESHHEALTH_HEALTH_IP:-$pod_net.$low}"
+else
+    index="${MH_NODE_INDEX:-}"
+    if [ -z "$index" ]; then
+        index="$(printf '%s' "$node" | sed -n 's/^.*[^0-9]\([0-9][0-9]*\)$/\1/p')"
+    fi
+    if [ -z "$index" ]; then
+        index="${node_ip##*.}"
+    fi
+    case "$index" in
+        '' | *[!0-9]*) say "node index '$index' is not a number; set MH_NODE_INDEX"; exit 1 ;;
+    esac
+    index=$((index + 0))
+    if [ "$index" -lt 1 ] || [ "$index" -gt 254 ]; then
+        say "node index $index is outside 1..254; set MH_NODE_INDEX or MESHHEALTH_CIDR"
+        exit 1
+    fi
+
+    cidr="${MESHHEALTH_CIDR:-$pod_net.$index.0/24}"
+    health_ip="${MESHHEALTH_HEALTH_IP:-$pod_net.$index.2}"
+fi
 metrics_listen="${MESHHEALTH_METRICS_LISTEN:-$node_ip:9962}"
 web_listen="${MESHHEALTH_WEB_LISTEN:-$node_ip:9963}"
 
