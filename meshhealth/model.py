@@ -287,7 +287,30 @@ class HealthReport:
     degraded_reasons: tuple[str, ...] = ()
 
 
-# A path's suspicion verdict as published (meshhealth.diagnosis.suspicion.PathVerdict).
+class Reachability(enum.StrEnum):
+    """The one vocabulary for a path's, a matrix cell's and a node's state, in every view
+    (status, matrix, page, watch, metrics, the cluster summary) and every rule
+    (suspicion per path, diagnosis, the cluster verdict)."""
+
+    REACHABLE = "reachable"  # answers (a path), every probed path answers (a cell, node)
+    SUSPECT = "suspect"  # failing, not for long enough to be sure: neither reachable nor not
+    UNREACHABLE = "unreachable"  # failing past its suspicion time
+    UNKNOWN = "unknown"  # not probed yet, or no observer says anything
+    STALE = "stale"  # a cell: its observer's report is too old to count
+    UNASSIGNED = "unassigned"  # a cell: its observer was not asked to probe it (subset)
+
+
+# The states a path or a node has (a matrix cell has the two more above).
+PATH_STATES: tuple[Reachability, ...] = (
+    Reachability.REACHABLE,
+    Reachability.SUSPECT,
+    Reachability.UNREACHABLE,
+    Reachability.UNKNOWN,
+)
+
+# A path's suspicion verdict as published in a health report: only failing paths carry
+# one (suspect, unreachable); "ok" is what agents before the one vocabulary wrote for
+# `reachable`, still read.
 PATH_VERDICTS: tuple[str, ...] = ("ok", "suspect", "unreachable")
 
 

@@ -19,18 +19,18 @@ from meshhealth.diagnosis.cells import (
     Observer,
     PathKind,
     PathObservation,
-    PathState,
 )
+from meshhealth.model import Reachability
 
 NOW = 1_800_000_000.0
 SINCE = NOW - 60.0
 
-OK, SUS, UNR = PathState.OK, PathState.SUSPECT, PathState.UNREACHABLE
-STALE, UNA = PathState.STALE, PathState.UNASSIGNED
+OK, SUS, UNR = Reachability.REACHABLE, Reachability.SUSPECT, Reachability.UNREACHABLE
+STALE, UNA = Reachability.STALE, Reachability.UNASSIGNED
 K = PathKind
 
 # pattern -> states of node/icmp, node/http, endpoint/icmp, endpoint/http, node/icmp-df
-PATTERNS: dict[str, tuple[PathState, ...]] = {
+PATTERNS: dict[str, tuple[Reachability, ...]] = {
     "ok": (OK, OK, OK, OK, OK),
     "down": (UNR, UNR, UNR, UNR, UNR),  # nothing answers
     "agent": (OK, UNR, OK, OK, OK),  # kernel answers, agent does not
@@ -51,7 +51,7 @@ def node(name: str) -> NodeId:
 
 
 def cell(
-    observer: str, target: str, states: str | tuple[PathState, ...], since: float = SINCE
+    observer: str, target: str, states: str | tuple[Reachability, ...], since: float = SINCE
 ) -> MatrixCell:
     row = PATTERNS[states] if isinstance(states, str) else states
     paths = {

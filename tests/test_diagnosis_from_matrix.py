@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from meshhealth.diagnosis.cells import NodeId, PathKind, PathObservation, PathState
+from meshhealth.diagnosis.cells import NodeId, PathKind, PathObservation
 from meshhealth.diagnosis.diagnose import diagnose
 from meshhealth.diagnosis.from_matrix import matrix_view, path_state
 from meshhealth.documents.matrix import build_matrix
-from meshhealth.model import HealthReport, ProbeStatus
+from meshhealth.model import HealthReport, ProbeStatus, Reachability
 from tests import matrix_stories as S
 
 N1, N2, N3, N4 = (NodeId("lab1", f"node{i}") for i in range(1, 5))
@@ -83,18 +83,18 @@ def test_story_findings(story: object, expected: list[tuple[str, tuple[str, ...]
 @pytest.mark.parametrize(
     ("status", "stale", "state"),
     [
-        (ProbeStatus.OK, False, PathState.OK),
-        (ProbeStatus.TIMEOUT, False, PathState.UNREACHABLE),
-        (ProbeStatus.REFUSED, False, PathState.UNREACHABLE),
-        (ProbeStatus.HTTP_ERROR, False, PathState.UNREACHABLE),
-        (ProbeStatus.ERROR, False, PathState.UNREACHABLE),
+        (ProbeStatus.OK, False, Reachability.REACHABLE),
+        (ProbeStatus.TIMEOUT, False, Reachability.UNREACHABLE),
+        (ProbeStatus.REFUSED, False, Reachability.UNREACHABLE),
+        (ProbeStatus.HTTP_ERROR, False, Reachability.UNREACHABLE),
+        (ProbeStatus.ERROR, False, Reachability.UNREACHABLE),
         (ProbeStatus.UNKNOWN, False, None),
-        (ProbeStatus.OK, True, PathState.STALE),
-        (ProbeStatus.TIMEOUT, True, PathState.STALE),
+        (ProbeStatus.OK, True, Reachability.STALE),
+        (ProbeStatus.TIMEOUT, True, Reachability.STALE),
         (ProbeStatus.UNKNOWN, True, None),
     ],
 )
-def test_path_state(status: ProbeStatus, stale: bool, state: PathState | None) -> None:
+def test_path_state(status: ProbeStatus, stale: bool, state: Reachability | None) -> None:
     assert path_state(status, stale=stale) == state
 
 
@@ -111,15 +111,15 @@ def test_cells_observers_and_nodes_of_the_stale_story() -> None:
     assert set(cells) == {(N1, N1), (N1, N2), (N1, N3), (N1, remote), (N2, N1), (N2, N2)}
     fresh_since = S.NOW - 2.0
     assert cells[(N1, N3)].paths[PathKind.ENDPOINT_HTTP] == PathObservation(
-        PathState.OK, fresh_since
+        Reachability.REACHABLE, fresh_since
     )
     # The remote node: no endpoint, node/http not probed yet: only node/icmp counts.
     assert dict(cells[(N1, remote)].paths) == {
-        PathKind.NODE_ICMP: PathObservation(PathState.OK, fresh_since)
+        PathKind.NODE_ICMP: PathObservation(Reachability.REACHABLE, fresh_since)
     }
     # node2's report is 100 s old: every path it reports is stale, since its probe time.
     assert {p for p in cells[(N2, N1)].paths.values()} == {
-        PathObservation(PathState.STALE, S.NOW - 100.0)
+        PathObservation(Reachability.STALE, S.NOW - 100.0)
     }
     assert len(cells[(N2, N1)].paths) == 4
 
@@ -127,8 +127,8 @@ def test_cells_observers_and_nodes_of_the_stale_story() -> None:
 def test_failures_and_their_since() -> None:
     view = matrix_view(build_matrix(S.node_unreachable_by_all(), now=S.NOW))
     cells = {(c.observer, c.target): c for c in view.cells}
-    assert cells[(N1, N3)].state(PathKind.NODE_HTTP) is PathState.UNREACHABLE
+    assert cells[(N1, N3)].state(PathKind.NODE_HTTP) is Reachability.UNREACHABLE
     assert cells[(N1, N3)].since(PathKind.NODE_HTTP) == S.NOW - 2.0
-    assert cells[(N1, N3)].state(PathKind.NODE_ICMP_DF) is PathState.UNASSIGNED
+    assert cells[(N1, N3)].state(PathKind.NODE_ICMP_DF) is Reachability.UNASSIGNED
     (finding,) = diagnose(view)
     assert finding.since == S.NOW - 2.0

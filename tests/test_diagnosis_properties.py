@@ -22,16 +22,16 @@ from meshhealth.diagnosis.cells import (
     Observer,
     PathKind,
     PathObservation,
-    PathState,
 )
 from meshhealth.diagnosis.diagnose import diagnose
 from meshhealth.diagnosis.findings import FindingKind, findings_json
 from meshhealth.diagnosis.local_health import REASON_CODES
+from meshhealth.model import Reachability
 
 T0 = 1_800_000_000.0
-OK, UNR = PathState.OK, PathState.UNREACHABLE
-HEALTHY = (PathState.OK, PathState.SUSPECT, PathState.UNASSIGNED)
-FAILING = (PathState.UNREACHABLE, PathState.SUSPECT, PathState.UNASSIGNED)
+OK, UNR = Reachability.REACHABLE, Reachability.UNREACHABLE
+HEALTHY = (Reachability.REACHABLE, Reachability.SUSPECT, Reachability.UNASSIGNED)
+FAILING = (Reachability.UNREACHABLE, Reachability.SUSPECT, Reachability.UNASSIGNED)
 
 
 @st.composite
@@ -41,11 +41,11 @@ def node_ids(draw: st.DrawFn) -> list[NodeId]:
     return [NodeId(clusters[i % len(clusters)], f"node{i}") for i in range(count)]
 
 
-def _paths(draw: st.DrawFn, states: tuple[PathState, ...]) -> dict[PathKind, PathObservation]:
+def _paths(draw: st.DrawFn, states: tuple[Reachability, ...]) -> dict[PathKind, PathObservation]:
     paths = {}
     for kind in PathKind:
         state = draw(st.sampled_from(states))
-        if state is not PathState.UNASSIGNED:
+        if state is not Reachability.UNASSIGNED:
             paths[kind] = PathObservation(state, T0 + draw(st.integers(0, 100)))
     return paths
 
@@ -74,7 +74,7 @@ def one_bad_observer(draw: st.DrawFn) -> tuple[MatrixView, NodeId]:
             if o == bad:
                 paths = _paths(draw, FAILING)
                 # "every assigned path failing": at least one really unreachable
-                paths[PathKind.NODE_ICMP] = PathObservation(PathState.UNREACHABLE, T0)
+                paths[PathKind.NODE_ICMP] = PathObservation(Reachability.UNREACHABLE, T0)
             else:
                 paths = _paths(draw, HEALTHY)
             cells.append(MatrixCell(o, t, paths))
@@ -88,7 +88,7 @@ def one_bad_observer(draw: st.DrawFn) -> tuple[MatrixView, NodeId]:
 def any_views(draw: st.DrawFn) -> MatrixView:
     nodes = draw(node_ids())
     cells = [
-        MatrixCell(o, t, _paths(draw, tuple(PathState)))
+        MatrixCell(o, t, _paths(draw, tuple(Reachability)))
         for o in nodes
         for t in nodes
         if o != t and draw(st.booleans())
@@ -163,7 +163,7 @@ def test_findings_are_well_formed(view: MatrixView) -> None:
 # One fault on one node d, everyone else healthy, any subset of cells: the finding is
 # that fault on d and nothing else, as long as enough observers assess d.
 # kind -> (pattern of d's column, pattern of d's row or None for a stale report)
-ONE_FAULT: dict[FindingKind, tuple[tuple[PathState, ...], tuple[PathState, ...] | None]] = {
+ONE_FAULT: dict[FindingKind, tuple[tuple[Reachability, ...], tuple[Reachability, ...] | None]] = {
     FindingKind.NODE_DOWN: ((UNR, UNR, UNR, UNR, UNR), None),
     FindingKind.AGENT_DOWN: ((OK, UNR, OK, OK, OK), None),
     FindingKind.ENDPOINT_DOWN: ((OK, OK, UNR, UNR, OK), (OK, OK, OK, OK, OK)),
@@ -174,7 +174,7 @@ ONE_FAULT: dict[FindingKind, tuple[tuple[PathState, ...], tuple[PathState, ...] 
 }
 
 
-def _cell(o: NodeId, t: NodeId, states: tuple[PathState, ...]) -> MatrixCell:
+def _cell(o: NodeId, t: NodeId, states: tuple[Reachability, ...]) -> MatrixCell:
     return MatrixCell(
         o, t, {k: PathObservation(s, T0) for k, s in zip(PathKind, states, strict=True)}
     )
@@ -196,7 +196,7 @@ def one_fault(draw: st.DrawFn) -> tuple[MatrixView, FindingKind, NodeId, int, in
                 cells.append(_cell(o, t, column_states))
                 observers_of_bad += 1
             elif o == bad:
-                states = row_states or (PathState.STALE,) * len(PathKind)
+                states = row_states or (Reachability.STALE,) * len(PathKind)
                 cells.append(_cell(o, t, states))
                 targets_of_bad += 1
             else:

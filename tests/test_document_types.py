@@ -4,6 +4,7 @@ TypedDict in meshhealth.documents (keys, their order in the JSON, and value type
 
 from __future__ import annotations
 
+import enum
 import json
 import types
 import typing
@@ -31,6 +32,9 @@ def shape_errors(value: object, kind: Any, where: str = "$") -> list[str]:
         return [] if any(not errors for errors in options) else min(options, key=len)
     if origin is Literal:
         return [] if value in get_args(kind) else [f"{where}: {value!r} not in {get_args(kind)}"]
+    if isinstance(kind, type) and issubclass(kind, enum.StrEnum):  # JSON holds its values
+        values = [member.value for member in kind]
+        return [] if value in values else [f"{where}: {value!r} not in {kind.__name__} {values}"]
     if kind is type(None):
         return [] if value is None else [f"{where}: {value!r} is not None"]
     if _is_typeddict(kind):

@@ -13,7 +13,6 @@ from meshhealth.agent.indirect_probes import IndirectProbes, confirm_suspicion
 from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.agent.probe_results import ProbeResults
 from meshhealth.cli.format_status import path_line
-from meshhealth.diagnosis.suspicion import PathVerdict
 from meshhealth.documents.indirect import HelperPath, IndirectQuery
 from meshhealth.documents.matrix import Matrix
 from meshhealth.documents.status import LocalNode
@@ -25,6 +24,7 @@ from meshhealth.model import (
     ProbeResult,
     ProbeStatus,
     Protocol,
+    Reachability,
     RoundReport,
     Target,
     TargetType,
@@ -209,7 +209,7 @@ async def test_target_down_confirms_and_path_broken_settles_a_twice_failed_path(
     )
     verdicts.finish_round((OWN, A, B, C, d))
     verdicts.observe(_key("d"), ok=False)
-    assert verdicts.get(_key("d")).verdict is PathVerdict.SUSPECT  # type: ignore[union-attr]
+    assert verdicts.get(_key("d")).verdict is Reachability.SUSPECT  # type: ignore[union-attr]
     well = {"now": True}
     confirm = confirm_suspicion(verdicts, lambda: well["now"])
 
@@ -242,16 +242,16 @@ async def test_target_down_confirms_and_path_broken_settles_a_twice_failed_path(
     assert broken.conclusion is Conclusion.PATH_BROKEN
     state = verdicts.get(_key("d"))
     assert state is not None and state.confirmers == frozenset()
-    assert state.verdict is PathVerdict.SUSPECT
+    assert state.verdict is Reachability.SUSPECT
     # Twice in a row, but this agent is unwell: its own failures, still suspect.
     verdicts.observe(_key("d"), ok=False)
     well["now"] = False
     await probes.check(d, [_key("d")])
-    assert verdicts.get(_key("d")).verdict is PathVerdict.SUSPECT  # type: ignore[union-attr]
+    assert verdicts.get(_key("d")).verdict is Reachability.SUSPECT  # type: ignore[union-attr]
     # Well again: the helper's answer settles it, long before the suspicion time.
     well["now"] = True
     await probes.check(d, [_key("d")])
-    assert verdicts.get(_key("d")).verdict is PathVerdict.UNREACHABLE  # type: ignore[union-attr]
+    assert verdicts.get(_key("d")).verdict is Reachability.UNREACHABLE  # type: ignore[union-attr]
 
 
 async def test_secondary_paths_are_not_checked(autojump_clock: trio.testing.MockClock) -> None:

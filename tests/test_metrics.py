@@ -11,7 +11,6 @@ import trio
 
 from meshhealth.agent.agent_metrics import LATENCY_BUCKETS_S, agent_metrics
 from meshhealth.agent.serving.metrics_server import serve_metrics
-from meshhealth.documents.status import PATH_STATES
 from meshhealth.metrics import (
     CONTENT_TYPE,
     Registry,
@@ -20,6 +19,7 @@ from meshhealth.metrics import (
     format_value,
 )
 from meshhealth.model import (
+    PATH_STATES,
     REACHABILITY_PROTOCOLS,
     HealthReport,
     PathKey,

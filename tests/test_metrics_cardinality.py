@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from meshhealth.documents.reachability import REACHABILITY_STATES
+from meshhealth.model import PATH_STATES
 from tests.agent_cluster import AgentCluster, AgentProcess, wait_for
 from tests.plugins.etcd_server import EtcdServer
 
@@ -54,7 +54,7 @@ def test_series_of_a_target_that_left_are_removed(tmp_path: Path, etcd_server: E
         # 5 paths a target: 4, and the don't-fragment MTU probe's (on by default)
         wait_for(lambda: probe_paths(n1), lambda p: p.get("reachable") == 15, 30,
                  what="n1's 15 paths reachable")  # fmt: skip
-        assert set(probe_paths(n1)) == set(REACHABILITY_STATES)  # a fixed set at any N
+        assert set(probe_paths(n1)) == set(PATH_STATES)  # a fixed set at any N
 
         # n3 leaves (its lease is revoked): n1 stops probing it and drops its series,
         # not leaving them at their last value.

@@ -27,7 +27,6 @@ from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.agent.probe_results import ProbeResults
 from meshhealth.agent.serving.feed_server import FeedClient, FeedHub
 from meshhealth.agent.status_source import StatusSource
-from meshhealth.diagnosis.suspicion import PathVerdict
 from meshhealth.documents.status import (
     NO_VERDICTS,
     EtcdState,
@@ -47,6 +46,7 @@ from meshhealth.model import (
     ProbeResult,
     ProbeStatus,
     Protocol,
+    Reachability,
     RoundReport,
     Target,
     TargetType,
@@ -262,5 +262,5 @@ async def test_a_verdict_changed_between_rounds_reaches_the_publisher_at_once(
         await trio.sleep(rig.results.verdicts.params.floor_s)
         await trio.testing.wait_all_tasks_blocked()
         assert rig.verdicts_noted, "the publisher was not told"
-        assert rig.verdicts_noted[-1][KEY].verdict is PathVerdict.UNREACHABLE
+        assert rig.verdicts_noted[-1][KEY].verdict is Reachability.UNREACHABLE
         nursery.cancel_scope.cancel()

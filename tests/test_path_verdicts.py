@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from meshhealth.agent.path_verdicts import PathVerdicts, source_id
 from meshhealth.agent.probe_results import ProbeResults
-from meshhealth.diagnosis.suspicion import PathVerdict
 from meshhealth.documents.status import LocalNode
 from meshhealth.model import (
     PathKey,
@@ -21,12 +20,13 @@ from meshhealth.model import (
     ProbeResult,
     ProbeStatus,
     Protocol,
+    Reachability,
     RoundReport,
     Target,
     TargetType,
 )
 
-V = PathVerdict
+V = Reachability
 INTERVAL_S = 10.0
 NODES = [Target("c", f"n{i}", f"127.0.0.{i}", None) for i in range(1, 5)]  # 4 nodes
 NODES8 = [Target("c", f"n{i}", f"127.0.0.{i}", None) for i in range(1, 9)]  # 3 can confirm
@@ -59,7 +59,7 @@ LONE_FAILURES = [
     ((False, 20.0), V.SUSPECT),
     ((False, 30.0), V.UNREACHABLE),  # failing for the ceiling
     ((False, 40.0), V.UNREACHABLE),
-    ((True, 50.0), V.OK),  # one success is enough
+    ((True, 50.0), V.REACHABLE),  # one success is enough
     ((False, 60.0), V.SUSPECT),
 ]
 
@@ -97,7 +97,7 @@ def test_a_confirmer_counts_once_and_only_for_failing_paths() -> None:
     state = verdicts.get(PATH)
     assert state is not None and state.confirmers == frozenset({"c/n3"})
     http = verdicts.get(HTTP)
-    assert http is not None and http.verdict is V.OK and http.confirmers == frozenset()
+    assert http is not None and http.verdict is V.REACHABLE and http.confirmers == frozenset()
 
 
 async def test_confirmations_settle_a_path_that_failed_twice() -> None:
@@ -155,7 +155,7 @@ def test_never_unreachable_without_two_failures_and_the_floor(
         state = verdicts.get(PATH) or state
         if ok:
             failures, failing_since = 0, None
-            assert state.verdict is V.OK
+            assert state.verdict is V.REACHABLE
             continue
         failures += 1
         failing_since = now if failing_since is None else failing_since

@@ -17,7 +17,7 @@ from meshhealth.agent.membership.publisher import (
 from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.cli.format_matrix import report_text
 from meshhealth.cli.watch_state import NodeView, PathView, aggregate_paths
-from meshhealth.diagnosis.cells import NodeId, PathKind, PathState
+from meshhealth.diagnosis.cells import NodeId, PathKind
 from meshhealth.diagnosis.from_matrix import matrix_view
 from meshhealth.documents.matrix import build_matrix, cell_state
 from meshhealth.documents.matrix_json import matrix_document
@@ -30,6 +30,7 @@ from meshhealth.model import (
     ProbeResult,
     ProbeStatus,
     Protocol,
+    Reachability,
     RoundReport,
     Target,
     TargetHealth,
@@ -192,7 +193,7 @@ def test_matrix_watch_and_diagnosis_read_the_published_verdicts() -> None:
         if (c.observer, c.target) == (NodeId("lab1", "node1"), NodeId("lab1", "node3"))
     )
     icmp = observed.paths[PathKind.NODE_ICMP]
-    assert icmp.state is PathState.SUSPECT and icmp.since == matrix_stories.NOW - 3
+    assert icmp.state is Reachability.SUSPECT and icmp.since == matrix_stories.NOW - 3
     degraded = {o.node for o in view.observers if o.degraded}
     assert degraded == {NodeId("lab1", "node2")}
 

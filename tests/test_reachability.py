@@ -12,13 +12,12 @@ from hypothesis import strategies as st
 from meshhealth.cli.watch_state import NodeView, PathView
 from meshhealth.documents.matrix import cell_state
 from meshhealth.documents.reachability import (
-    REACHABILITY_STATES,
     combined_reachability,
     status_reachability,
     statuses_reachability,
 )
 from meshhealth.documents.status import path_state
-from meshhealth.model import PathHealth, PathSummary, ProbeResult, ProbeStatus
+from meshhealth.model import PATH_STATES, PathHealth, PathSummary, ProbeResult, ProbeStatus
 
 S = ProbeStatus
 
@@ -68,7 +67,7 @@ STATUSES = st.lists(st.sampled_from(list(ProbeStatus)), max_size=4)
 def test_combined_is_order_free_and_matches_the_definition(statuses: list[ProbeStatus]) -> None:
     states = [status_reachability(s) for s in statuses]
     combined = combined_reachability(states)
-    assert combined in REACHABILITY_STATES
+    assert combined in PATH_STATES
     assert combined_reachability(reversed(states)) == combined
     probed = [s for s in statuses if s is not S.UNKNOWN]
     expected = (

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from meshhealth import defaults
 from meshhealth.diagnosis.suspicion import (
     PathSuspicion,
-    PathVerdict,
     SuspicionParams,
     confirm,
     observe,
@@ -21,6 +20,7 @@ from meshhealth.diagnosis.suspicion import (
     suspicion_params,
     suspicion_time_s,
 )
+from meshhealth.model import Reachability
 
 T0 = 1_800_000_000.0
 P = SuspicionParams(floor_s=5.0, ceiling_s=30.0, confirmations_wanted=3, min_failures=2)
@@ -110,7 +110,7 @@ def test_time_is_bounded_and_never_grows_with_confirmations(
     assert more <= now + 1e-9
 
 
-def _run(events: list[tuple[float, bool, int]], possible: int | None = None) -> list[PathVerdict]:
+def _run(events: list[tuple[float, bool, int]], possible: int | None = None) -> list[Reachability]:
     """Feed (offset_s, ok, confirmations) results; the verdict after each."""
     state = PathSuspicion()
     verdicts = []
@@ -124,7 +124,7 @@ def _run(events: list[tuple[float, bool, int]], possible: int | None = None) -> 
     return verdicts
 
 
-OK, SUS, UNR = PathVerdict.OK, PathVerdict.SUSPECT, PathVerdict.UNREACHABLE
+OK, SUS, UNR = Reachability.REACHABLE, Reachability.SUSPECT, Reachability.UNREACHABLE
 
 
 @pytest.mark.parametrize(
@@ -161,7 +161,7 @@ OK, SUS, UNR = PathVerdict.OK, PathVerdict.SUSPECT, PathVerdict.UNREACHABLE
     ],
 )  # fmt: skip
 def test_state_machine(
-    events: list[tuple[float, bool, int]], possible: int | None, expected: list[PathVerdict]
+    events: list[tuple[float, bool, int]], possible: int | None, expected: list[Reachability]
 ) -> None:
     assert _run(events, possible) == expected
 
@@ -173,25 +173,25 @@ def test_confirmations_accumulate_and_count_once() -> None:
     assert state.failures == 2
     assert state.failing_since == T0
     # two of three: 30 - 25 * log 3 / log 4 = 10.2 s > 10 s, not yet
-    assert state.verdict is PathVerdict.SUSPECT
+    assert state.verdict is Reachability.SUSPECT
     state = observe(state, ok=False, now=T0 + 11, params=P, confirmers={"b"})
-    assert state.verdict is PathVerdict.UNREACHABLE
+    assert state.verdict is Reachability.UNREACHABLE
     assert state.since == T0 + 11
 
 
 def test_confirm_between_probes_settles_a_suspect_path() -> None:
     state = observe(PathSuspicion(), ok=False, now=T0, params=P)
     state = observe(state, ok=False, now=T0 + 10, params=P)
-    assert state.verdict is PathVerdict.SUSPECT
+    assert state.verdict is Reachability.SUSPECT
     later = confirm(state, now=T0 + 12, params=P, confirmers={"x", "y", "z"})
-    assert later.verdict is PathVerdict.UNREACHABLE
+    assert later.verdict is Reachability.UNREACHABLE
     assert later.since == T0 + 12
 
 
 def test_confirm_never_settles_after_one_failure_nor_touches_ok() -> None:
     state = observe(PathSuspicion(), ok=False, now=T0, params=P)
     later = confirm(state, now=T0 + 100, params=P, confirmers={"x", "y", "z"})
-    assert later.verdict is PathVerdict.SUSPECT
+    assert later.verdict is Reachability.SUSPECT
     ok = observe(PathSuspicion(), ok=True, now=T0, params=P)
     assert confirm(ok, now=T0 + 100, params=P, confirmers={"x"}) == ok
 
@@ -203,9 +203,9 @@ def test_a_helper_that_reaches_the_target_settles_a_path_that_failed_twice() -> 
     once = observe(PathSuspicion(), ok=False, now=T0, params=P)
     assert path_broken(once, now=T0 + 1, params=P) == once
     twice = observe(once, ok=False, now=T0 + 2, params=P)
-    assert twice.verdict is PathVerdict.SUSPECT  # 2 s < the floor: no verdict yet
+    assert twice.verdict is Reachability.SUSPECT  # 2 s < the floor: no verdict yet
     broken = path_broken(twice, now=T0 + 3, params=P)
-    assert (broken.verdict, broken.since) == (PathVerdict.UNREACHABLE, T0 + 3)
+    assert (broken.verdict, broken.since) == (Reachability.UNREACHABLE, T0 + 3)
     assert path_broken(broken, now=T0 + 9, params=P) == broken
     ok = observe(PathSuspicion(), ok=True, now=T0, params=P)
     assert path_broken(ok, now=T0 + 1, params=P) == ok
@@ -215,7 +215,7 @@ def test_ok_keeps_its_since() -> None:
     first = observe(PathSuspicion(), ok=True, now=T0, params=P)
     again = observe(first, ok=True, now=T0 + 10, params=P)
     assert first.since == again.since == T0
-    assert again.verdict is PathVerdict.OK
+    assert again.verdict is Reachability.REACHABLE
 
 
 @settings(deadline=None)  # how long a case takes depends on the load, not the code
@@ -237,16 +237,16 @@ def test_never_unreachable_without_min_failures_and_the_floor(
             possible_confirmers=possible,
         )  # fmt: skip
         if ok:
-            assert state.verdict is PathVerdict.OK
+            assert state.verdict is Reachability.REACHABLE
             continue
-        expected = 1 if before.verdict is PathVerdict.OK else before.failures + 1
+        expected = 1 if before.verdict is Reachability.REACHABLE else before.failures + 1
         assert state.failures == expected
-        if state.verdict is PathVerdict.UNREACHABLE:
+        if state.verdict is Reachability.UNREACHABLE:
             assert state.failures >= P.min_failures
             assert state.failing_since is not None
             assert now - state.failing_since >= P.floor_s
-        if before.verdict is PathVerdict.OK:
-            assert state.verdict is PathVerdict.SUSPECT  # never straight to unreachable
+        if before.verdict is Reachability.REACHABLE:
+            assert state.verdict is Reachability.SUSPECT  # never straight to unreachable
 
 
 def test_docs_show_the_defaults() -> None:

@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from meshhealth import __version__, defaults
 from meshhealth.documents.status import (
     NO_VERDICTS,
-    PATH_STATES,
     Verdicts,
     combined_state,
     path_state,
 )
 from meshhealth.metrics import Counter, CounterSeries, Gauge, Histogram, Registry
 from meshhealth.model import (
+    PATH_STATES,
     REACHABILITY_PROTOCOLS,
     PathKey,
     PathSummary,

@@ -40,7 +40,6 @@ import trio
 from meshhealth import defaults
 from meshhealth.diagnosis.suspicion import (
     PathSuspicion,
-    PathVerdict,
     SuspicionParams,
     confirm,
     observe,
@@ -48,9 +47,9 @@ from meshhealth.diagnosis.suspicion import (
     suspicion_params,
     suspicion_time_s,
 )
-from meshhealth.model import PathKey, Target
+from meshhealth.model import PathKey, Reachability, Target
 
-V_SUSPECT = PathVerdict.SUSPECT
+V_SUSPECT = Reachability.SUSPECT
 # How many observers (this one included) fail to reach cluster/node now, as the
 # cluster's summary says (meshhealth.agent.cluster_view.follower).
 FailingObservers = Callable[[str, str], int]
@@ -107,8 +106,8 @@ class PathVerdicts:
             self._snapshot = MappingProxyType(dict(self._states))
         return self._snapshot
 
-    def counts(self) -> dict[PathVerdict, int]:
-        counts = dict.fromkeys(PathVerdict, 0)
+    def counts(self) -> dict[Reachability, int]:
+        counts = dict.fromkeys(Reachability, 0)
         for state in self._states.values():
             counts[state.verdict] += 1
         return counts
@@ -116,7 +115,7 @@ class PathVerdicts:
     def due_at(self, state: PathSuspicion) -> float | None:
         """When a suspect path turns unreachable if nothing else happens (None: not
         before its next failure, or not suspect)."""
-        if state.verdict is not PathVerdict.SUSPECT or state.failing_since is None:
+        if state.verdict is not Reachability.SUSPECT or state.failing_since is None:
             return None
         if state.failures < self._params.min_failures:
             return None

@@ -22,8 +22,6 @@ from meshhealth import defaults
 from meshhealth.documents.feed import LaggingMessage, PathMessage, RoundMessage, SnapshotMessage
 from meshhealth.documents.matrix_json import MatrixDocument
 from meshhealth.documents.reachability import (
-    REACHABILITY_STATES,
-    Reachability,
     combined_reachability,
     status_reachability,
 )
@@ -34,11 +32,13 @@ from meshhealth.documents.status_schema import (
     StatusDocument,
 )
 from meshhealth.model import (
+    PATH_STATES,
     REACHABILITY_PROTOCOLS,
     SECONDARY_SUFFIX,
     STATUS_TEXT,
     HealthReport,
     ProbeStatus,
+    Reachability,
     TargetType,
     path_name,
 )
@@ -135,7 +135,7 @@ def _time(text: object) -> float | None:
 
 
 def _state(value: object) -> Reachability | None:
-    for state in REACHABILITY_STATES:  # a state this viewer does not know: by status
+    for state in PATH_STATES:  # a state this viewer does not know: by status
         if value == state:
             return state
     return None

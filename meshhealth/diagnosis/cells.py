@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from meshhealth.model import Reachability
+
 
 class NodeId(NamedTuple):
     """A node, `cluster/node`. A tuple: hashed and compared at C speed, which matters
@@ -39,20 +41,12 @@ class PathKind(enum.StrEnum):
     NODE_ICMP_DF = "node/icmp-df"  # NodeIP, big don't-fragment ICMP (link MTU)
 
 
-class PathState(enum.StrEnum):
-    OK = "ok"
-    SUSPECT = "suspect"
-    UNREACHABLE = "unreachable"
-    STALE = "stale"
-    UNASSIGNED = "unassigned"
-
-
-FRESH_STATES = frozenset({PathState.OK, PathState.SUSPECT, PathState.UNREACHABLE})
+FRESH_STATES = frozenset({Reachability.REACHABLE, Reachability.SUSPECT, Reachability.UNREACHABLE})
 
 
 @dataclass(frozen=True, slots=True)
 class PathObservation:
-    state: PathState
+    state: Reachability
     since: float  # unix seconds: when the path entered this state
 
 
@@ -66,9 +60,9 @@ class MatrixCell:
     # Their address family (`ipv4`, `ipv6`); None when the observer did not say.
     secondary_family: str | None = None
 
-    def state(self, kind: PathKind) -> PathState:
+    def state(self, kind: PathKind) -> Reachability:
         seen = self.paths.get(kind)
-        return PathState.UNASSIGNED if seen is None else seen.state
+        return Reachability.UNASSIGNED if seen is None else seen.state
 
     def since(self, kind: PathKind) -> float:
         seen = self.paths.get(kind)

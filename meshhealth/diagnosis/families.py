@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Set
 
-from meshhealth.diagnosis.cells import MatrixCell, NodeId, PathKind, PathObservation, PathState
+from meshhealth.diagnosis.cells import MatrixCell, NodeId, PathKind, PathObservation
 from meshhealth.diagnosis.findings import Finding, FindingKind, confidence, names
+from meshhealth.model import Reachability
 
 _FAMILY_NAMES = {"ipv4": "IPv4", "ipv6": "IPv6"}
 
@@ -39,9 +40,9 @@ def family_words(families: Iterable[str | None]) -> str:
 def _reaches(paths: dict[PathKind, PathObservation]) -> bool | None:
     """True: a path is ok; False: every probed path unreachable; None: not evidence."""
     states = [o.state for k, o in paths.items() if k is not PathKind.NODE_ICMP_DF]
-    if any(s is PathState.OK for s in states):
+    if any(s is Reachability.REACHABLE for s in states):
         return True
-    if states and all(s is PathState.UNREACHABLE for s in states):
+    if states and all(s is Reachability.UNREACHABLE for s in states):
         return False
     return None
 
@@ -66,7 +67,7 @@ def secondary_findings(
             failing = sorted(
                 k
                 for k, o in cell.secondary.items()
-                if o.state is PathState.UNREACHABLE and k is not PathKind.NODE_ICMP_DF
+                if o.state is Reachability.UNREACHABLE and k is not PathKind.NODE_ICMP_DF
             )
             since = max(cell.secondary[k].since for k in failing)
             fails.setdefault(cell.target, {})[cell.observer] = (

@@ -32,10 +32,9 @@ from meshhealth.diagnosis.cells import (
     Observer,
     PathKind,
     PathObservation,
-    PathState,
 )
 from meshhealth.documents.matrix import Matrix, Row
-from meshhealth.model import PathHealth, ProbeStatus
+from meshhealth.model import PathHealth, ProbeStatus, Reachability
 
 # The report's path names (documents.matrix.PATH_ORDER) as diagnosis's path kinds.
 PATH_KINDS: Mapping[str, PathKind] = {
@@ -47,21 +46,23 @@ PATH_KINDS: Mapping[str, PathKind] = {
 }
 
 
-def path_state(status: ProbeStatus, *, stale: bool, verdict: str | None = None) -> PathState | None:
+def path_state(
+    status: ProbeStatus, *, stale: bool, verdict: str | None = None
+) -> Reachability | None:
     """The diagnosis state of one reported path (its status and the source's verdict);
     None when it is not evidence of anything (not probed yet)."""
     if status is ProbeStatus.UNKNOWN:
         return None
     if stale:
-        return PathState.STALE
+        return Reachability.STALE
     if status is ProbeStatus.OK:
-        return PathState.OK
-    return PathState.SUSPECT if verdict == "suspect" else PathState.UNREACHABLE
+        return Reachability.REACHABLE
+    return Reachability.SUSPECT if verdict == "suspect" else Reachability.UNREACHABLE
 
 
 # (state, since) -> the one PathObservation of that value (they are immutable): most
 # paths of a row read "ok since the report's time", so one object serves them all.
-_Shared = dict[tuple[PathState, float], PathObservation]
+_Shared = dict[tuple[Reachability, float], PathObservation]
 
 
 def _observations(

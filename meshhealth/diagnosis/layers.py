@@ -27,8 +27,8 @@ from meshhealth.diagnosis.cells import (
     MatrixView,
     NodeId,
     PathKind,
-    PathState,
 )
+from meshhealth.model import Reachability
 
 Pair = tuple[NodeId, NodeId]  # (observer, target)
 
@@ -38,13 +38,6 @@ class Layer(enum.StrEnum):
     AGENT = "agent"
     ENDPOINT = "endpoint"
     MTU = "mtu"
-
-
-class Verdict(enum.Enum):
-    OK = "ok"
-    FAIL = "fail"
-    UNSURE = "unsure"
-    NONE = "none"
 
 
 _LAYERS = tuple(Layer)  # iterating an Enum class is slow; this is per cell
@@ -57,73 +50,77 @@ _LAYER_KINDS = {
     Layer.ENDPOINT: (2, 3),  # endpoint/icmp, endpoint/http
     Layer.MTU: (4,),  # node/icmp-df
 }
-_OK, _SUSPECT, _UNREACHABLE = PathState.OK, PathState.SUSPECT, PathState.UNREACHABLE
+_REACHABLE, _SUSPECT, _UNREACHABLE = (
+    Reachability.REACHABLE,
+    Reachability.SUSPECT,
+    Reachability.UNREACHABLE,
+)
 
 
-def cell_states(cell: MatrixCell) -> tuple[PathState, ...]:
+def cell_states(cell: MatrixCell) -> tuple[Reachability, ...]:
     """The cell's state per path kind, in `PathKind` order (unassigned when missing)."""
-    states = [PathState.UNASSIGNED] * len(_KINDS)
+    states = [Reachability.UNASSIGNED] * len(_KINDS)
     for kind, seen in cell.paths.items():
         states[_KIND_INDEX[kind]] = seen.state
     return tuple(states)
 
 
-def _any_answers(states: Iterable[PathState]) -> Verdict:
+def _any_answers(states: Iterable[Reachability]) -> Reachability:
     found = set(states)
-    if _OK in found:
-        return Verdict.OK
+    if _REACHABLE in found:
+        return Reachability.REACHABLE
     if _SUSPECT in found:
-        return Verdict.UNSURE
+        return Reachability.SUSPECT
     if _UNREACHABLE in found:
-        return Verdict.FAIL
-    return Verdict.NONE
+        return Reachability.UNREACHABLE
+    return Reachability.UNKNOWN
 
 
-def _all_answer(states: Iterable[PathState]) -> Verdict:
+def _all_answer(states: Iterable[Reachability]) -> Reachability:
     found = set(states)
     if _UNREACHABLE in found:
-        return Verdict.FAIL
+        return Reachability.UNREACHABLE
     if _SUSPECT in found:
-        return Verdict.UNSURE
-    if _OK in found:
-        return Verdict.OK
-    return Verdict.NONE
+        return Reachability.SUSPECT
+    if _REACHABLE in found:
+        return Reachability.REACHABLE
+    return Reachability.UNKNOWN
 
 
 @functools.cache  # a few dozen distinct `states` in a matrix of any size
-def _verdicts(states: tuple[PathState, ...]) -> tuple[tuple[Layer, Verdict], ...]:
+def _verdicts(states: tuple[Reachability, ...]) -> tuple[tuple[Layer, Reachability], ...]:
     """`pair_verdict` of every layer (in `_LAYERS` order) for one cell's states."""
     return tuple((layer, pair_verdict(layer, states)) for layer in _LAYERS)
 
 
 @functools.cache
-def _ok_layers(states: tuple[PathState, ...]) -> tuple[Layer, ...]:
-    return tuple(layer for layer, verdict in _verdicts(states) if verdict is Verdict.OK)
+def _ok_layers(states: tuple[Reachability, ...]) -> tuple[Layer, ...]:
+    return tuple(layer for layer, verdict in _verdicts(states) if verdict is Reachability.REACHABLE)
 
 
 @functools.cache
-def _failing_layers(states: tuple[PathState, ...]) -> tuple[tuple[Layer, Verdict], ...]:
+def _failing_layers(states: tuple[Reachability, ...]) -> tuple[tuple[Layer, Reachability], ...]:
     """The layers whose verdict is FAIL or UNSURE (none for a healthy cell)."""
     return tuple(
         (layer, verdict)
         for layer, verdict in _verdicts(states)
-        if verdict in (Verdict.FAIL, Verdict.UNSURE)
+        if verdict in (Reachability.UNREACHABLE, Reachability.SUSPECT)
     )
 
 
-def pair_verdict(layer: Layer, states: tuple[PathState, ...]) -> Verdict:
+def pair_verdict(layer: Layer, states: tuple[Reachability, ...]) -> Reachability:
     """The answer of `layer`'s question for one cell's `cell_states`."""
     mine = [states[i] for i in _LAYER_KINDS[layer]]
     if layer is Layer.CONNECTIVITY:
         return _any_answers(mine)
-    if states[0] is not _OK:  # the NodeIP must answer ICMP for the other questions
-        return Verdict.NONE
+    if states[0] is not _REACHABLE:  # the NodeIP must answer ICMP for the other questions
+        return Reachability.UNKNOWN
     if layer is Layer.ENDPOINT and states[1] in (_SUSPECT, _UNREACHABLE):
-        return Verdict.NONE  # the agent layer's business
+        return Reachability.UNKNOWN  # the agent layer's business
     return _all_answer(mine)
 
 
-def failing_kinds(layer: Layer, states: tuple[PathState, ...]) -> tuple[PathKind, ...]:
+def failing_kinds(layer: Layer, states: tuple[Reachability, ...]) -> tuple[PathKind, ...]:
     """The path kinds whose failure makes the pair fail in `layer`."""
     return tuple(_KINDS[i] for i in _LAYER_KINDS[layer] if states[i] is _UNREACHABLE)
 
@@ -175,7 +172,7 @@ def build_grid(view: MatrixView) -> Grid:
         if cell.observer in fresh_rows:
             continue
         for seen in cell.paths.values():
-            if seen.state is PathState.STALE:
+            if seen.state is Reachability.STALE:
                 prev = stale_since.get(cell.observer, seen.since)
                 stale_since[cell.observer] = max(prev, seen.since)
     layers = _layers(cells, degraded)
@@ -193,20 +190,20 @@ def _layers(
     oks: dict[Layer, set[Pair]] = {layer: set() for layer in Layer}
     kinds: dict[Layer, dict[Pair, tuple[PathKind, ...]]] = {layer: {} for layer in Layer}
     own_unsure: dict[Layer, dict[Pair, float]] = {layer: {} for layer in Layer}
-    ok_pairs: dict[tuple[PathState, ...], list[Pair]] = {}  # by states: added at once
+    ok_pairs: dict[tuple[Reachability, ...], list[Pair]] = {}  # by states: added at once
     for cell in cells:
         pair = (cell.observer, cell.target)
         states = cell_states(cell)
         ok_pairs.setdefault(states, []).append(pair)
         for layer, verdict in _failing_layers(states):
-            if verdict is Verdict.FAIL:
+            if verdict is Reachability.UNREACHABLE:
                 failing = failing_kinds(layer, states)
                 since = max(cell.since(k) for k in failing)
                 own_fails[layer][pair] = since
                 kinds[layer][pair] = failing
                 if cell.observer not in degraded:
                     fails[layer][pair] = since
-            elif verdict is Verdict.UNSURE:
+            elif verdict is Reachability.SUSPECT:
                 suspect = [_KINDS[i] for i in _LAYER_KINDS[layer] if states[i] is _SUSPECT]
                 own_unsure[layer][pair] = max((cell.since(k) for k in suspect), default=0.0)
     for states, pairs in ok_pairs.items():

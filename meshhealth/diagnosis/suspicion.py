@@ -1,6 +1,7 @@
 """Suspicion per path: ok -> suspect -> unreachable (pure, explicit timestamps).
 
-One probe that fails makes a path `suspect`, never `unreachable`. The path becomes
+A path's verdict is a `Reachability` (meshhealth.model: the one vocabulary): one probe
+that fails makes a path `suspect`, never `unreachable`. The path becomes
 `unreachable` once it has failed at least `min_failures` times in a row *and* has kept
 failing for the suspicion time, which shrinks as independent confirmations arrive
 (other observers whose own path to the same target fails, peers whose indirect probe
@@ -28,18 +29,12 @@ longer before it calls others unreachable.
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from meshhealth import defaults
-
-
-class PathVerdict(enum.StrEnum):
-    OK = "ok"
-    SUSPECT = "suspect"  # failing, not for long enough yet: neither reachable nor not
-    UNREACHABLE = "unreachable"
+from meshhealth.model import Reachability
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +106,7 @@ def remaining_suspicion_s(
 class PathSuspicion:
     """One path's suspicion state (observer -> target, one path kind)."""
 
-    verdict: PathVerdict = PathVerdict.OK
+    verdict: Reachability = Reachability.REACHABLE
     since: float | None = None  # when the verdict was entered; None: never probed
     failing_since: float | None = None  # first failure of the current run
     failures: int = 0  # failures in a row
@@ -128,7 +123,7 @@ def _settle(
     state: PathSuspicion, now: float, params: SuspicionParams, possible: int | None
 ) -> PathSuspicion:
     """suspect -> unreachable when the failures and the time are both there."""
-    if state.verdict is not PathVerdict.SUSPECT or state.failing_since is None:
+    if state.verdict is not Reachability.SUSPECT or state.failing_since is None:
         return state
     if state.failures < params.min_failures:
         return state
@@ -139,7 +134,7 @@ def _settle(
     )  # fmt: skip
     if left_s > 0:
         return state
-    return replace(state, verdict=PathVerdict.UNREACHABLE, since=now)
+    return replace(state, verdict=Reachability.UNREACHABLE, since=now)
 
 
 def observe(
@@ -159,12 +154,12 @@ def observe(
     wanted.
     """
     if ok:
-        if state.verdict is PathVerdict.OK and state.since is not None:
+        if state.verdict is Reachability.REACHABLE and state.since is not None:
             return state
-        return PathSuspicion(PathVerdict.OK, since=now)
-    if state.verdict is PathVerdict.OK:
+        return PathSuspicion(Reachability.REACHABLE, since=now)
+    if state.verdict is Reachability.REACHABLE:
         suspect = PathSuspicion(
-            PathVerdict.SUSPECT, since=now, failing_since=now, failures=1,
+            Reachability.SUSPECT, since=now, failing_since=now, failures=1,
             confirmers=frozenset(confirmers),
         )  # fmt: skip
         return _settle(suspect, now, params, possible_confirmers)
@@ -187,7 +182,7 @@ def confirm(
     They may make a suspect path unreachable now, if it has already failed
     `min_failures` times; a path that is ok or unreachable is left as it is.
     """
-    if state.verdict is not PathVerdict.SUSPECT:
+    if state.verdict is not Reachability.SUSPECT:
         return state
     more = replace(state, confirmers=state.confirmers | frozenset(confirmers))
     return _settle(more, now, params, possible_confirmers)
@@ -200,6 +195,6 @@ def path_broken(state: PathSuspicion, *, now: float, params: SuspicionParams) ->
     for confirmations no other observer can give. Fewer failures (one lost probe, this
     node's own noise) or a path that is not suspect: unchanged. The caller asks only
     while this agent is well (an unwell observer's failures are its own)."""
-    if state.verdict is not PathVerdict.SUSPECT or state.failures < params.min_failures:
+    if state.verdict is not Reachability.SUSPECT or state.failures < params.min_failures:
         return state
-    return replace(state, verdict=PathVerdict.UNREACHABLE, since=now)
+    return replace(state, verdict=Reachability.UNREACHABLE, since=now)

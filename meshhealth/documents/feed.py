@@ -31,7 +31,6 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Literal, NotRequired, TypedDict
 
-from meshhealth.documents.reachability import Reachability
 from meshhealth.documents.status import PathVerdictLike, path_document
 from meshhealth.documents.status_schema import (
     ClusterHealthDocument,
@@ -43,7 +42,7 @@ from meshhealth.documents.status_schema import (
     StatusDocument,
     SummaryDocument,
 )
-from meshhealth.model import PathKey, PathSummary, ProbeResult
+from meshhealth.model import PathKey, PathSummary, ProbeResult, Reachability
 
 FEED_VERSION = 1
 FEED_PATH = "/v1/feed"  # the WebSocket resource; anything else is answered 404

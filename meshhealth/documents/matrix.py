@@ -37,7 +37,7 @@ import functools
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, overload
+from typing import overload
 
 from meshhealth import defaults
 from meshhealth.documents.coverage import coverage, observer_counts
@@ -48,6 +48,7 @@ from meshhealth.model import (
     PathHealth,
     PlanInfo,
     ProbeStatus,
+    Reachability,
     TargetHealth,
     TargetType,
     path_name,
@@ -57,17 +58,18 @@ from meshhealth.timefmt import format_interval
 
 SCHEMA_VERSION = 1
 
-CellState = Literal["reachable", "suspect", "unreachable", "stale", "unassigned", "unknown"]
-CELL_STATES: tuple[CellState, ...] = (
-    "reachable",
-    "suspect",
-    "unreachable",
-    "stale",
-    "unassigned",
-    "unknown",
+R = Reachability
+# A cell's state: a path's states and two more (meshhealth.model.Reachability).
+CELL_STATES: tuple[Reachability, ...] = (
+    R.REACHABLE,
+    R.SUSPECT,
+    R.UNREACHABLE,
+    R.STALE,
+    R.UNASSIGNED,
+    R.UNKNOWN,
 )
 # States that say nothing about the path: nobody probed it (yet), or nobody was asked to.
-NOT_OBSERVED: frozenset[CellState] = frozenset({"unassigned", "unknown"})
+NOT_OBSERVED: frozenset[Reachability] = frozenset({R.UNASSIGNED, R.UNKNOWN})
 # The order of the paths inside a cell: host ICMP, host HTTP, endpoint ICMP, endpoint HTTP.
 # (node/icmp-df, the MTU probe, is kept in a cell's paths, for diagnosis, but is neither
 # drawn nor part of the cell's state: a lost big probe is not "unreachable".)
@@ -88,7 +90,7 @@ def label(ref: NodeRef) -> str:
 @dataclass(frozen=True, slots=True)
 class Cell:
     target: NodeRef
-    state: CellState
+    state: Reachability
     paths: Mapping[str, PathHealth] = field(default_factory=dict)  # as reported
     # A dual-stack target's secondary addresses, same names; they count in `state`.
     secondary_paths: Mapping[str, PathHealth] = field(default_factory=dict)
@@ -116,7 +118,7 @@ class RowCells(Sequence[Cell]):
     def __init__(self, defaults: Sequence[Cell], listed: Mapping[int, Cell]) -> None:
         self._defaults = defaults  # one per column, all of one state
         self._listed = dict(sorted(listed.items()))  # column index -> cell, in column order
-        self.default_state: CellState | None = defaults[0].state if defaults else None
+        self.default_state: Reachability | None = defaults[0].state if defaults else None
 
     @property
     def listed(self) -> tuple[Cell, ...]:
@@ -204,7 +206,7 @@ class Matrix:
 
 def cell_state(
     paths: Mapping[str, PathHealth], secondary_paths: Mapping[str, PathHealth] | None = None
-) -> CellState:
+) -> Reachability:
     """reachable / suspect / unreachable / unknown from a target's reported paths (their
     status and the source's verdict), both address families of a dual-stack target
     together (meshhealth.documents.reachability)."""
@@ -219,7 +221,7 @@ def cell_state(
 
 
 @functools.lru_cache(maxsize=4096)  # few distinct (status, verdict) lists: cells repeat them
-def _reachability(paths: tuple[tuple[ProbeStatus, str | None], ...]) -> CellState:
+def _reachability(paths: tuple[tuple[ProbeStatus, str | None], ...]) -> Reachability:
     return statuses_reachability((s for s, _ in paths), [v for _, v in paths])
 
 
@@ -288,11 +290,11 @@ class _DefaultCells:
     def __init__(self, columns: Sequence[NodeRef]) -> None:
         self.columns = columns
         self.index = {ref: i for i, ref in enumerate(columns)}
-        self._by_state: dict[CellState, tuple[Cell, ...]] = {}
+        self._by_state: dict[Reachability, tuple[Cell, ...]] = {}
         # A target the report does not list, in a full mesh: the rule on no paths.
         self.not_reported = cell_state(_NOT_REPORTED.paths, _NOT_REPORTED.secondary_paths)
 
-    def of(self, state: CellState) -> tuple[Cell, ...]:
+    def of(self, state: Reachability) -> tuple[Cell, ...]:
         cells = self._by_state.get(state)
         if cells is None:
             cells = self._by_state[state] = tuple(Cell(t, state) for t in self.columns)
@@ -306,20 +308,20 @@ def _row(
     now: float,
 ) -> Row:
     if report is None:
-        return Row(source, None, None, None, False, RowCells(defaults.of("unknown"), {}))
+        return Row(source, None, None, None, False, RowCells(defaults.of(R.UNKNOWN), {}))
     stale = is_stale(report, now)
     seen = {(t.cluster, t.node): t for t in report.targets}
     subset = report.plan is not None and report.plan.subset
-    default: CellState
+    default: Reachability
     if stale:
-        default = "stale"
+        default = R.STALE
     elif subset:
-        default = "unassigned"  # not one of the source's targets in its epoch
+        default = R.UNASSIGNED  # not one of the source's targets in its epoch
     else:
         default = defaults.not_reported
     listed = {}
     for target, reported in seen.items():
-        state = "stale" if stale else cell_state(reported.paths, reported.secondary_paths)
+        state = R.STALE if stale else cell_state(reported.paths, reported.secondary_paths)
         listed[defaults.index[target]] = Cell(
             target,
             state,

@@ -15,13 +15,12 @@ from meshhealth.documents.matrix import (
     PATH_ORDER,
     SCHEMA_VERSION,
     Cell,
-    CellState,
     Matrix,
     Row,
     stale_after_s,
 )
 from meshhealth.documents.plan import PlanDocument, plan_document
-from meshhealth.model import PathHealth
+from meshhealth.model import PathHealth, Reachability
 from meshhealth.timefmt import iso_time
 
 
@@ -36,7 +35,7 @@ class MatrixPathDocument(TypedDict):
 class MatrixCellDocument(TypedDict):
     cluster: str  # the target
     name: str
-    state: CellState
+    state: Reachability
     paths: dict[str, MatrixPathDocument]  # PATH_ORDER names; a path not reported is absent
     secondary_paths: NotRequired[dict[str, MatrixPathDocument]]  # dual-stack targets only
     secondary_family: NotRequired[str]  # ipv4 or ipv6, when the source said

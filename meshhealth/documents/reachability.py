@@ -14,7 +14,7 @@ for the cluster (the observers' consensus, `node_consensus`, behind `Cluster hea
 
 A `suspect` node counts neither as reachable nor as unreachable in `Cluster health`.
 
-Statuses are ProbeStatus values and verdicts PathVerdict values; plain strings work too
+Statuses are ProbeStatus values and verdicts Reachability values; plain strings work too
 (a document read back from JSON). A status this version does not know counts as a
 failure; a verdict it does not know is ignored (the status decides).
 """
@@ -23,18 +23,17 @@ from __future__ import annotations
 
 from collections.abc import Container, Iterable
 from dataclasses import dataclass
-from typing import Literal
 
-from meshhealth.model import ProbeStatus
+from meshhealth.model import ProbeStatus, Reachability
 
-Reachability = Literal["reachable", "suspect", "unreachable", "unknown"]
-REACHABILITY_STATES: tuple[Reachability, ...] = ("reachable", "suspect", "unreachable", "unknown")
-
-# A path's suspicion verdict (meshhealth.diagnosis.suspicion.PathVerdict values) -> state.
+R = Reachability
+# A path's suspicion verdict, as the agent keeps it or a health report carries it (an
+# older agent wrote "ok" for reachable) -> its state.
 _VERDICT_STATES: dict[str, Reachability] = {
-    "ok": "reachable",
-    "suspect": "suspect",
-    "unreachable": "unreachable",
+    "ok": R.REACHABLE,
+    R.REACHABLE: R.REACHABLE,
+    R.SUSPECT: R.SUSPECT,
+    R.UNREACHABLE: R.UNREACHABLE,
 }
 
 
@@ -42,11 +41,11 @@ def status_reachability(status: str | None, verdict: str | None = None) -> Reach
     """One path's state from its newest status (None: never probed) and its suspicion
     verdict (None: not known, the status alone decides)."""
     if status is None or status == ProbeStatus.UNKNOWN:
-        return "unknown"
+        return R.UNKNOWN
     from_verdict = _VERDICT_STATES.get(verdict) if verdict is not None else None
     if from_verdict is not None:
         return from_verdict
-    return "reachable" if status == ProbeStatus.OK else "unreachable"
+    return R.REACHABLE if status == ProbeStatus.OK else R.UNREACHABLE
 
 
 def combined_reachability(states: Iterable[Reachability]) -> Reachability:
@@ -54,13 +53,13 @@ def combined_reachability(states: Iterable[Reachability]) -> Reachability:
     reachable if any was probed, unknown when none was probed."""
     probed = suspect = False
     for state in states:
-        if state == "unreachable":
-            return "unreachable"
-        suspect = suspect or state == "suspect"
-        probed = probed or state == "reachable"
+        if state == R.UNREACHABLE:
+            return R.UNREACHABLE
+        suspect = suspect or state == R.SUSPECT
+        probed = probed or state == R.REACHABLE
     if suspect:
-        return "suspect"
-    return "reachable" if probed else "unknown"
+        return R.SUSPECT
+    return R.REACHABLE if probed else R.UNKNOWN
 
 
 def statuses_reachability(
@@ -81,8 +80,8 @@ def statuses_reachability(
 # What an observer's cell says of a target: it fails (suspect or unreachable), or it says
 # something at all (it probed the target, recently). `stale`, `unassigned` and `unknown`
 # cells say nothing and are left out.
-FAILING_CELL_STATES = frozenset({"unreachable", "suspect"})
-OBSERVED_CELL_STATES = frozenset({"reachable"}) | FAILING_CELL_STATES
+FAILING_CELL_STATES = frozenset({R.UNREACHABLE, R.SUSPECT})
+OBSERVED_CELL_STATES = frozenset({R.REACHABLE}) | FAILING_CELL_STATES
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,15 +117,15 @@ def node_consensus(
             left_out += 1
             continue
         counting += 1
-        reaching += state == "reachable"
-        unreachable += state == "unreachable"
+        reaching += state == R.REACHABLE
+        unreachable += state == R.UNREACHABLE
     verdict: Reachability
     if counting == 0:
-        verdict = "unknown"
+        verdict = R.UNKNOWN
     elif reaching * 2 > counting:
-        verdict = "reachable"
+        verdict = R.REACHABLE
     elif unreachable * 2 > counting:
-        verdict = "unreachable"
+        verdict = R.UNREACHABLE
     else:
-        verdict = "suspect"
+        verdict = R.SUSPECT
     return NodeConsensus(verdict, counting, reaching, unreachable, left_out)

@@ -38,11 +38,9 @@ from meshhealth.documents.cluster_health import cluster_health_document, finding
 from meshhealth.documents.plan import probe_plan_document
 from meshhealth.documents.status_inputs import (
     NO_VERDICTS,
-    PATH_STATES,
     ClusterState,
     EtcdState,
     LocalNode,
-    PathState,
     PathVerdictLike,
     RoundState,
     StatusInputs,
@@ -78,7 +76,6 @@ from meshhealth.timefmt import iso_time
 # this module.
 __all__ = [
     "NO_VERDICTS",
-    "PATH_STATES",
     "SCHEMA_VERSION",
     "ClusterState",
     "EtcdState",
@@ -86,7 +83,6 @@ __all__ = [
     "LocalNode",
     "NodesCache",
     "NodesPart",
-    "PathState",
     "PathVerdictLike",
     "RoundState",
     "StatusInputs",

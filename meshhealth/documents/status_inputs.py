@@ -12,10 +12,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol as TypingProtocol
 
-from meshhealth.documents.reachability import (
-    REACHABILITY_STATES,
-    Reachability,
-)
 from meshhealth.documents.status_schema import (
     LocalHealthDocument,
 )
@@ -26,9 +22,6 @@ from meshhealth.model import (
     Target,
 )
 from meshhealth.wire.summary import ClusterSummary
-
-PathState = Reachability
-PATH_STATES: tuple[PathState, ...] = REACHABILITY_STATES
 
 
 class PathVerdictLike(TypingProtocol):

@@ -9,18 +9,17 @@ when it has at least one probed path and every probed path is reachable.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from meshhealth.documents.reachability import (
-    REACHABILITY_STATES,
     combined_reachability,
     status_reachability,
 )
 from meshhealth.documents.status_inputs import (
     NO_VERDICTS,
     LocalNode,
-    PathState,
     PathVerdictLike,
     Verdicts,
 )
@@ -38,6 +37,7 @@ from meshhealth.model import (
     PathSummary,
     ProbeStatus,
     Protocol,
+    Reachability,
     Target,
     TargetType,
     status_text,
@@ -46,7 +46,7 @@ from meshhealth.naming import node_order
 from meshhealth.timefmt import iso_time
 
 
-def path_state(summary: PathSummary | None, verdict: PathVerdictLike | None = None) -> PathState:
+def path_state(summary: PathSummary | None, verdict: PathVerdictLike | None = None) -> Reachability:
     """reachable / suspect / unreachable / unknown, from a path's newest result and its
     suspicion verdict (None: the result alone decides)."""
     return status_reachability(
@@ -55,7 +55,7 @@ def path_state(summary: PathSummary | None, verdict: PathVerdictLike | None = No
     )
 
 
-def combined_state(states: Iterable[PathState]) -> PathState:
+def combined_state(states: Iterable[Reachability]) -> Reachability:
     """Several paths as one (meshhealth.documents.reachability.combined_reachability)."""
     return combined_reachability(states)
 
@@ -111,7 +111,7 @@ def _one_address(
     *,
     secondary: bool,
     verdicts: Verdicts,
-) -> tuple[AddressDocument, list[PathState]]:
+) -> tuple[AddressDocument, list[Reachability]]:
     icmp_key = PathKey(target.cluster, target.node, target_type, Protocol.ICMP, secondary)
     http_key = PathKey(target.cluster, target.node, target_type, Protocol.HTTP, secondary)
     icmp, http = (
@@ -135,7 +135,7 @@ def _address_document(
     indirect: IndirectNotes = _NO_NOTES,
     *,
     verdicts: Verdicts = NO_VERDICTS,
-) -> tuple[PrimaryAddressDocument | None, list[PathState]]:
+) -> tuple[PrimaryAddressDocument | None, list[Reachability]]:
     """The `host` or `health_endpoint` object and the states of all its paths (both
     families of a dual-stack node: one rule for the node, as for any other paths)."""
     ip = target.address(target_type)
@@ -249,32 +249,30 @@ def build_nodes_part(
         )
         for target in _ordered_targets(local, targets)
     ]
-    counts = dict.fromkeys(REACHABILITY_STATES, 0)
-    for node in nodes:
-        counts[node["state"]] += 1
     node_counts: dict[str, int] = {}
-    cluster_counts: dict[str, SummaryDocument] = {}
+    by_cluster: dict[str, list[Reachability]] = {}
     for node in nodes:
         node_counts[node["cluster"]] = node_counts.get(node["cluster"], 0) + 1
-        per_cluster = cluster_counts.setdefault(
-            node["cluster"],
-            {"reachable": 0, "unreachable": 0, "suspect": 0, "unknown": 0, "total": 0},
-        )
-        per_cluster["total"] += 1
-        per_cluster[node["state"]] += 1
+        by_cluster.setdefault(node["cluster"], []).append(node["state"])
     return NodesPart(
         nodes=nodes,
         nodes_json=encode_json(nodes),
-        summary={
-            "reachable": counts["reachable"],
-            "unreachable": counts["unreachable"],
-            "suspect": counts["suspect"],
-            "unknown": counts["unknown"],
-            "total": len(nodes),
-        },
+        summary=_counts([node["state"] for node in nodes]),
         node_counts=node_counts,
-        cluster_counts=cluster_counts,
+        cluster_counts={cluster: _counts(states) for cluster, states in by_cluster.items()},
     )
+
+
+def _counts(states: Sequence[Reachability]) -> SummaryDocument:
+    """Nodes by state, and how many."""
+    counts = Counter(states)
+    return {
+        "reachable": counts[Reachability.REACHABLE],
+        "unreachable": counts[Reachability.UNREACHABLE],
+        "suspect": counts[Reachability.SUSPECT],
+        "unknown": counts[Reachability.UNKNOWN],
+        "total": len(states),
+    }
 
 
 class NodesCache:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import NotRequired, TypedDict
 
 from meshhealth.documents.plan import ProbePlanDocument as ProbePlanDocument  # noqa: PLC0414
-from meshhealth.documents.reachability import Reachability
+from meshhealth.model import Reachability
 
 
 class IndirectDocument(TypedDict):
