@@ -36,6 +36,7 @@ FOUNDATION = frozenset(
         "admin_client",
         "gc_tuning",
         "naming",
+        "change_count",
     }
 )
 UPPER = {"agent", "cli", "__main__"}  # the process entry points; imported by nobody below

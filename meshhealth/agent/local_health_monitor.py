@@ -23,9 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import trio
-
 from meshhealth import defaults
+from meshhealth.change_count import ChangeCount
 from meshhealth.diagnosis.local_health import (
     LocalSignals,
     failing_points,
@@ -107,8 +106,7 @@ class LocalHealthMonitor:
         self.interval_s = interval_s
         self.state = LocalHealthState()
         self._lag_s = 0.0
-        self.changes = 0  # moves when `degraded` flips (`fit`, for the aggregator claim)
-        self._changed = trio.Event()
+        self._changes = ChangeCount()  # when `degraded` flips (`fit`, the aggregator claim)
 
     def note_lag(self, lag_s: float) -> None:
         """How late the loop woke up (the worst since the last round counts)."""
@@ -121,9 +119,7 @@ class LocalHealthMonitor:
         before = self.state
         self.state = local_health(signals, now=now, before=before)
         if self.state.degraded != before.degraded:
-            self.changes += 1
-            self._changed.set()
-            self._changed = trio.Event()
+            self._changes.bump()
         return self.state
 
     @property
@@ -131,11 +127,13 @@ class LocalHealthMonitor:
         """This agent may aggregate its cluster: it is not degraded."""
         return not self.state.degraded
 
+    @property
+    def changes(self) -> int:
+        return self._changes.value
+
     async def wait_changed(self, seen: int) -> int:
         """Wait until `changes` differs from `seen` (`degraded` flipped); the new count."""
-        while self.changes == seen:
-            await self._changed.wait()
-        return self.changes
+        return await self._changes.wait_changed(seen)
 
     def timeout_s(self, timeout_s: float) -> float:
         """`timeout_s` stretched by the multiplier, within the interval's bound."""

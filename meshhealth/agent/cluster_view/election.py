@@ -27,6 +27,7 @@ from typing import Protocol
 import trio
 
 from meshhealth import defaults
+from meshhealth.change_count import ChangeCount
 from meshhealth.kvstore import (
     Backoff,
     Delete,
@@ -109,14 +110,15 @@ class AggregatorElection:
         self.holder_since: float | None = None
         self.terms = 0
         self.resignations = 0  # claims given up because this agent became unwell
-        self.changes = 0
-        self._changed = trio.Event()
+        self._changes = ChangeCount()
+
+    @property
+    def changes(self) -> int:
+        return self._changes.value
 
     async def wait_changed(self, seen: int) -> int:
         """Wait until `changes` differs from `seen`; return the new count."""
-        while self.changes == seen:
-            await self._changed.wait()
-        return self.changes
+        return await self._changes.wait_changed(seen)
 
     def _set(self, *, leading: bool, holder: str | None, since: float | None) -> None:
         if (leading, holder, since) == (self.leading, self.holder, self.holder_since):
@@ -129,9 +131,7 @@ class AggregatorElection:
         self.leading, self.holder, self.holder_since = leading, holder, since
         if not leading:
             self.lease_id = None
-        self.changes += 1
-        self._changed.set()
-        self._changed = trio.Event()
+        self._changes.bump()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Campaign until cancelled; etcd errors are retried with back-off."""

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 import trio
 
 from meshhealth import defaults
+from meshhealth.change_count import ChangeCount
 from meshhealth.kvstore import Backoff, Etcd, EtcdError, EventKind, ResyncNeeded
 from meshhealth.metrics import CounterSeries
 from meshhealth.wire import keys
@@ -64,8 +65,7 @@ class SummaryFollower:
         self._tasks: dict[tuple[str, int], trio.CancelScope] = {}
         self.invalid_values = 0
         self._invalid_metric = invalid_metric if invalid_metric is not None else CounterSeries()
-        self.changes = 0
-        self._changed = trio.Event()
+        self._changes = ChangeCount()
 
     # --- what readers ask ------------------------------------------------------------
 
@@ -85,11 +85,13 @@ class SummaryFollower:
         label = node_label(cluster, node)
         return sum(s.failing_observers.get(label, 0) for s in self._summaries.values())
 
+    @property
+    def changes(self) -> int:
+        return self._changes.value
+
     async def wait_changed(self, seen: int) -> int:
         """Wait until `changes` differs from `seen`; return the new count."""
-        while self.changes == seen:
-            await self._changed.wait()
-        return self.changes
+        return await self._changes.wait_changed(seen)
 
     # --- following -------------------------------------------------------------------
 
@@ -123,9 +125,7 @@ class SummaryFollower:
             if old == summary:
                 return
             self._summaries[cluster] = summary
-        self.changes += 1
-        self._changed.set()
-        self._changed = trio.Event()
+        self._changes.bump()
         self.on_change()
 
     def _decode(self, cluster: str, key: str, value: bytes) -> ClusterSummary | None:

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import trio
 
 from meshhealth import defaults
+from meshhealth.change_count import ChangeCount
 from meshhealth.kvstore import KV, Etcd, EventKind, WatchEvent
 from meshhealth.kvstore.follow import follow_prefix
 from meshhealth.metrics import Counter, CounterSeries
@@ -70,9 +71,8 @@ class Discovery:
         self._listed: set[str] = set()
         self._probe_set: dict[TargetKey, Target] = {}
         self._subscribers: list[trio.MemorySendChannel[ProbeSetDiff]] = []
-        self._changed = trio.Event()
         self.synced = trio.Event()
-        self.version = 0
+        self._versions = ChangeCount()
         self.updates = 0
         self.invalid_values = 0
         self._invalid_metric = invalid_metric if invalid_metric is not None else CounterSeries()
@@ -93,11 +93,14 @@ class Discovery:
         """The current targets, sorted (what the prober probes)."""
         return sorted(self._probe_set.values())
 
+    @property
+    def version(self) -> int:
+        """Moves by one with every change of the probe set."""
+        return self._versions.value
+
     async def wait_changed(self, seen_version: int) -> int:
         """Wait until `version` differs from `seen_version`; return the new version."""
-        while self.version == seen_version:
-            await self._changed.wait()
-        return self.version
+        return await self._versions.wait_changed(seen_version)
 
     def subscribe(
         self, max_buffer: int = defaults.DISCOVERY_SUBSCRIBER_BUFFER
@@ -222,10 +225,8 @@ class Discovery:
         if diff.empty:
             return
         self._probe_set = new
-        self.version += 1
         self.updates += 1
-        self._changed.set()
-        self._changed = trio.Event()
+        self._versions.bump()
         for send in list(self._subscribers):
             try:
                 send.send_nowait(diff)

@@ -31,6 +31,7 @@ import logging
 import trio
 
 from meshhealth import defaults
+from meshhealth.change_count import ChangeCount
 from meshhealth.kvstore import KV, Backoff, Etcd, EtcdError, Get, KeyAbsent, Put
 from meshhealth.model import (
     IDENTITY_HEALTH,
@@ -125,19 +126,18 @@ class Registrar:
         self.last_error = ""
         self.refreshed_at = 0.0  # trio.current_time() of the last confirmed refresh
         self.refreshes = 0
-        self.changes = 0  # changes of lease_id or registrations
-        self._changed = trio.Event()
+        self._changes = ChangeCount()  # changes of lease_id or registrations
 
     def _note_change(self) -> None:
-        self.changes += 1
-        self._changed.set()
-        self._changed = trio.Event()
+        self._changes.bump()
+
+    @property
+    def changes(self) -> int:
+        return self._changes.value
 
     async def wait_changed(self, seen: int) -> int:
         """Wait until `changes` differs from `seen`; return the new count."""
-        while self.changes == seen:
-            await self._changed.wait()
-        return self.changes
+        return await self._changes.wait_changed(seen)
 
     @property
     def name(self) -> str:
