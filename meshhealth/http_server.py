@@ -223,10 +223,13 @@ async def accept_connections(
                 await trio.sleep(defaults.HTTP_SERVER_ACCEPT_BACKOFF_S)
                 continue
             source = _source(stream)
+            # `trusted` matters only once the reserved slots are all that is left: it is
+            # not asked (a look-up in the registered nodes) for every connection.
+            in_reserve = counters.active_connections >= max_connections - reserved
             refused = admission(
                 counters.active_connections,
                 by_source.get(source, 0) if source is not None else 0,
-                trusted=source is not None and trusted(source),
+                trusted=source is not None and in_reserve and trusted(source),
                 max_connections=max_connections,
                 per_source=per_source if source is not None else None,
                 reserved=reserved if source is not None else 0,

@@ -553,10 +553,11 @@ function showDetail(doc, note) {
   $("detail").hidden = false;
   $("detail-title").textContent = `${doc.source} → ${doc.target}`;
   const code = CODE_OF[doc.state] || "X";
+  const reason = discountedReason(doc.source);
   $("detail-state").innerHTML = `<span class="state st-${esc(doc.state)}">${esc(STATES[code].glyph)} ${esc(doc.state)}</span>` +
     (doc.probe_time ? ` <span class="muted">observer's round ${esc(doc.probe_time)}${doc.stale ? " (stale)" : ""}</span>` : "") +
-    (discountedReason(doc.source)
-      ? ` <span class="discounted">⊘ from a discounted observer (${esc(discountedReason(doc.source))}): ` +
+    (reason
+      ? ` <span class="discounted">⊘ from a discounted observer (${esc(reason)}): ` +
         "it counts in the cells, not in the node verdict</span>"
       : "");
   $("detail-paths").querySelector("tbody").innerHTML = doc.paths.map((p) => `<tr>
