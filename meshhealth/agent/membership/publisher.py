@@ -31,12 +31,12 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 import trio
 
 from meshhealth import defaults
 from meshhealth.agent.agent_metrics import WriteCounters
+from meshhealth.agent.membership.lease_holder import LeaseHolder
 from meshhealth.documents.status import NO_VERDICTS, Verdicts
 from meshhealth.kvstore import Backoff, Etcd, EtcdError
 from meshhealth.model import (
@@ -244,20 +244,6 @@ class PublishPolicy:
 # --- the I/O part ------------------------------------------------------------------------
 
 
-class LeaseHolder(Protocol):
-    """What the publisher needs of the registrar: the lease, and word when it changes."""
-
-    @property
-    def lease_id(self) -> int | None: ...
-
-    @property
-    def registrations(self) -> int: ...
-
-    async def wait_changed(self, seen: int) -> int:
-        """Return (the new change count) once lease_id or registrations changed."""
-        ...
-
-
 class Publisher:
     """Writes this node's HealthReport when `PublishPolicy` says so.
 
@@ -333,7 +319,7 @@ class Publisher:
 
     def _registration(self) -> tuple[int, int] | None:
         lease_id = self.registrar.lease_id
-        return None if lease_id is None else (lease_id, self.registrar.registrations)
+        return None if lease_id is None else (lease_id, self.registrar.changes)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Write when due, until cancelled. etcd errors are retried with back-off."""
