@@ -74,7 +74,6 @@ class Discovery:
         self.synced = trio.Event()
         self._versions = ChangeCount()
         self.updates = 0
-        self.invalid_values = 0
         self._invalid_metric = invalid_metric if invalid_metric is not None else CounterSeries()
         self.resyncs = 0
         self.dropped_subscribers = 0
@@ -84,6 +83,11 @@ class Discovery:
         self._refusals_said: set[RefusedAddress] = set()
 
     # --- reading ---------------------------------------------------------------------
+
+    @property
+    def invalid_values(self) -> int:
+        """Values skipped as invalid: read from its metric series, the one count."""
+        return int(self._invalid_metric.value)
 
     def probe_set(self) -> dict[TargetKey, Target]:
         """A copy of the current probe set, keyed by (cluster, node)."""
@@ -158,7 +162,6 @@ class Discovery:
             invalid = self._invalid[cluster]
             if invalid.get(key) != revision:
                 invalid[key] = revision
-                self.invalid_values += 1
                 self._invalid_metric.inc()
                 log.warning("skipping invalid value of %s (revision %d): %s", key, revision, error)
             return None
