@@ -40,20 +40,6 @@ from meshhealth import model
 from meshhealth.model import status_text
 from meshhealth.timefmt import format_duration
 
-__all__ = [  # status_text lives in meshhealth.model, re-exported for its callers
-    "PathTally",
-    "SummaryBook",
-    "format_loss",
-    "format_probe_json",
-    "format_probe_text",
-    "format_summary",
-    "fping_ms",
-    "probe_line",
-    "probe_record",
-    "status_text",
-    "summary_line",
-]
-
 
 def format_loss(loss: float) -> str:
     """`0%`, `33%`, `100%` (a partial loss never rounds to 0% or 100%)."""
