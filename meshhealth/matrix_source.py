@@ -19,12 +19,18 @@ the watch resumes by itself after etcd restarts, and when it cannot (compacted, 
 different etcd) the prefix is listed again. A value that does not decode is skipped
 (its node has no report), counted once per key and revision, and handed to `on_invalid`
 as one line.
+
+Only registered nodes' reports count where a reader says so (`registered_only`, the
+commands): a node is registered when the ip entries of its cluster name it (the probe
+set they make, meshhealth.probe_set: the aggregator's rule, without the agent's address
+policy, which a command does not know). `registered_reports` splits the reports; the
+aggregator uses it too. `RegisteredNodes.follow` keeps the set current for `watch`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 import trio
@@ -33,7 +39,8 @@ from meshhealth import defaults
 from meshhealth.documents.matrix import Matrix, NodeRef, build_matrix
 from meshhealth.kvstore import KV, Etcd, EtcdError, EventKind, WatchEvent
 from meshhealth.kvstore.follow import follow_prefix
-from meshhealth.model import HealthReport
+from meshhealth.model import HealthReport, IPEntry
+from meshhealth.probe_set import TargetKey, build_probe_set
 from meshhealth.wire import keys
 from meshhealth.wire.fields import DecodeError
 from meshhealth.wire.values import decode_value
@@ -93,13 +100,64 @@ def decode_reports(kvs: Iterable[KV]) -> tuple[dict[str, HealthReport], list[Inv
     return found, invalid
 
 
+def registered_reports(
+    reports: Iterable[HealthReport], registered: Collection[TargetKey]
+) -> tuple[list[HealthReport], list[HealthReport]]:
+    """(the reports of registered (cluster, node)s, the others). Pure: the one rule of
+    the aggregator and of the commands."""
+    kept: list[HealthReport] = []
+    ignored: list[HealthReport] = []
+    for report in reports:
+        is_registered = (report.cluster, report.node) in registered
+        (kept if is_registered else ignored).append(report)
+    return kept, ignored
+
+
+def registered_nodes(items: Iterable[tuple[str, bytes]]) -> set[TargetKey]:
+    """The (cluster, node)s the ip entries among (key, value) pairs register (their
+    probe set). A value that does not decode registers nobody."""
+    entries: list[tuple[str, IPEntry]] = []
+    for key, value in items:
+        try:
+            entry = decode_value(key, value)
+        except DecodeError:
+            continue
+        if isinstance(entry, IPEntry):
+            entries.append((keys.parse_key(key).cluster, entry))
+    return set(build_probe_set(entries))
+
+
+def ignored_line(ignored: Iterable[HealthReport]) -> str:
+    """`ignored N health reports from unregistered nodes: c1/x, ...` (names sorted)."""
+    names = sorted({f"{r.cluster}/{r.node}" for r in ignored})
+    return f"ignored {len(names)} health reports from unregistered nodes: {', '.join(names)}"
+
+
 async def read_reports(
-    etcd: Etcd, cluster: str | None, *, timeout_s: float
-) -> tuple[list[HealthReport], list[str]]:
-    """The health reports under `cluster`'s prefix (all clusters: None), and one line
-    per value skipped because it did not decode. EtcdError when etcd fails."""
+    etcd: Etcd, cluster: str | None, *, timeout_s: float, registered_only: bool = False
+) -> tuple[list[HealthReport], list[str], list[HealthReport]]:
+    """The health reports under `cluster`'s prefix (all clusters: None), one line per
+    value skipped because it did not decode, and (`registered_only`) the reports left
+    out because no ip entry registers their node. EtcdError when etcd fails."""
     found, invalid, _ = await list_reports(etcd, cluster, timeout_s=timeout_s)
-    return list(found.values()), [str(value) for value in invalid]
+    reports: list[HealthReport] = list(found.values())
+    ignored: list[HealthReport] = []
+    if registered_only:
+        with trio.fail_after(timeout_s):
+            kvs, _ = await etcd.get_prefix(keys.ip_prefix(cluster))
+        registered = registered_nodes((kv.key, kv.value) for kv in kvs)
+        reports, ignored = registered_reports(reports, registered)
+    return reports, [str(value) for value in invalid], ignored
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixRead:
+    """What `read_matrix` read: the matrix, the number of values skipped (they do not
+    decode) and the reports ignored (their node is not registered)."""
+
+    matrix: Matrix
+    skipped: int
+    ignored: tuple[HealthReport, ...] = ()
 
 
 async def read_matrix(
@@ -108,13 +166,16 @@ async def read_matrix(
     now: float,
     extra_nodes: Iterable[NodeRef] = (),
     timeout_s: float = defaults.MATRIX_READ_TIMEOUT_S,
-) -> tuple[Matrix, int]:
-    """The matrix of every source's reports, and the number of values skipped."""
-    results: dict[int, tuple[list[HealthReport], list[str]] | str] = {}
+    registered_only: bool = False,
+) -> MatrixRead:
+    """The matrix of every source's reports (`registered_only`: of registered nodes)."""
+    results: dict[int, tuple[list[HealthReport], list[str], list[HealthReport]] | str] = {}
 
     async def read_one(index: int, source: MatrixSource) -> None:
         try:
-            results[index] = await read_reports(source.etcd, source.cluster, timeout_s=timeout_s)
+            results[index] = await read_reports(
+                source.etcd, source.cluster, timeout_s=timeout_s, registered_only=registered_only
+            )
         except EtcdError as error:
             results[index] = str(error)
         except trio.TooSlowError:
@@ -127,23 +188,25 @@ async def read_matrix(
     read: list[str] = []
     unavailable: dict[str, str] = {}
     skipped = 0
+    ignored: list[HealthReport] = []
     for index, source in enumerate(sources):
         result = results[index]
         name = source.cluster or source.etcd.description
         if isinstance(result, str):
             unavailable[name] = result
             continue
-        found, bad = result
+        found, bad, left_out = result
         for line in bad:
             log.warning("skipping invalid health entry %s", line)
         skipped += len(bad)
+        ignored += left_out
         reports += found
         if source.cluster is not None:
             read.append(source.cluster)
     matrix = build_matrix(
         reports, now=now, extra_nodes=extra_nodes, source_clusters=read, unavailable=unavailable
     )
-    return matrix, skipped
+    return MatrixRead(matrix, skipped, tuple(ignored))
 
 
 def _ignore(_: object) -> None:
@@ -234,3 +297,45 @@ class HealthReports:
         self.invalid_values += 1
         log.debug("skipping invalid health entry %s", value)
         self.on_invalid(value)
+
+
+class RegisteredNodes:
+    """The (cluster, node)s registered by the ip entries under one prefix (every
+    cluster: None), kept current by `follow` (list, then watch). `listed` is set after
+    the first listing; `on_change()` runs after every change."""
+
+    def __init__(
+        self, etcd: Etcd, cluster: str | None = None, *, on_change: Callable[[], None]
+    ) -> None:
+        self.etcd = etcd
+        self.prefix = keys.ip_prefix(cluster)
+        self.on_change = on_change
+        self.listed = trio.Event()
+        self._values: dict[str, bytes] = {}
+        self.nodes: set[TargetKey] = set()
+
+    async def follow(self) -> None:
+        """List, then watch, until cancelled. Never raises on etcd errors or bad values."""
+        await follow_prefix(
+            self.etcd,
+            self.prefix,
+            what=f"ip entries under {self.prefix}",
+            on_list=self._listed,
+            on_events=self.apply,
+        )
+
+    def _listed(self, kvs: Sequence[KV]) -> None:
+        self._values = {kv.key: kv.value for kv in kvs}
+        self._update()
+        self.listed.set()
+
+    def apply(self, events: Iterable[WatchEvent]) -> None:
+        for event in events:
+            self._values.pop(event.key, None)
+            if event.kind is not EventKind.DELETE:
+                self._values[event.key] = event.value
+        self._update()
+
+    def _update(self) -> None:
+        self.nodes = registered_nodes(self._values.items())
+        self.on_change()

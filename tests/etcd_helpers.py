@@ -5,11 +5,14 @@ from __future__ import annotations
 import base64
 import inspect
 import json
+import zlib
 from collections.abc import Awaitable, Callable
 
 import trio
 
-from meshhealth.model import Node
+from meshhealth.model import IDENTITY_REMOTE_NODE, LABEL_REMOTE_NODE, IPEntry, Node
+from meshhealth.wire import keys
+from meshhealth.wire.ip_entry import encode_ip_entry
 from tests.plugins.etcd_server import EtcdServer
 
 # Short timeouts so failures are noticed fast in tests.
@@ -62,3 +65,12 @@ def etcdctl_get_prefix(server: EtcdServer, prefix: str) -> dict[str, bytes]:
 
 async def etcdctl_get_prefix_async(server: EtcdServer, prefix: str) -> dict[str, bytes]:
     return await trio.to_thread.run_sync(etcdctl_get_prefix, server, prefix)
+
+
+def ip_registration(cluster: str, node: str) -> tuple[str, bytes]:
+    """(key, value) of an ip entry that registers `node` (a NodeIP derived from its
+    name): the commands show only registered nodes' health reports."""
+    digest = zlib.crc32(f"{cluster}/{node}".encode())
+    ip = f"10.{digest >> 16 & 255}.{digest >> 8 & 255}.{digest & 255 or 1}"
+    entry = IPEntry(ip, ip, node, IDENTITY_REMOTE_NODE, (LABEL_REMOTE_NODE,))
+    return keys.ip_key(cluster, ip), encode_ip_entry(entry)
