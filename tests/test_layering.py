@@ -37,6 +37,7 @@ FOUNDATION = frozenset(
         "gc_tuning",
         "naming",
         "change_count",
+        "etcd_roles",
     }
 )
 UPPER = {"agent", "cli", "__main__"}  # the process entry points; imported by nobody below
