@@ -21,10 +21,11 @@ different etcd) the prefix is listed again. A value that does not decode is skip
 as one line.
 
 Only registered nodes' reports count where a reader says so (`registered_only`, the
-commands): a node is registered when the ip entries of its cluster name it (the probe
-set they make, meshhealth.probe_set: the aggregator's rule, without the agent's address
-policy, which a command does not know). `registered_reports` splits the reports; the
-aggregator uses it too. `RegisteredNodes.follow` keeps the set current for `watch`.
+commands): a node is registered when the ip entries of its cluster that its node entry
+vouches for name it (the probe set they make, meshhealth.probe_set: the aggregator's
+rule, without the agent's address policy, which a command does not know).
+`registered_reports` splits the reports; the aggregator uses it too.
+`RegisteredNodes.follow` keeps the set current for `watch`.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ from meshhealth import defaults
 from meshhealth.documents.matrix import Matrix, NodeRef, build_matrix
 from meshhealth.kvstore import KV, Etcd, EtcdError, EventKind, WatchEvent
 from meshhealth.kvstore.follow import follow_prefix
-from meshhealth.model import HealthReport, IPEntry
-from meshhealth.probe_set import TargetKey, build_probe_set
+from meshhealth.model import HealthReport, IPEntry, Node
+from meshhealth.probe_set import TargetKey, build_probe_set, vouched_entries
 from meshhealth.wire import keys
 from meshhealth.wire.fields import DecodeError
 from meshhealth.wire.values import decode_value
@@ -114,9 +115,11 @@ def registered_reports(
 
 
 def registered_nodes(items: Iterable[tuple[str, bytes]]) -> set[TargetKey]:
-    """The (cluster, node)s the ip entries among (key, value) pairs register (their
-    probe set). A value that does not decode registers nobody."""
+    """The (cluster, node)s registered by the ip and node entries among (key, value)
+    pairs: the probe set of the ip entries their node entries vouch for. A value that
+    does not decode registers nobody."""
     entries: list[tuple[str, IPEntry]] = []
+    nodes: list[Node] = []
     for key, value in items:
         try:
             entry = decode_value(key, value)
@@ -124,7 +127,20 @@ def registered_nodes(items: Iterable[tuple[str, bytes]]) -> set[TargetKey]:
             continue
         if isinstance(entry, IPEntry):
             entries.append((keys.parse_key(key).cluster, entry))
-    return set(build_probe_set(entries))
+        elif isinstance(entry, Node):
+            nodes.append(entry)
+    return set(build_probe_set(vouched_entries(entries, nodes)[0]))
+
+
+async def list_registrations(
+    etcd: Etcd, cluster: str | None, *, timeout_s: float
+) -> list[tuple[str, bytes]]:
+    """The (key, value) pairs of the ip and node entries of `cluster` (every cluster:
+    None): what `registered_nodes` reads."""
+    with trio.fail_after(timeout_s):
+        ips, _ = await etcd.get_prefix(keys.ip_prefix(cluster))
+        nodes, _ = await etcd.get_prefix(keys.nodes_prefix(cluster))
+    return [(kv.key, kv.value) for kv in (*ips, *nodes)]
 
 
 def ignored_line(ignored: Iterable[HealthReport]) -> str:
@@ -143,10 +159,8 @@ async def read_reports(
     reports: list[HealthReport] = list(found.values())
     ignored: list[HealthReport] = []
     if registered_only:
-        with trio.fail_after(timeout_s):
-            kvs, _ = await etcd.get_prefix(keys.ip_prefix(cluster))
-        registered = registered_nodes((kv.key, kv.value) for kv in kvs)
-        reports, ignored = registered_reports(reports, registered)
+        registrations = await list_registrations(etcd, cluster, timeout_s=timeout_s)
+        reports, ignored = registered_reports(reports, registered_nodes(registrations))
     return reports, [str(value) for value in invalid], ignored
 
 
@@ -300,42 +314,51 @@ class HealthReports:
 
 
 class RegisteredNodes:
-    """The (cluster, node)s registered by the ip entries under one prefix (every
-    cluster: None), kept current by `follow` (list, then watch). `listed` is set after
-    the first listing; `on_change()` runs after every change."""
+    """The (cluster, node)s registered by the ip and node entries of `cluster` (every
+    cluster: None), kept current by `follow` (list, then watch, each prefix). `listed`
+    is set after the first listing of both; `on_change()` runs after every change."""
 
     def __init__(
         self, etcd: Etcd, cluster: str | None = None, *, on_change: Callable[[], None]
     ) -> None:
         self.etcd = etcd
-        self.prefix = keys.ip_prefix(cluster)
+        self.prefixes = (keys.ip_prefix(cluster), keys.nodes_prefix(cluster))
         self.on_change = on_change
         self.listed = trio.Event()
-        self._values: dict[str, bytes] = {}
+        self._values: dict[str, dict[str, bytes]] = {p: {} for p in self.prefixes}
+        self._listed_prefixes: set[str] = set()
         self.nodes: set[TargetKey] = set()
 
     async def follow(self) -> None:
         """List, then watch, until cancelled. Never raises on etcd errors or bad values."""
+        async with trio.open_nursery() as nursery:
+            for prefix in self.prefixes:
+                nursery.start_soon(self._follow, prefix)
+
+    async def _follow(self, prefix: str) -> None:
+        def listed(kvs: Sequence[KV]) -> None:
+            self._values[prefix] = {kv.key: kv.value for kv in kvs}
+            self._listed_prefixes.add(prefix)
+            if len(self._listed_prefixes) == len(self.prefixes):
+                self._update()
+                self.listed.set()
+
         await follow_prefix(
             self.etcd,
-            self.prefix,
-            what=f"ip entries under {self.prefix}",
-            on_list=self._listed,
+            prefix,
+            what=f"registrations under {prefix}",
+            on_list=listed,
             on_events=self.apply,
         )
 
-    def _listed(self, kvs: Sequence[KV]) -> None:
-        self._values = {kv.key: kv.value for kv in kvs}
-        self._update()
-        self.listed.set()
-
     def apply(self, events: Iterable[WatchEvent]) -> None:
         for event in events:
-            self._values.pop(event.key, None)
+            held = next(v for p, v in self._values.items() if event.key.startswith(p))
+            held.pop(event.key, None)
             if event.kind is not EventKind.DELETE:
-                self._values[event.key] = event.value
+                held[event.key] = event.value
         self._update()
 
     def _update(self) -> None:
-        self.nodes = registered_nodes(self._values.items())
+        self.nodes = registered_nodes(kv for held in self._values.values() for kv in held.items())
         self.on_change()

@@ -10,9 +10,8 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from meshhealth.model import IDENTITY_REMOTE_NODE, LABEL_REMOTE_NODE, IPEntry, Node
-from meshhealth.wire import keys
-from meshhealth.wire.ip_entry import encode_ip_entry
+from meshhealth.agent.membership.registrar import registration_entries
+from meshhealth.model import Node
 from tests.plugins.etcd_server import EtcdServer
 
 # Short timeouts so failures are noticed fast in tests.
@@ -67,10 +66,10 @@ async def etcdctl_get_prefix_async(server: EtcdServer, prefix: str) -> dict[str,
     return await trio.to_thread.run_sync(etcdctl_get_prefix, server, prefix)
 
 
-def ip_registration(cluster: str, node: str) -> tuple[str, bytes]:
-    """(key, value) of an ip entry that registers `node` (a NodeIP derived from its
-    name): the commands show only registered nodes' health reports."""
+def registration(cluster: str, node: str) -> list[tuple[str, bytes]]:
+    """(key, value) of the node entry and ip entry that register `node` (a NodeIP
+    derived from its name), as its registrar writes them: the commands show only
+    registered nodes' health reports."""
     digest = zlib.crc32(f"{cluster}/{node}".encode())
     ip = f"10.{digest >> 16 & 255}.{digest >> 8 & 255}.{digest & 255 or 1}"
-    entry = IPEntry(ip, ip, node, IDENTITY_REMOTE_NODE, (LABEL_REMOTE_NODE,))
-    return keys.ip_key(cluster, ip), encode_ip_entry(entry)
+    return registration_entries(make_node(node, ip, cluster=cluster))

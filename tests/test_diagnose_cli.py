@@ -18,7 +18,7 @@ from meshhealth.model import HealthReport
 from meshhealth.wire.health import encode_health_report
 from meshhealth.wire.keys import health_key
 from tests import matrix_stories as S
-from tests.etcd_helpers import ip_registration
+from tests.etcd_helpers import registration
 from tests.plugins.etcd_server import EtcdServer
 from tests.plugins.local_etcd import free_loopback_port
 
@@ -43,15 +43,15 @@ def diagnose_cli(*args: str, command: str = "diagnose") -> subprocess.CompletedP
 
 
 def put_reports(server: EtcdServer, story: Callable[[], list[HealthReport]]) -> None:
-    """The story's reports, as fresh as they were at the story's NOW, and an ip entry
-    that registers each reporter."""
+    """The story's reports, as fresh as they were at the story's NOW, and the entries
+    that register each reporter."""
     shift = time.time() - S.NOW
     for report in story():
         fresh = dataclasses.replace(report, probe_time=report.probe_time + shift)
         key = health_key(report.cluster, report.node)
         server.etcdctl("put", key, input_bytes=encode_health_report(fresh))
-        ip_key, ip_value = ip_registration(report.cluster, report.node)
-        server.etcdctl("put", ip_key, input_bytes=ip_value)
+        for key, value in registration(report.cluster, report.node):
+            server.etcdctl("put", key, input_bytes=value)
 
 
 def test_a_healthy_cluster_has_no_findings_exit_0(etcd_server: EtcdServer) -> None:

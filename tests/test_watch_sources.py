@@ -19,7 +19,7 @@ from meshhealth.model import HealthReport, PathHealth, ProbeStatus, TargetHealth
 from meshhealth.wire import keys
 from meshhealth.wire.health import encode_health_report
 from tests.agent_cluster import ROOT, AgentCluster, wait_for
-from tests.etcd_helpers import ip_registration
+from tests.etcd_helpers import registration
 from tests.plugins.etcd_server import EtcdServer
 from tests.test_watch import run_watch, wait_healthy, watch_argv
 
@@ -38,7 +38,8 @@ def report(node: str, status: ProbeStatus = ProbeStatus.OK, at: float | None = N
 
 async def register(etcd: Etcd, *nodes: str) -> None:
     for node in nodes:
-        await etcd.put(*ip_registration("lab1", node))
+        for key, value in registration("lab1", node):
+            await etcd.put(key, value)
 
 
 def put(key: str, value: bytes, revision: int) -> WatchEvent:

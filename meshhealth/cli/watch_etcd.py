@@ -9,7 +9,7 @@ meshhealth.documents.matrix. Both are rebuilt from the reports held in
 memory every `rebuild_s` as well, so a report that stops being refreshed turns stale
 on screen. A value that does not decode is skipped, counted in the header and reported
 once (a line in the plain output; one line on stderr with `--once`). Only registered
-nodes' reports are shown (the ip entries, followed too, name the node:
+nodes' reports are shown (the ip and node entries, followed too, name the node:
 meshhealth.matrix_source.registered_reports, the aggregator's rule); the others are
 ignored and said in one line (`ignored N health reports from unregistered nodes: ...`)
 each time that set changes.
@@ -42,12 +42,12 @@ from meshhealth.matrix_source import (
     InvalidValue,
     RegisteredNodes,
     ignored_line,
+    list_registrations,
     list_reports,
     registered_nodes,
     registered_reports,
 )
 from meshhealth.model import HealthReport
-from meshhealth.wire import keys
 
 
 def show_reports(state: WatchState, reports: list[HealthReport], notify: Notify) -> None:
@@ -86,8 +86,9 @@ async def read_once(state: WatchState, urls: str | EtcdAccess, notify: Notify, w
             found, invalid, _ = await list_reports(
                 etcd, None, timeout_s=defaults.MATRIX_READ_TIMEOUT_S
             )
-            with trio.fail_after(defaults.MATRIX_READ_TIMEOUT_S):
-                ip_kvs, _ = await etcd.get_prefix(keys.ip_prefix(None))
+            registrations = await list_registrations(
+                etcd, None, timeout_s=defaults.MATRIX_READ_TIMEOUT_S
+            )
         except EtcdError as exc:
             raise WatchError(str(exc)) from None
         except trio.TooSlowError:
@@ -95,7 +96,7 @@ async def read_once(state: WatchState, urls: str | EtcdAccess, notify: Notify, w
         for value in invalid:
             warn(f"skipped invalid health entry {value}")
         state.invalid_values = len(invalid)
-        registered = registered_nodes((kv.key, kv.value) for kv in ip_kvs)
+        registered = registered_nodes(registrations)
         reports, ignored = registered_reports(found.values(), registered)
         if ignored:
             warn(ignored_line(ignored))
