@@ -50,6 +50,7 @@ from meshhealth.probe.stats import StatsBook
 from meshhealth.wire import keys
 from meshhealth.wire.health import encode_health_report
 from tests.agent_cluster import ROOT, AgentCluster, wait_for
+from tests.etcd_helpers import registration
 from tests.plugins.etcd_server import EtcdServer
 
 T0 = 1_795_000_000.0  # 2026-11-18T11:06:40Z
@@ -326,6 +327,8 @@ async def test_etcd_once_list_and_matrix(etcd_server: EtcdServer) -> None:
         for node, status in (("node1", ProbeStatus.OK), ("node2", ProbeStatus.TIMEOUT)):
             value = encode_health_report(report(node, status, now))
             await etcd.put(keys.health_key("lab1", node), value)
+            for key, value in registration("lab1", node):
+                await etcd.put(key, value)
     listing = await trio.run_process(
         watch_argv("--etcd", etcd_server.endpoint, "--once"), capture_stdout=True, cwd=ROOT
     )

@@ -28,7 +28,7 @@ class MatrixReader:
         """The matrix from this cluster's etcd and every admitted remote's."""
         sources = [MatrixSource(cluster, etcd) for cluster, etcd in self.members.etcd_sources()]
         extra_nodes = [(t.cluster, t.node) for t in self.members.nodes()]
-        matrix, skipped = await read_matrix(sources, now=time.time(), extra_nodes=extra_nodes)
-        if skipped:
-            self._invalid_health.inc(skipped)
-        return matrix
+        read = await read_matrix(sources, now=time.time(), extra_nodes=extra_nodes)
+        if read.skipped:
+            self._invalid_health.inc(read.skipped)
+        return read.matrix

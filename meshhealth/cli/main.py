@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "diagnose_cmd",
     "watch_cmd",
     "inspect_cmd",
+    "etcd_roles_cmd",
     "responder_cmd",
     "probe_cmd",
     "lab_cmd",
@@ -78,7 +79,7 @@ def chosen_command(argv: list[str]) -> str | None:
         if arg == "--":
             return None
         if not arg.startswith("-"):
-            module = f"{arg}_cmd"
+            module = f"{arg.replace('-', '_')}_cmd"
             return module if module in COMMAND_MODULES else None
     return None
 

@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from meshhealth import defaults
-from meshhealth.lab import etcd_members, etcd_proc, neigh_table, netns_ops, proc_sys, processes
+from meshhealth.lab import (
+    etcd_auth,
+    etcd_members,
+    etcd_proc,
+    neigh_table,
+    netns_ops,
+    proc_sys,
+    processes,
+)
 from meshhealth.lab import plan as P
 from meshhealth.lab import state as S
 
@@ -85,6 +93,8 @@ def start_agent(st: S.LabState, plan: P.LabPlan, node: P.NodePlan) -> S.ProcessR
     argv = P.agent_argv(plan, node, sys.executable, st.interval_s)
     if st.etcd_members > 1:
         argv = etcd_members.agent_argv(argv, st, plan, node)
+    if st.etcd_auth:
+        argv += etcd_auth.agent_args(plan, node)
     rec = processes.start_detached(node.netns, argv, node.log, agent_env())
     st.processes[f"agent/{node.qualified}"] = rec
     S.save(st)
@@ -148,11 +158,17 @@ def up(
     root: Path = P.LAB_ROOT,
     etcd_member_count: int = 1,
     ip_mode: str = "ipv4",
+    with_etcd_auth: bool = False,
 ) -> tuple[S.LabState, P.LabPlan]:
     """Build the lab. On any failure the half-built lab is removed and LabError raised."""
     plan = P.make_plan(prefix, nodes, clusters, root, ip_mode)
     if ip_mode == "ipv6" and etcd_member_count > 1:
         raise LabError("--ipv6 runs a one-member etcd per cluster (--etcd-members 1)")
+    if with_etcd_auth and (etcd_member_count > 1 or clusters > 1):
+        raise LabError(
+            "--etcd-auth builds one cluster with a one-member etcd (--clusters 1 "
+            "--etcd-members 1): agents read a meshed cluster's etcd without a user"
+        )
     if lab_exists(prefix, root):
         raise LabError(f"lab {prefix} already exists; run `meshhealth lab down` first")
     if agents:
@@ -172,6 +188,7 @@ def up(
         agents=agents,
         etcd_members=etcd_members.validate_count(etcd_member_count),
         ip_mode=ip_mode,
+        etcd_auth=with_etcd_auth,
     )
     started = time.monotonic()
     try:
@@ -274,6 +291,13 @@ def _build(st: S.LabState, plan: P.LabPlan, say: Say) -> None:
         )
     if st.etcd_members == 1:
         say(f"  etcd answering: {', '.join(c.etcd_url for c in plan.clusters)}")
+    if st.etcd_auth:
+        users = etcd_auth.enable(plan)
+        say(
+            f"  etcd authentication on: {users} node user(s), passwords in "
+            f"{etcd_auth.password_dir(plan)}"
+        )
+        _hook("etcd-auth")
     if st.agents:
         for node in plan.nodes:
             start_agent(st, plan, node)

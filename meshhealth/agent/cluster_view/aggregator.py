@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 
 import trio
 
@@ -39,7 +39,7 @@ from meshhealth.diagnosis.diagnose import diagnose
 from meshhealth.diagnosis.from_matrix import matrix_view
 from meshhealth.documents.matrix import build_matrix, stale_after_s
 from meshhealth.kvstore import Backoff, Etcd, EtcdError, LeaseIs, Put
-from meshhealth.matrix_source import HealthReports
+from meshhealth.matrix_source import HealthReports, registered_reports
 from meshhealth.model import HealthReport
 from meshhealth.wire import keys
 from meshhealth.wire.summary import ClusterSummary, encode_summary
@@ -62,18 +62,6 @@ def summarise(
         if report.probe_time + stale_after_s(report.interval_s) > now
     ]
     return summary, min(turns_stale, default=math.inf)
-
-
-def registered_reports(
-    reports: Sequence[HealthReport], registered: Collection[tuple[str, str]]
-) -> tuple[list[HealthReport], list[HealthReport]]:
-    """(the reports of registered (cluster, node)s, the others). Pure."""
-    kept: list[HealthReport] = []
-    ignored: list[HealthReport] = []
-    for report in reports:
-        is_registered = (report.cluster, report.node) in registered
-        (kept if is_registered else ignored).append(report)
-    return kept, ignored
 
 
 class Aggregator:
