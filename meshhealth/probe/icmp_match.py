@@ -107,8 +107,16 @@ class EchoProbe:
             status, detail = ProbeStatus.UNREACHABLE, self.errors[0]
         else:
             status, detail = ProbeStatus.TIMEOUT, ""
+        sent = len(self.sequences)
         return ProbeResult(
-            status, started_at, rtts, len(self.sequences), len(rtts), detail, self.size_bytes
+            status,
+            started_at,
+            rtts,
+            sent,
+            len(rtts),
+            detail,
+            self.size_bytes,
+            tuple(self.rtts[:sent]),
         )
 
 
