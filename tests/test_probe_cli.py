@@ -209,7 +209,10 @@ def test_json_fields() -> None:
         "received",
         "loss",
         "started_at",
+        "started_at_unix",
     }
+    # times as every document writes them; unix seconds only where the name says so
+    assert (first["started_at"], first["started_at_unix"]) == ("2025-11-22T10:00:00Z", 1763805600.0)
     assert first["rtt_s"] == pytest.approx(0.000412333, rel=1e-4)
     assert first["rtts_s"] == [0.0004, 0.000412, 0.000425]
     assert (first["sent"], first["received"], first["loss"]) == (3, 3, 0.0)

@@ -25,7 +25,9 @@ JSON (`-o json`): a list, one object per line above, with these fields:
     sent        requests sent (ICMP: echo requests; HTTP: 1)
     received    valid replies received
     loss        1 - received/sent, 0.0 .. 1.0
-    started_at  unix seconds when the probe started
+    started_at  when the probe started: ISO 8601, UTC, whole seconds (as in `status -o
+                json`)
+    started_at_unix  the same in unix seconds (a float: sub-second precision)
 """
 
 from __future__ import annotations
@@ -120,7 +122,8 @@ def probe_record(path: model.PathReport) -> dict[str, Any]:
         "sent": r.sent,
         "received": r.received,
         "loss": r.loss,
-        "started_at": r.started_at,
+        "started_at": iso_time(r.started_at),
+        "started_at_unix": r.started_at,
     }
 
 

@@ -56,7 +56,8 @@ has no equivalent: a round sends to every target at once.
 JSON (-o json) is a list of objects, one per line of text output, with the fields
 ip, protocol ("icmp"|"http"), status (ok, timeout, refused, reset, unreachable,
 http_error, invalid, error), text (as in the text output), detail, rtt_s (mean, null
-without reply), rtts_s, sent, received, loss (0..1), started_at (unix seconds). With
+without reply), rtts_s, sent, received, loss (0..1), started_at (ISO 8601, UTC),
+started_at_unix (the same in unix seconds). With
 --loop, one such list per round.
 ICMP needs root or CAP_NET_RAW.
 """
