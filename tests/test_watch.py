@@ -247,6 +247,30 @@ def test_the_banner_shows_the_cluster_verdict_and_the_findings() -> None:
     assert "Finding:" not in frame_text(state, now=T0 + 10, width=200)
 
 
+@pytest.mark.parametrize("width", [60, 80, 100])
+def test_the_banner_wraps_a_finding_at_words_with_kind_and_culprit_first(width: int) -> None:
+    from tests import status_stories
+
+    status = build_status_document(status_stories.agent_down_summary())
+    state = WatchState(source="unix:///tmp/n1.feed.sock")
+    apply_feed_message(state, {"v": 1, "type": "snapshot", "seq": 0, "status": status}, now=T0)
+    lines = frame_text(state, now=T0, width=width).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Finding:"))
+    assert lines[start].startswith("Finding:   agent-down lab1/node3 (confidence 0.75):")
+    banner = [lines[start]]
+    for line in lines[start + 1 :]:
+        if not line.startswith(" " * len("Finding:   ")):
+            break
+        banner.append(line)
+    assert all(len(line) <= width for line in banner)
+    text = " ".join(line.strip() for line in banner)
+    # every word whole, in order: no word was broken across lines
+    assert " ".join(text.split()) == (
+        "Finding: agent-down lab1/node3 (confidence 0.75): its NodeIP answers ICMP but "
+        "HTTP to its agent fails from 2 of 2 observers; its report is stale"
+    )
+
+
 def test_the_banner_says_a_cluster_of_one() -> None:
     from tests import status_stories
 

@@ -10,7 +10,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -320,8 +320,15 @@ def _build(st: S.LabState, plan: P.LabPlan, say: Say) -> None:
 class DownReport:
     found: bool = False
     processes: list[int] = field(default_factory=list)
+    # every lab namespace that existed and is gone: the ones `down` deleted and the
+    # health endpoints' (`-ep`), which their agents remove as they stop
     namespaces: list[str] = field(default_factory=list)
     dir_removed: bool = False
+
+
+def namespaces_removed(present: Sequence[str], exists: Callable[[str], bool]) -> list[str]:
+    """Of the namespaces `present` at the start, those that no longer exist. Pure."""
+    return [name for name in present if not exists(name)]
 
 
 def endpoint_names_taken(plan: P.LabPlan) -> list[str]:
@@ -382,6 +389,7 @@ def down(prefix: str, say: Say, root: Path = P.LAB_ROOT) -> DownReport:
     # Endpoint namespaces are found through the agents' veths: look before the agents
     # stop (a clean shutdown removes them, a failed one may leave half of them).
     names = lab_names()
+    present = [n for n in names if netns_ops.netns_exists(n)]
     if st is not None:
         st.phase = "removing"
         S.save(st)
@@ -396,7 +404,9 @@ def down(prefix: str, say: Say, root: Path = P.LAB_ROOT) -> DownReport:
         # Agents first: a clean shutdown deregisters them and removes their endpoints.
         report.processes += processes.stop(agents)
         report.processes += processes.stop(others)
-    names += [n for n in lab_names() if n not in names]
+    found_later = [n for n in lab_names() if n not in names]
+    names += found_later
+    present += [n for n in found_later if netns_ops.netns_exists(n)]
     # Whatever still runs inside the lab's namespaces was started by the lab (endpoint
     # responders of a killed agent, a restarted agent): stop it by PID.
     leftover = {
@@ -412,9 +422,9 @@ def down(prefix: str, say: Say, root: Path = P.LAB_ROOT) -> DownReport:
         if netns_ops.netns_exists(n):
             try:
                 netns_ops.del_netns(n)
-                report.namespaces.append(n)
             except netns_ops.CommandError as exc:
                 errors.append(str(exc))
+    report.namespaces = namespaces_removed(present, netns_ops.netns_exists)
     if errors:
         # Keep the state file: `lab down` again retries what is left.
         raise LabError(f"lab {prefix} only partly removed: {'; '.join(errors)}")

@@ -209,6 +209,16 @@ fraction = rule(number, lambda v: 0.0 <= v <= 1.0, "must be 0..1, got {got}")  #
 seconds = rule(number, lambda v: v >= 0, "must not be negative, got {got}")  # a time or duration
 positive_seconds = rule(seconds, lambda v: v > 0, "must be > 0, got {got}")
 
+# The names of the fields that hold a point in time (unix seconds on the wire), as
+# `time_field` declares them: readers for people (`inspect -o text`) show them in ISO 8601.
+TIME_FIELD_NAMES: set[str] = set()
+
+
+def time_field(name: str, *, allow_nil: bool = False, default: Any = _REQUIRED) -> Field:
+    """A field holding a point in time: unix seconds (a float) on the wire."""
+    TIME_FIELD_NAMES.add(name)
+    return Field(name, nullable(seconds) if allow_nil else seconds, default)
+
 
 def text(max_chars: int = MAX_TEXT_CHARS, *, allow_empty: bool = False) -> Check:
     not_empty = rule(string, lambda s: s or allow_empty, "must not be empty")
