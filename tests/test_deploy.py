@@ -271,6 +271,10 @@ def test_systemd_unit_keeps_only_the_capabilities_the_agent_needs() -> None:
         "CAP_NET_RAW",  # ICMP
         "CAP_NET_ADMIN",  # veth, routes, forwarding sysctls of the health endpoint
         "CAP_SYS_ADMIN",  # its network namespace
+        "CAP_SETUID",  # its responder drops to nobody ...
+        "CAP_SETGID",  # ... and nogroup ...
+        "CAP_SETPCAP",  # ... with an empty bounding set
+        "CAP_KILL",  # stopping that responder, no longer root
     }
     assert settings["NoNewPrivileges"] == "yes"
     assert settings["ProtectSystem"] == "strict"
@@ -373,6 +377,7 @@ def test_the_units_capabilities_are_enough(netns_factory: NetnsFactory, tmp_path
         ("CAP_NET_RAW", "host icmp"),  # no raw socket: ICMP paths are errors
         ("CAP_NET_ADMIN", "endpoint http"),  # no veth: the endpoint is never reachable
         ("CAP_SYS_ADMIN", "endpoint http"),  # no namespace: no endpoint
+        ("CAP_SETUID", "endpoint http"),  # the responder refuses to serve as root
     ],
 )
 def test_each_of_the_units_capabilities_is_needed(

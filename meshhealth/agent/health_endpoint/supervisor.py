@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import ipaddress
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -101,7 +102,9 @@ class HealthEndpoint:
     """Supervisor of the health endpoint. Construct, then `await nursery.start(ep.run)`.
 
     `node_netns` (netns mode) names the namespace the node side lives in; None (the agent)
-    means the agent's own namespace. Tests pass a namespace they made.
+    means the agent's own namespace. Tests pass a namespace they made. `user`: the
+    responder drops to it once its sockets are open (`meshhealth responder --user`);
+    None keeps the agent's user and capabilities.
     """
 
     def __init__(
@@ -115,6 +118,7 @@ class HealthEndpoint:
         netns: str | None = None,
         host_iface: str = defaults.ENDPOINT_HOST_IFACE,
         node_netns: str | None = None,
+        user: str | None = None,
         python: str = sys.executable,
         check_interval_s: float = defaults.ENDPOINT_CHECK_INTERVAL_S,
         ready_timeout_s: float = defaults.ENDPOINT_READY_TIMEOUT_S,
@@ -150,7 +154,8 @@ class HealthEndpoint:
         # holding HealthIP:port (the restarted agent's endpoint would find it in use).
         argv = responder_argv(python, str(address), port, node_name, secondary_ip)
         at = argv.index("--listen")
-        self._argv = [*argv[:at], "--exit-with-parent", *argv[at:]]
+        run_as = [] if user is None else ["--user", user]
+        self._argv = [*argv[:at], "--exit-with-parent", *run_as, *argv[at:]]
         if self._spec is not None:
             self._argv = ["ip", "netns", "exec", self._spec.netns, *self._argv]
         self._check_interval_s = check_interval_s
@@ -364,7 +369,8 @@ def endpoint_from_config(
     """The endpoint an agent with `config` runs; None for mode `none` or no HealthIP.
 
     netns mode names the namespace `endpoint_netns_name(cluster, node)` unless `netns`
-    is given.
+    is given. A root agent's responder drops to `config.endpoint_user`; another user
+    cannot switch users, so its responder keeps that user.
     """
     if config.health_mode == "none" or config.health_ip is None:
         return None
@@ -378,4 +384,5 @@ def endpoint_from_config(
         health_ip_secondary=config.health_ip_secondary,
         netns=netns,
         node_netns=node_netns,
+        user=config.endpoint_user if os.geteuid() == 0 else None,
     )
