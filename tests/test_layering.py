@@ -38,6 +38,7 @@ FOUNDATION = frozenset(
         "naming",
         "change_count",
         "etcd_roles",
+        "privileges",
     }
 )
 UPPER = {"agent", "cli", "__main__"}  # the process entry points; imported by nobody below

@@ -77,8 +77,8 @@ log = logging.getLogger(__name__)
 
 RECV_BATCH = 256  # datagrams handled per wake-up before letting other tasks run
 MAX_DATAGRAM = 65_536  # an IPv4 datagram or an ICMPv6 message: up to 65,535 bytes
-# Let the kernel drop ICMP types we never use. The matcher checks types anyway (tests
-# turn this off to prove it).
+# Let the kernel drop ICMP types we never use, and replies and errors without our
+# identifier (icmp_bpf). The matcher checks both anyway (tests turn this off to prove it).
 KERNEL_ICMP_FILTER = True
 TOO_MANY_IN_FLIGHT = "too many ICMP requests in flight"
 
@@ -342,7 +342,12 @@ class Pinger:
         fs = self._sockets.get(family)
         if fs is None:
             ipv6 = family == socket.AF_INET6
-            sock = open_raw_socket(ipv6=ipv6, netns=self._netns, kernel_filter=KERNEL_ICMP_FILTER)
+            sock = open_raw_socket(
+                ipv6=ipv6,
+                netns=self._netns,
+                kernel_filter=KERNEL_ICMP_FILTER,
+                identifier=self.identifier,
+            )
             fs = self._sockets[family] = _FamilySocket(sock, ipv6=ipv6, identifier=self.identifier)
             name = f"icmp-receiver-v{6 if ipv6 else 4}"
             self._nursery.start_soon(self._receive_loop, fs, name=name)

@@ -1,4 +1,4 @@
-"""Opening the pinger's raw ICMP sockets: privileges, buffers, kernel-side type filter,
+"""Opening the pinger's raw ICMP sockets: privileges, buffers, kernel-side filters,
 and the kernel's receive time stamps (SO_TIMESTAMPNS)."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import socket
 import struct
 
 from meshhealth.netns import socket_in_netns
+from meshhealth.probe import icmp_bpf
 from meshhealth.probe.icmp_packet import (
     ICMP_DEST_UNREACH,
     ICMP_ECHO_REPLY,
@@ -35,12 +36,16 @@ class PingerPermissionError(PermissionError):
     """No raw socket: the process lacks root / CAP_NET_RAW."""
 
 
-def open_raw_socket(*, ipv6: bool, netns: str | None, kernel_filter: bool) -> socket.socket:
+def open_raw_socket(
+    *, ipv6: bool, netns: str | None, kernel_filter: bool, identifier: int | None = None
+) -> socket.socket:
     """A non-blocking raw ICMP (or ICMPv6) socket in `netns` (None: ours).
 
     With `kernel_filter` the kernel drops every ICMP type but echo reply and
     destination unreachable before they reach us (our own requests on loopback, other
-    tools' traffic). Raises PingerPermissionError without root / CAP_NET_RAW.
+    tools' traffic), and with `identifier` also those that do not carry it (a BPF
+    program: meshhealth.probe.icmp_bpf). Raises PingerPermissionError without root /
+    CAP_NET_RAW.
     """
     family = socket.AF_INET6 if ipv6 else socket.AF_INET
     proto = socket.IPPROTO_ICMPV6 if ipv6 else socket.IPPROTO_ICMP
@@ -54,6 +59,8 @@ def open_raw_socket(*, ipv6: bool, netns: str | None, kernel_filter: bool) -> so
         _set_buffer(sock, socket.SO_SNDBUF, SO_SNDBUFFORCE)
         if kernel_filter:
             _install_filter(sock, ipv6=ipv6)
+            if identifier is not None:
+                icmp_bpf.attach(sock, icmp_bpf.program(identifier, ipv6=ipv6))
     except OSError:
         sock.close()
         raise
