@@ -1,0 +1,160 @@
+"""The findings timeline against a real etcd: the aggregator writes one event per
+opening and closing, a takeover and a restart of the aggregator neither reopen nor
+lose an event, and `meshhealth events` / `diagnose --at` read them as users do (a
+subprocess)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import trio
+
+from meshhealth.kvstore import Etcd
+from meshhealth.timefmt import iso_time
+from meshhealth.wire import keys
+from meshhealth.wire.event import FindingEvent
+from meshhealth.wire.values import decode_event_value
+from tests import matrix_stories as S
+from tests.etcd_helpers import poll_until
+from tests.plugins.etcd_server import EtcdServer
+from tests.test_cluster_view import TAKEOVER_BOUND_S, _put_fresh_reports, agent, leaders
+
+
+async def stored_events(etcd: Etcd) -> dict[str, FindingEvent]:
+    kvs, _ = await etcd.get_prefix(keys.events_prefix("lab1"))
+    return {e.id: e for e in (decode_event_value(kv.key, kv.value) for kv in kvs)}
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "meshhealth", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+async def test_takeover_and_restart_keep_one_event_per_finding(etcd_server: EtcdServer) -> None:
+    async with (
+        trio.open_nursery() as nursery,
+        agent(nursery, etcd_server.endpoint, "node1") as a1,
+        agent(nursery, etcd_server.endpoint, "node2") as a2,
+    ):
+        await poll_until(lambda: len(leaders([a1, a2])) == 1, 20, what="a holder")
+        first, other = (a1, a2) if a1.election.leading else (a2, a1)
+        await _put_fresh_reports(a1.etcd, S.node_unreachable_by_all())
+
+        async def the_finding_is_recorded() -> bool:
+            events = await stored_events(a1.etcd)
+            return any(e.nodes == ("lab1/node3",) for e in events.values())
+
+        await poll_until(the_finding_is_recorded, 20, what="node3's finding opens an event")
+        # Settled: every finding of this story has its event; nothing else is written.
+        evaluations = first.aggregator.evaluations
+        await _put_fresh_reports(a1.etcd, S.node_unreachable_by_all())
+        await poll_until(
+            lambda: first.aggregator.evaluations > evaluations, 10, what="re-evaluated"
+        )
+        before = await stored_events(a1.etcd)
+        assert before and all(e.closed_at is None for e in before.values())
+        assert all(e.opened_by == first.name for e in before.values())
+        opened = first.aggregator.timeline.opened
+        assert opened == len(before)  # one write per opening, none per round
+
+        # The holder crashes; the other agent takes over and reads the open events.
+        first.lease.crash()
+        first.scope.cancel()
+        await poll_until(lambda: other.election.leading, TAKEOVER_BOUND_S, what="takeover")
+        await poll_until(
+            lambda: other.aggregator.evaluations > 0, 10, what="the new holder evaluates"
+        )
+        await _put_fresh_reports(other.etcd, S.node_unreachable_by_all())
+        evaluations = other.aggregator.evaluations
+        await poll_until(
+            lambda: other.aggregator.evaluations > evaluations, 10, what="re-evaluated"
+        )
+        after = await stored_events(other.etcd)
+        assert after == before  # no duplicate, no closing, nothing rewritten
+        assert other.aggregator.timeline.opened == 0
+
+        # The node recovers: each event is closed once, by the new holder.
+        await _put_fresh_reports(other.etcd, S.healthy())
+
+        async def all_closed() -> bool:
+            events = await stored_events(other.etcd)
+            return all(e.closed_at is not None for e in events.values())
+
+        await poll_until(all_closed, 20, what="the events close")
+        closed = await stored_events(other.etcd)
+        assert closed.keys() == before.keys()
+        for event in closed.values():
+            assert event.closed_by == other.name and event.opened_by == first.name
+            assert event.closed_at is not None and event.closed_at >= event.opened_at
+        assert other.aggregator.timeline.closed == len(before)
+
+        # A restart of the aggregator: same name, new process (a new lease and state).
+        other.scope.cancel()
+        await other.lease.leave()
+        async with agent(nursery, etcd_server.endpoint, other.name) as again:
+            await poll_until(lambda: again.election.leading, 20, what="the restarted holder")
+            await _put_fresh_reports(again.etcd, S.node_unreachable_by_all())
+
+            async def reopened() -> bool:
+                events = await stored_events(again.etcd)
+                return len([e for e in events.values() if e.closed_at is None]) == len(before)
+
+            await poll_until(reopened, 20, what="the finding is back")
+            # The old events stay closed; new ones open after a gap, one per finding.
+            now = await stored_events(again.etcd)
+            assert len(now) == 2 * len(before)
+            assert {k: now[k] for k in before} == closed
+            new = [e for e in now.values() if e.id not in before]
+            assert {e.identity for e in new} == {e.identity for e in before.values()}
+            assert all(e.opened_at >= (closed[k].closed_at or 0) for e in new for k in closed)
+
+            # What users read, as they run it.
+            shown = cli("events", "--etcd", etcd_server.endpoint, "--since", "1h")
+            assert shown.returncode == 0, shown.stderr
+            print(shown.stdout)
+            lines = shown.stdout.splitlines()
+            assert lines[0].startswith("Events since ") and lines[0].endswith(
+                f": {len(now)} ({len(before)} open)"
+            )
+            assert lines[1].split()[:5] == ["OPENED", "CLOSED", "DURATION", "KIND", "CULPRIT"]
+            assert sum("lab1/node3" in line for line in lines) >= 2
+            assert sum(" open " in line for line in lines[2:]) == len(before)
+            doc = json.loads(
+                cli(
+                    "events", "--etcd", etcd_server.endpoint, "--node", "node3", "-o", "json"
+                ).stdout
+            )
+            assert doc["events"] and all("lab1/node3" in e["nodes"] for e in doc["events"])
+
+            # diagnose --at: what was known while the first events were open, and after.
+            during = min(e.opened_at for e in closed.values()) + 1  # whole seconds
+            assert all(during < (e.closed_at or 0) for e in closed.values())
+            at = cli("diagnose", "--etcd", etcd_server.endpoint, "--at", iso_time(during) or "")
+            print(at.stdout)
+            assert at.returncode == 1, at.stderr
+            assert "lab1/node3" in at.stdout
+            gap = max(e.closed_at or 0 for e in closed.values()) + 0.001
+            quiet_at = min(e.opened_at for e in new)
+            if quiet_at - gap >= 1.0:  # a whole second between: nothing was open then
+                at = cli("diagnose", "--etcd", etcd_server.endpoint, "--at", iso_time(gap + 1))
+                assert at.returncode == 0 and at.stdout.startswith("No findings at")
+            bad = cli("diagnose", "--etcd", etcd_server.endpoint, "--at", "yesterday")
+            assert bad.returncode == 2 and "--at: invalid time 'yesterday'" in bad.stderr
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_events_command_says_when_etcd_is_not_there() -> None:
+    shown = await trio.to_thread.run_sync(
+        lambda: cli("events", "--etcd", "http://127.0.0.1:9", "--timeout", "1")
+    )
+    assert shown.returncode == 2
+    assert shown.stderr.startswith("meshhealth events: ") and len(shown.stderr.splitlines()) == 1
+    shown = await trio.to_thread.run_sync(lambda: cli("events", "--since", "soon"))
+    assert shown.returncode == 2 and "--since: invalid time 'soon'" in shown.stderr
