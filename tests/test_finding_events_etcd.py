@@ -133,6 +133,13 @@ async def test_takeover_and_restart_keep_one_event_per_finding(etcd_server: Etcd
             )
             assert doc["events"] and all("lab1/node3" in e["nodes"] for e in doc["events"])
 
+            # watch --etcd: the last few events under the view.
+            view = cli("watch", "--etcd", etcd_server.endpoint, "--once")
+            print(view.stdout)
+            assert view.returncode == 0, view.stderr
+            assert "Recent events (meshhealth events):" in view.stdout
+            assert "-> open " in view.stdout and "lab1/node3" in view.stdout
+
             # diagnose --at: what was known while the first events were open, and after.
             during = min(e.opened_at for e in closed.values()) + 1  # whole seconds
             assert all(during < (e.closed_at or 0) for e in closed.values())
@@ -158,3 +165,37 @@ async def test_the_events_command_says_when_etcd_is_not_there() -> None:
     assert shown.stderr.startswith("meshhealth events: ") and len(shown.stderr.splitlines()) == 1
     shown = await trio.to_thread.run_sync(lambda: cli("events", "--since", "soon"))
     assert shown.returncode == 2 and "--since: invalid time 'soon'" in shown.stderr
+
+
+async def test_watch_follows_the_timeline_as_it_changes(etcd_server: EtcdServer) -> None:
+    """`watch --etcd` (live): an event written or deleted reaches the view's state
+    through the prefix watch, without a new listing."""
+    from meshhealth.cli.watch_etcd import run_etcd
+    from meshhealth.cli.watch_state import WatchState
+    from meshhealth.kvstore import open_etcd
+    from meshhealth.wire.event import encode_event, event_id
+
+    state = WatchState(source="etcd")
+    notified: list[int] = []
+    opened = FindingEvent(
+        "lab1", event_id(("node-down", ("lab1/n3",)), 1e9), "node-down", ("lab1/n3",), 1, "x", 1e9
+    )
+    key = keys.event_key("lab1", opened.id)
+    async with open_etcd(etcd_server.endpoint) as etcd, trio.open_nursery() as nursery:
+        nursery.start_soon(
+            lambda: run_etcd(
+                state,
+                etcd_server.endpoint,
+                lambda changes: notified.append(len(changes)),
+                lambda text: None,
+                once=False,
+                rebuild_s=60,
+            )
+        )
+        await poll_until(lambda: state.connection == "connected", 10, what="listed")
+        await etcd.put(key, encode_event(opened))
+        await poll_until(lambda: key in state.events, 10, what="the new event is shown")
+        assert state.events[key] == opened
+        await etcd.delete(key)
+        await poll_until(lambda: not state.events, 10, what="the deleted event goes")
+        nursery.cancel_scope.cancel()

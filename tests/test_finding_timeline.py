@@ -219,3 +219,24 @@ def test_the_text_names_times_durations_and_escapes() -> None:
     assert "lab1/n1,lab1/n2" in path and "\\x1b[2J" in path and "\x1b" not in text
     assert doc["events"][0]["duration_s"] == 130.0 and doc["events"][1]["duration_s"] == 20.0
     assert "none" in format_events_text(events_document([], now=T0, since=None))
+
+
+def test_watch_shows_the_last_events_latest_last() -> None:
+    from meshhealth.cli.watch_state import WatchState
+    from meshhealth.cli.watch_view import RECENT_EVENTS, frame_text
+
+    rounds = [[SummaryFinding("path", ("lab1/a", f"lab1/n{i}"), 0.5, T0, "x")] for i in range(8)]
+    down = SummaryFinding("node-down", ("lab1/n3",), 0.5, T0 + 80, "3 of 4 fail")
+    stored, _ = run([*rounds, [down]])
+    state = WatchState(source="etcd")
+    assert "Recent events" not in frame_text(state, now=T0 + 100)
+    state.events = dict(stored)
+    text = frame_text(state, now=T0 + 100, width=200)
+    lines = text.splitlines()
+    start = lines.index("Recent events (meshhealth events):")
+    shown = lines[start + 1 : start + 1 + RECENT_EVENTS]
+    assert len(shown) == RECENT_EVENTS and "lab1/a,lab1/n3" not in text  # older ones left out
+    assert shown[-1] == ("2026-11-27T03:13:20Z -> open (20s) node-down lab1/n3 (confidence 0.50)")
+    assert shown[-2] == (
+        "2026-11-27T03:12:00Z -> 03:13:20Z (1m20s) path lab1/a,lab1/n7 (confidence 0.50)"
+    )

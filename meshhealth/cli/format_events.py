@@ -49,6 +49,17 @@ def event_table(events: list[EventJSON]) -> list[str]:
     ]
 
 
+def timeline_line(event: EventJSON) -> str:
+    """`2026-11-27T05:39:16Z -> 05:39:21Z (5s) node-isolated lab1/node3 (confidence
+    0.94)`: one event in a line (`watch`'s recent events; `open` while it lasts)."""
+    closed = event["closed_at"]
+    until = OPEN if closed is None else closed.partition("T")[2]
+    return escape(
+        f"{event['opened_at']} -> {until} ({format_age(event['duration_s'])}) "
+        f"{event['kind']} {','.join(event['nodes'])} (confidence {event['confidence']:.2f})"
+    )
+
+
 def format_events_text(doc: EventsJSON) -> str:
     """`Events since T: N (k open)` (or `Events: N` without a start), then the table."""
     events = doc["events"]

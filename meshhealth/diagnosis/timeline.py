@@ -175,6 +175,12 @@ def open_at(events: Iterable[FindingEvent], when: float) -> list[FindingEvent]:
     )
 
 
+def latest(events: Iterable[FindingEvent], count: int) -> list[FindingEvent]:
+    """The `count` events that changed last (opened, or closed), the latest last."""
+    changed = sorted(events, key=lambda e: (e.closed_at or e.opened_at, e.opened_at, e.id))
+    return changed[-count:] if count > 0 else []
+
+
 def since(events: Sequence[FindingEvent], start: float) -> list[FindingEvent]:
     """The events that held at some time from `start` on (open, or closed after it),
     oldest first."""
