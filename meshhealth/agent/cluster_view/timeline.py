@@ -25,6 +25,8 @@ from meshhealth.agent.agent_metrics import WriteCounters
 from meshhealth.agent.cluster_view.election import AggregatorElection
 from meshhealth.diagnosis.timeline import advance, expired, next_expiry
 from meshhealth.kvstore import Delete, Etcd, EtcdError, LeaseIs, Put
+from meshhealth.log_format import event_fields
+from meshhealth.timefmt import iso_time
 from meshhealth.wire import keys
 from meshhealth.wire.event import FindingEvent, encode_event
 from meshhealth.wire.fields import DecodeError
@@ -32,6 +34,28 @@ from meshhealth.wire.summary import SummaryFinding
 from meshhealth.wire.values import decode_event_value
 
 log = logging.getLogger(__name__)
+
+
+def _log_event(name: str, event: FindingEvent) -> None:
+    """`finding opened: path lab1/a,lab1/b (confidence 0.50)`, with the event's fields."""
+    verb = name.partition("-")[2]
+    log.info(
+        "finding %s: %s %s (confidence %.2f)",
+        verb,
+        event.kind,
+        ",".join(event.nodes),
+        event.confidence,
+        extra=event_fields(
+            name,
+            id=event.id,
+            kind=event.kind,
+            nodes=list(event.nodes),
+            confidence=event.confidence,
+            evidence=event.evidence,
+            opened_at=iso_time(event.opened_at),
+            closed_at=iso_time(event.closed_at),
+        ),
+    )
 
 
 class FindingTimeline:
@@ -121,10 +145,10 @@ class FindingTimeline:
                 was = self.stored.get(event.id)
                 if was is None or (was.closed_at is not None and event.closed_at is None):
                     self.opened += 1
-                    log.info("finding opened: %s %s", event.kind, ",".join(event.nodes))
+                    _log_event("finding-opened", event)
                 if event.closed_at is not None and (was is None or was.closed_at is None):
                     self.closed += 1
-                    log.info("finding closed: %s %s", event.kind, ",".join(event.nodes))
+                    _log_event("finding-closed", event)
                 self.stored[event.id] = event
                 self.metrics.count(len(data))
         return True
