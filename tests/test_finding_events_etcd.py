@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import trio
 
@@ -198,4 +199,52 @@ async def test_watch_follows_the_timeline_as_it_changes(etcd_server: EtcdServer)
         assert state.events[key] == opened
         await etcd.delete(key)
         await poll_until(lambda: not state.events, 10, what="the deleted event goes")
+        nursery.cancel_scope.cancel()
+
+
+async def test_old_events_are_deleted_from_etcd_and_only_by_the_holder(
+    etcd_server: EtcdServer,
+) -> None:
+    from meshhealth.agent.cluster_view.timeline import FindingTimeline
+    from meshhealth.wire.event import encode_event
+
+    now = time.time()
+    day = 86400.0
+    async with trio.open_nursery() as nursery, agent(nursery, etcd_server.endpoint, "node1") as a1:
+        await poll_until(lambda: a1.election.leading, 20, what="a holder")
+        # 6 closed events, one of them 8 days old; and one still open, 30 days old.
+        for i in range(6):
+            closed_at = now - (8 * day if i == 0 else i * 60)
+            event = FindingEvent(
+                "lab1", f"{int((closed_at - 10) * 1000):013d}-{i:012x}", "path",
+                ("lab1/a", "lab1/b"), 0.5, "x", closed_at - 10, closed_at,
+            )  # fmt: skip
+            await a1.etcd.put(keys.event_key("lab1", event.id), encode_event(event))
+        still = FindingEvent(
+            "lab1", f"{int((now - 30 * day) * 1000):013d}-{'f' * 12}", "node-down",
+            ("lab1/c",), 0.9, "y", now - 30 * day,
+        )  # fmt: skip
+        await a1.etcd.put(keys.event_key("lab1", still.id), encode_event(still))
+
+        timeline = FindingTimeline(
+            a1.etcd, a1.election, cluster="lab1", node="node1", max_age_s=7 * day, max_count=4
+        )
+        await timeline.load()
+        assert len(timeline.stored) == 7
+        assert await timeline.record([still.as_finding()], now=now)
+        left = await stored_events(a1.etcd)
+        # the 8-day-old one by age, then the two oldest closed by count; the open one stays
+        assert len(left) == 4 and still.id in left and timeline.deleted == 3
+        assert sorted(e.closed_at or 0 for e in left.values() if e.closed_at) == [
+            now - 3 * 60, now - 2 * 60, now - 60
+        ]  # fmt: skip
+        assert timeline.opened == 0 and timeline.closed == 0  # the open one went on
+
+        # Another agent that does not hold the claim cannot write or delete.
+        async with agent(nursery, etcd_server.endpoint, "node2") as a2:
+            await poll_until(lambda: a2.election.holder == "node1", 20, what="node2 sees node1")
+            other = FindingTimeline(a2.etcd, a2.election, cluster="lab1", node="node2")
+            await other.load()
+            assert not await other.record([], now=now)  # it would close `still`
+            assert (await stored_events(a1.etcd))[still.id].closed_at is None
         nursery.cancel_scope.cancel()

@@ -126,6 +126,9 @@ class FindingTimeline:
         self._held = {i: e for i, e in step.held.items() if i in self.stored}
         if not done:
             return False
+        expiry = self.wake_at()
+        if len(self.stored) <= self.max_count and (expiry is None or expiry > now):
+            return True  # nothing to delete: no sorting of the whole timeline per summary
         gone = expired(self.stored, now=now, max_age_s=self.max_age_s, max_count=self.max_count)
         return await self._delete(gone)
 
