@@ -389,6 +389,11 @@ WEB_READ_TIMEOUT_S: Final = 10.0
 # The matrix the page shows is read from etcd at most once per this share of the probe
 # interval, however many viewers ask: viewers add no etcd load beyond that.
 WEB_MATRIX_MAX_AGE_FRACTION: Final = 0.5
+# The page's timeline strip shows the findings of the last day (the question after a
+# night's incident), read from etcd at most once per this long however many viewers ask:
+# events change when a finding opens or closes, a minute late is early enough.
+WEB_EVENTS_WINDOW_S: Final = 24 * 3600.0
+WEB_EVENTS_MAX_AGE_S: Final = 30.0
 
 # --- suspicion (meshhealth.diagnosis.suspicion, docs/diagnosis.md) --------------------
 # Shortest suspicion time, in probe intervals, scaled by max(1, log10(N)): half an interval

@@ -58,6 +58,19 @@ def _log_event(name: str, event: FindingEvent) -> None:
     )
 
 
+async def read_cluster_events(etcd: Etcd, cluster: str) -> list[FindingEvent]:
+    """Every event of `cluster` that decodes (EtcdError when etcd cannot be read): what
+    the web page's timeline strip shows, whichever agent serves it."""
+    kvs, _ = await etcd.get_prefix(keys.events_prefix(cluster))
+    events = []
+    for kv in kvs:
+        try:
+            events.append(decode_event_value(kv.key, kv.value))
+        except DecodeError:
+            continue  # the aggregator logs it when it reads the timeline
+    return events
+
+
 class FindingTimeline:
     """This cluster's events as this aggregator knows them.
 
