@@ -11,7 +11,7 @@ from meshhealth import defaults
 from meshhealth.agent.config import ENV_ETCD_PASSWORD, AgentConfig, ConfigError
 from meshhealth.agent.config_sources import add_agent_arguments, load_agent_config
 from meshhealth.cli.common import print_error, refuse_password_flag
-from meshhealth.log_format import configure_logging
+from meshhealth.log_format import LOG_FORMATS, configure_logging
 
 log = logging.getLogger("meshhealth.agent")
 
@@ -57,6 +57,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.log_format not in LOG_FORMATS:  # from MESHHEALTH_LOG_FORMAT: argparse never saw it
+        print_error("agent", f"MESHHEALTH_LOG_FORMAT: {args.log_format!r} is not one of text, json")
+        return 2
     try:
         config = load_agent_config(vars(args), os.environ)
     except ConfigError as exc:
