@@ -229,7 +229,7 @@ def test_watch_shows_the_last_events_latest_last() -> None:
     down = SummaryFinding("node-down", ("lab1/n3",), 0.5, T0 + 80, "3 of 4 fail")
     stored, _ = run([*rounds, [down]])
     state = WatchState(source="etcd")
-    assert "Recent events" not in frame_text(state, now=T0 + 100)
+    assert "Recent events" not in frame_text(state, now=T0 + 100, width=120)
     state.events = dict(stored)
     text = frame_text(state, now=T0 + 100, width=200)
     lines = text.splitlines()

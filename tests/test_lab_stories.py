@@ -129,9 +129,13 @@ def _make(prefix: str, nodes: int, clusters: int) -> StoryLab:
     return StoryLab(prefix, nodes, clusters)
 
 
-def _down_and_check(prefix: str, endpoint_netns: set[str]) -> None:
+def _down_and_check(story: StoryLab, endpoint_netns: set[str]) -> None:
+    prefix = story.prefix
     done = lab("down", "--prefix", prefix)
     assert done.returncode == 0, done.stderr
+    # what it removed: the nodes', the fabric's and the health endpoints' namespaces
+    removed = len(story.plan.netns_names) + len(endpoint_netns)
+    assert f" {removed} namespace(s) deleted, " in done.stdout, done.stdout
     left = [n for n in netns_ops.list_netns() if n.startswith(f"{prefix}-") or n in endpoint_netns]
     assert left == []
     assert not P.lab_dir(prefix).exists()
@@ -154,7 +158,7 @@ def story() -> Iterator[StoryLab]:
         endpoints = _endpoint_netns(s)
         yield s
     finally:
-        _down_and_check(prefix, endpoints)
+        _down_and_check(s, endpoints)
 
 
 def test_healthy_lab_is_all_ok(story: StoryLab) -> None:

@@ -71,7 +71,10 @@ def run(args: argparse.Namespace) -> int:
         args.log_format, level=args.log_level, cluster=config.cluster, node=config.node
     )
     from meshhealth.agent.app import run_agent_until_signal
+    from meshhealth.agent.capability_needs import keep_only_needed
     from meshhealth.gc_tuning import tune_gc_for_probing
+
+    log.info("%s", keep_only_needed(config))  # before trio: still one thread
 
     tune_gc_for_probing()  # probe rounds allocate many short-lived objects: see docs
     return run_agent_process(config, run_agent_until_signal)
