@@ -322,6 +322,23 @@ AGGREGATOR_UNFIT_GRACE_S: Final = 5.0
 # clustermesh remotes have no event); a new remote's summary is followed within this.
 SUMMARY_SOURCES_RECHECK_S: Final = 5.0
 
+# --- findings timeline (meshhealth.diagnosis.timeline, agent/cluster_view/timeline.py)
+# Closed events are kept this long: a week covers "what broke over the weekend" and the
+# usual incident review, and at one event per opened finding it stays small.
+EVENTS_MAX_AGE_S: Final = 7 * 24 * 3600.0
+# ... and at most this many events per cluster (the oldest closed ones go first): about
+# 3 MB in etcd at ~300 bytes an event, listed in one `meshhealth events` in well under a
+# second; a flapping cluster cannot fill etcd with its history.
+EVENTS_MAX_COUNT: Final = 10_000
+# An open event is written again while it lasts only when its confidence grew by this
+# much since it was written (at most 10 writes per event): its evidence at its strongest
+# reaches etcd without one write per round; the strongest of all is written when it
+# closes.
+EVENTS_STRONGER_STEP: Final = 0.1
+# Events written (or deleted) in one transaction at most: etcd refuses a transaction of
+# more than 128 operations (--max-txn-ops) and the claim check is one more.
+EVENTS_TXN_OPS: Final = 64
+
 # --- clustermesh (meshhealth.agent.membership.clustermesh) ----------------------------
 # A remote cluster refused (id clash, wrong name) or without a cluster-config entry yet
 # is checked again this often: fixing the remote needs no agent restart.
@@ -375,6 +392,11 @@ WEB_READ_TIMEOUT_S: Final = 10.0
 # The matrix the page shows is read from etcd at most once per this share of the probe
 # interval, however many viewers ask: viewers add no etcd load beyond that.
 WEB_MATRIX_MAX_AGE_FRACTION: Final = 0.5
+# The page's timeline strip shows the findings of the last day (the question after a
+# night's incident), read from etcd at most once per this long however many viewers ask:
+# events change when a finding opens or closes, a minute late is early enough.
+WEB_EVENTS_WINDOW_S: Final = 24 * 3600.0
+WEB_EVENTS_MAX_AGE_S: Final = 30.0
 
 # --- suspicion (meshhealth.diagnosis.suspicion, docs/diagnosis.md) --------------------
 # Shortest suspicion time, in probe intervals, scaled by max(1, log10(N)): half an interval

@@ -21,6 +21,7 @@ from meshhealth.model import (
 )
 from meshhealth.wire.claim import AggregatorClaim, decode_claim, encode_claim
 from meshhealth.wire.cluster_config import decode_cluster_config, encode_cluster_config
+from meshhealth.wire.event import FindingEvent, decode_event, encode_event
 from meshhealth.wire.health import decode_health_report, encode_health_report
 from meshhealth.wire.ip_entry import decode_ip_entry, encode_ip_entry
 from meshhealth.wire.node import decode_node, encode_node
@@ -103,6 +104,35 @@ VALUES = {
         ),
     ),
     "claim": ("claim", AggregatorClaim("c1", "n1", 1_700_000_000.75)),
+    "event_open": (
+        "event",
+        FindingEvent(
+            "c1",
+            "1700000000500-f2d381903abc",
+            "node-down",
+            ("c1/n2",),
+            0.9,
+            "4 of 4 fail",
+            1_700_000_000.5,
+            opened_by="n1",
+        ),
+    ),
+    "event_closed": (
+        "event",
+        FindingEvent(
+            "c1",
+            "1700000000000-0123456789ab",
+            "partition",
+            ("c1/n2",),
+            1,
+            "split",
+            1_700_000_000.0,
+            1_700_000_060.25,
+            (("c1/n2",), ("c1/n3",)),
+            "n1",
+            "n4",
+        ),
+    ),
     "summary_bare": ("summary", ClusterSummary("c1", "n1", 1_700_000_000.0, NodeCounts(), 0, 0.0)),
     "summary_full": (
         "summary",
@@ -142,6 +172,7 @@ ENCODERS: dict[str, tuple[Callable[[Any], bytes], Callable[[bytes], Any]]] = {
     "health": (encode_health_report, decode_health_report),
     "claim": (encode_claim, decode_claim),
     "summary": (encode_summary, decode_summary),
+    "event": (encode_event, decode_event),
 }
 
 GOLDEN = {
@@ -221,6 +252,19 @@ GOLDEN = {
         "6465645f726561736f6e7392ab6370752d73746172766564a3782d31"
     ),
     "claim": ("84a17601a7636c7573746572a26331a46e6f6465a26e31a573696e6365cb41d954fc40300000"),
+    "event_open": (
+        "89a17601a7636c7573746572a26331a26964ba313730303030303030303530302d6632643338313930336162"
+        "63a46b696e64a96e6f64652d646f776ea56e6f64657391a563312f6e32aa636f6e666964656e6365cb3feccc"
+        "cccccccccda865766964656e6365ab34206f662034206661696ca96f70656e65645f6174cb41d954fc402000"
+        "00a96f70656e65645f6279a26e31"
+    ),
+    "event_closed": (
+        "8ca17601a7636c7573746572a26331a26964ba313730303030303030303030302d3031323334353637383961"
+        "62a46b696e64a9706172746974696f6ea56e6f64657391a563312f6e32aa636f6e666964656e6365cb3ff000"
+        "0000000000a865766964656e6365a573706c6974a96f70656e65645f6174cb41d954fc40000000a9636c6f73"
+        "65645f6174cb41d954fc4f100000a667726f7570739291a563312f6e3291a563312f6e33a96f70656e65645f"
+        "6279a26e31a9636c6f7365645f6279a26e34"
+    ),
     "summary_bare": (
         "8aa17601a7636c7573746572a26331aa61676772656761746f72a26e31ac67656e6572617465645f6174cb41"
         "d954fc40000000a56e6f64657384a9726561636861626c6500ab756e726561636861626c6500a77375737065"

@@ -285,6 +285,7 @@ def build_components(
         cluster=config.cluster,
         node=config.node,
         metrics=metrics.writes_of("summary"),
+        events_metrics=metrics.writes_of("events"),
         registered=discovery,  # only registered nodes' reports count
     )
     metrics.aggregating.labels().read_from(lambda: 1.0 if election.leading else 0.0)
