@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "status_cmd",
     "matrix_cmd",
     "diagnose_cmd",
+    "report_cmd",
     "watch_cmd",
     "inspect_cmd",
     "responder_cmd",
@@ -34,6 +35,7 @@ COMMAND_MODULES: tuple[str, ...] = (
 EPILOG = """examples:
   meshhealth status                      what this node sees (cilium-health status)
   meshhealth diagnose                    whose fault it is (reads etcd)
+  meshhealth report --since 24h          least available pairs and nodes (reads etcd)
   meshhealth inspect --etcd http://127.0.0.1:2379
   meshhealth probe 127.0.0.1 --icmp      one-shot probe, fping-like
 """
