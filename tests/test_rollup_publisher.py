@@ -165,3 +165,15 @@ def stored(server: EtcdServer, value: bytes | None = None) -> bytes | None:
             return None if kv is None else kv.value
 
     return trio.run(io)
+
+
+def test_nodes_write_at_their_own_place_in_the_spread() -> None:
+    from meshhealth.agent.membership.rollup_publisher import write_phase
+
+    phases = [write_phase("c1", f"node-{i}") for i in range(600)]
+    assert all(0 <= phase < 1 for phase in phases)
+    assert write_phase("c1", "node-1") == phases[1]  # the same on every start
+    per_minute = [0] * 5  # 600 nodes over a 300 s spread: about 120 a minute
+    for phase in phases:
+        per_minute[int(phase * 5)] += 1
+    assert all(80 <= count <= 160 for count in per_minute), per_minute

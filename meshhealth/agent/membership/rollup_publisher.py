@@ -100,10 +100,11 @@ class RollupPublisher:
                 self._wake = trio.Event()
                 continue
             await trio.sleep(self.delay_s)  # this node's place in the spread
-            if await self._write():
-                backoff.reset()
-            else:
-                await trio.sleep(backoff.next_delay_s())
+            while True:  # the newest value, until etcd takes it
+                if await self._write():
+                    break
+                await trio.sleep(backoff.next_delay_s())  # a retry after an etcd error
+            backoff.reset()
 
     async def _restore(self) -> bool:
         try:
