@@ -505,3 +505,20 @@ PLAN_FULL_MESH_MAX_NODES: Final = 16
 # The pair-coverage bound reported by docs and bench: every ordered pair is probed
 # within the bound but with this probability.
 PLAN_COVER_MISS_PROBABILITY: Final = 1e-6
+
+# --- per-pair roll-ups (meshhealth/agent/path_rollups.py, docs/report.md) --------------
+# 10-minute windows are kept a day: "what was broken at 03:12" is asked about last night.
+ROLLUP_KEEP_MINUTES10_S: Final = 24 * 3600
+# Hourly windows are kept a week: an SLA is read over days and weeks, and an hour costs
+# what a 10-minute window costs (about 12 bytes).
+ROLLUP_KEEP_HOURS_S: Final = 7 * 24 * 3600
+# The bound of one node's roll-up value (wire/rollup.py, about 12 bytes a window): 64 MB
+# of etcd at 1,000 nodes, 320 MB at 5,000 (etcd's default quota is 2 GiB). It holds a
+# day of 10-minute windows and a week of hours for 12 paths (a full mesh of 3 nodes);
+# past that the oldest windows go first, each kind keeping about half of the bytes: a
+# full mesh of 16 nodes keeps 7 h of 10-minute windows and 42 h of hours.
+ROLLUP_MAX_BYTES: Final = 64 * 1024
+# A node writes its value this node's share of this long after a window closed (a hash
+# of its name): N nodes write N / 600 values a second, evenly, instead of N at once
+# after each boundary; half the window, so a value is never more than 5 minutes late.
+ROLLUP_WRITE_SPREAD_S: Final = 300.0

@@ -26,6 +26,13 @@ from meshhealth.wire.health import decode_health_report, encode_health_report
 from meshhealth.wire.ip_entry import decode_ip_entry, encode_ip_entry
 from meshhealth.wire.node import decode_node, encode_node
 from meshhealth.wire.retained import decode_retained, encode_retained
+from meshhealth.wire.rollup import (
+    NodeRollups,
+    PathRollup,
+    Window,
+    decode_rollups,
+    encode_rollups,
+)
 from meshhealth.wire.summary import (
     ClusterSummary,
     DiscountedObserver,
@@ -162,6 +169,28 @@ VALUES = {
             },
         ),
     ),
+    "rollup_bare": ("rollup", NodeRollups("c1", "n1", 1_700_000_000.0)),
+    "rollup_full": (
+        "rollup",
+        NodeRollups(
+            "c1",
+            "n1",
+            1_700_001_000.5,
+            (
+                PathRollup(
+                    "c1",
+                    "n2",
+                    "node/icmp",
+                    (
+                        Window(1_699_999_800.0, 60, 0, 0.000123, 0.00045, 0.0021),
+                        Window(1_700_000_400.0, 59, 59, None, None, None),
+                    ),
+                    (Window(1_699_999_200.0, 360, 1, 0.0001, 0.0002, 0.5),),
+                ),
+                PathRollup("c2", "n3", "endpoint/tcp@secondary", (), ()),
+            ),
+        ),
+    ),
 }
 
 ENCODERS: dict[str, tuple[Callable[[Any], bytes], Callable[[bytes], Any]]] = {
@@ -173,6 +202,7 @@ ENCODERS: dict[str, tuple[Callable[[Any], bytes], Callable[[bytes], Any]]] = {
     "claim": (encode_claim, decode_claim),
     "summary": (encode_summary, decode_summary),
     "event": (encode_event, decode_event),
+    "rollup": (encode_rollups, decode_rollups),
 }
 
 GOLDEN = {
@@ -287,6 +317,16 @@ GOLDEN = {
         "726561636865645f627900a96f627365727665727300a563312f6e3785a6726561736f6eae6567726573732d"
         "626c6f636b6564a56661696c7305a77461726765747306aa726561636865645f627900a96f62736572766572"
         "7304"
+    ),
+    "rollup_bare": (
+        "85a17601a7636c7573746572a26331a46e6f6465a26e31aa7772697474656e5f6174cb41d954fc40000000a5"
+        "706174687390"
+    ),
+    "rollup_full": (
+        "85a17601a7636c7573746572a26331a46e6f6465a26e31aa7772697474656e5f6174cb41d954fd3a200000a5"
+        "70617468739284a6746172676574a563312f6e32a470617468a96e6f64652f69636d70a36d31309cce002b3b"
+        "b53c007bcd01c2cd0834013b3bc0c0c0a2683196ce0007349ecd01680164ccc8ce0007a12084a67461726765"
+        "74a563322f6e33a470617468b6656e64706f696e742f746370407365636f6e64617279a36d313090a2683190"
     ),
 }
 

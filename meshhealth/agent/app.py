@@ -157,6 +157,7 @@ async def _start_membership(nursery: trio.Nursery, parts: AgentComponents) -> No
     await nursery.start(parts.retained.run)
     await nursery.start(parts.mesh.run)
     await nursery.start(parts.publisher.run)
+    await nursery.start(parts.rollups.run)
     if parts.routes is not None and parts.peer_nodes is not None:
         await nursery.start(parts.routes.run)
         await nursery.start(parts.peer_nodes.run)

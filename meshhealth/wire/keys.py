@@ -4,6 +4,7 @@
     meshhealth/state/ip/v1/<cluster>/<ip>          IPEntry         (node lease)
     meshhealth/state/health/v1/<cluster>/<node>    HealthReport    (node lease)
     meshhealth/state/retained/v1/<cluster>/<node>  RetainedNode    (no lease)
+    meshhealth/state/rollup/v1/<cluster>/<node>    NodeRollups     (no lease)
     meshhealth/state/aggregator/v1/<cluster>       AggregatorClaim (the holder's lease)
     meshhealth/state/summary/v1/<cluster>          ClusterSummary  (the holder's lease)
     meshhealth/state/events/v1/<cluster>/<id>      FindingEvent    (no lease)
@@ -46,13 +47,21 @@ class KeyKind(enum.StrEnum):
     IP = "ip"
     HEALTH = "health"
     RETAINED = "retained"
+    ROLLUP = "rollup"
     CLUSTER_CONFIG = "cluster-config"
     AGGREGATOR = "aggregator"
     SUMMARY = "summary"
     EVENT = "events"
 
 
-_STATE_KINDS = (KeyKind.NODE, KeyKind.IP, KeyKind.HEALTH, KeyKind.RETAINED, KeyKind.EVENT)
+_STATE_KINDS = (
+    KeyKind.NODE,
+    KeyKind.IP,
+    KeyKind.HEALTH,
+    KeyKind.RETAINED,
+    KeyKind.EVENT,
+    KeyKind.ROLLUP,
+)
 # One entry per cluster: `state/<kind>/v1/<cluster>`, no name segment.
 _CLUSTER_KINDS = (KeyKind.AGGREGATOR, KeyKind.SUMMARY)
 
@@ -61,8 +70,8 @@ _CLUSTER_KINDS = (KeyKind.AGGREGATOR, KeyKind.SUMMARY)
 class ParsedKey:
     kind: KeyKind
     cluster: str
-    # node name (NODE, HEALTH, RETAINED), canonical ip (IP), event id (EVENT), None
-    # (CLUSTER_CONFIG, AGGREGATOR, SUMMARY)
+    # node name (NODE, HEALTH, RETAINED, ROLLUP), canonical ip (IP), event id (EVENT),
+    # None (CLUSTER_CONFIG, AGGREGATOR, SUMMARY)
     name: str | None
 
 
@@ -151,6 +160,11 @@ def retained_key(cluster: str, node: str) -> str:
     return f"{retained_prefix(cluster)}{validate_node_name(node)}"
 
 
+def rollup_key(cluster: str, node: str) -> str:
+    """`node`'s roll-ups of its own paths (wire/rollup.py), for `meshhealth report`."""
+    return f"{rollup_prefix(cluster)}{validate_node_name(node)}"
+
+
 def cluster_config_key(cluster: str) -> str:
     return f"{cluster_config_prefix()}{validate_cluster_name(cluster)}"
 
@@ -200,6 +214,11 @@ def retained_prefix(cluster: str | None = None) -> str:
 def events_prefix(cluster: str | None = None) -> str:
     """Prefix of the finding events of `cluster` (of all clusters when None)."""
     return _state_prefix(KeyKind.EVENT, cluster)
+
+
+def rollup_prefix(cluster: str | None = None) -> str:
+    """Prefix of the roll-up entries of `cluster` (of all clusters when None)."""
+    return _state_prefix(KeyKind.ROLLUP, cluster)
 
 
 def cluster_config_prefix() -> str:
