@@ -29,6 +29,8 @@ ROUND_SPREAD_FRACTION: Final = 0.2
 # ICMP echo requests per probe and their spacing: the same as Cilium 1.17+.
 ICMP_COUNT: Final = 3
 ICMP_INTERVAL_S: Final = 0.1
+# `meshhealth probe --trace`: the highest TTL tried, as traceroute's default.
+TRACE_MAX_HOPS: Final = 30
 # The don't-fragment MTU probe (one big echo per round to each NodeIP): its IP packet
 # size. MTU_PROBE_AUTO (the default) takes the MTU of the route to each target, so a
 # path that cannot carry full-size packets shows however the link is configured;
