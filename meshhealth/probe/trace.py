@@ -36,7 +36,15 @@ from meshhealth.probe.icmp_packet import (
     ICMPV6_TIME_EXCEEDED,
     build_echo_request,
 )
-from meshhealth.probe.icmp_socket import ICMP6_FILTER, ICMP_FILTER, SOL_RAW, open_raw_socket
+from meshhealth.probe.icmp_socket import (
+    ICMP6_FILTER,
+    ICMP_FILTER,
+    SOL_RAW,
+    TIMESTAMP_CMSG_SPACE,
+    enable_kernel_timestamps,
+    open_raw_socket,
+    receive_delay_s,
+)
 from meshhealth.probe.trace_match import Hop, TraceBook, classify
 
 WINDOW_HOPS = 16  # hops whose requests are in flight at once
@@ -44,9 +52,6 @@ MAX_HOPS_LIMIT = 64  # the most `max_hops` may be
 MAX_COUNT = 10  # the most requests per hop
 COOKIE_BYTES = 16
 MAX_DATAGRAM = 65_536
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
-_TIMESPEC = struct.Struct("=qq")  # struct timespec on 64-bit Linux
-ANCILLARY_BYTES = socket.CMSG_SPACE(_TIMESPEC.size)
 IPV6_UNICAST_HOPS = getattr(socket, "IPV6_UNICAST_HOPS", 16)
 
 
@@ -109,18 +114,24 @@ async def trace(
     started_at = time.time()
     with sock:
         _install_filter(sock, ipv6=ipv6)
-        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        enable_kernel_timestamps(sock)
         book = TraceBook(count)
         identifier = int.from_bytes(os.urandom(2), "big")
         cookie = os.urandom(COOKIE_BYTES)
 
         def read_answers() -> None:
-            """Every datagram waiting, each timed by the kernel at its arrival."""
+            """Every datagram waiting, each timed by the kernel at its arrival (so a
+            window's RTTs do not count sending its other requests or reading other
+            answers)."""
             while True:
                 try:
-                    data, ancillary, _flags, address = sock.recvmsg(MAX_DATAGRAM, ANCILLARY_BYTES)
+                    data, ancillary, _flags, address = sock.recvmsg(
+                        MAX_DATAGRAM, TIMESTAMP_CMSG_SPACE
+                    )
                 except (BlockingIOError, InterruptedError):
                     return
+                wall_now = time.time()
+                arrived = wall_now - receive_delay_s(ancillary, wall_now)
                 answer = classify(
                     data,
                     str(address[0]),
@@ -130,7 +141,7 @@ async def trace(
                     cookie=cookie,
                 )
                 if answer is not None:
-                    book.record(answer, arrival_time(ancillary))
+                    book.record(answer, arrived)
 
         for first in range(1, max_hops + 1, WINDOW_HOPS):
             window = range(first, min(first + WINDOW_HOPS, max_hops + 1))
@@ -155,18 +166,6 @@ async def trace(
                 break
     hops = book.hops(range(1, max_hops + 1))
     return TraceResult(target, max_hops, count, started_at, tuple(hops))
-
-
-def arrival_time(ancillary: list[tuple[int, int, bytes]]) -> float:
-    """When the kernel received a datagram (unix seconds, SO_TIMESTAMPNS), else now.
-
-    Answers are timed by the kernel, so a window's RTTs do not include the time spent
-    sending the window's other requests or reading other answers."""
-    for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
-            seconds, nanoseconds = _TIMESPEC.unpack_from(data)
-            return float(seconds) + float(nanoseconds) / 1e9
-    return time.time()
 
 
 async def _send(sock: socket.socket, packet: bytes, target: str) -> None:
