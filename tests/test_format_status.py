@@ -272,21 +272,23 @@ def test_nodes_in_natural_order() -> None:
 
 def test_an_escape_sequence_in_a_finding_read_from_a_summary_is_printed_escaped() -> None:
     """A summary in etcd is anyone's who can write it: an ESC (retitle the terminal,
-    clear the screen) or a right-to-left override in a finding's evidence reaches
-    `meshhealth status`, `matrix`, `diagnose` and `watch` as visible escapes."""
+    clear the screen) or a right-to-left override in a finding's evidence is refused by
+    the codec (tests/test_clean_text.py); should one reach a formatter anyway, `status`,
+    `matrix`, `diagnose` and `watch` show it as visible escapes."""
     from dataclasses import replace
 
     from meshhealth.cli.format_findings import format_findings_text
     from meshhealth.cli.watch_view import event_line
-    from meshhealth.wire.summary import SummaryFinding, decode_summary, encode_summary
+    from meshhealth.wire.summary import SummaryFinding, encode_summary
 
     hostile = "\x1b]0;owned\x07\x1b[2J lost \u202etxt.exe"
     forged = replace(
         status_stories.AGENT_DOWN_SUMMARY,
         findings=(SummaryFinding("node-down", ("lab1/node2",), 0.9, 0.0, hostile),),
     )
-    # through etcd's encoding, as every agent reads it
-    read = decode_summary(encode_summary(forged))
+    with pytest.raises(ValueError, match="control or bidi character"):
+        encode_summary(forged)  # etcd's encoding refuses it, both ways
+    read = forged
     inputs = status_stories.STORIES["agent_down_summary"]()
     doc = build_status_document(
         replace(inputs, cluster_summaries={"lab1": read}, verdict_clusters=("lab1",))
