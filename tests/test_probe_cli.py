@@ -364,8 +364,8 @@ def test_fping_short_options_that_conflict(argv: list[str], message: str) -> Non
         ),
         (
             ["-o", "json", "status"],
-            "meshhealth: -o is an option of the commands status, matrix, diagnose, events, report, inspect, "
-            "probe: put it after the command (see meshhealth COMMAND --help)\n",
+            "meshhealth: -o is an option of the commands status, matrix, diagnose, events, "
+            "report, inspect, probe: put it after the command (see meshhealth COMMAND --help)\n",
         ),
     ],
 )
