@@ -255,6 +255,7 @@ def _build(st: S.LabState, plan: P.LabPlan, say: Say) -> None:
     netns_ops.add_netns(plan.fabric_netns)
     netns_ops.make_fabric(plan.fabric_netns, [(c.etcd_ip, c.etcd_prefixlen) for c in plan.clusters])
     _hook("fabric")
+    say(f"  {P.etcd_data_choice(plan.prefix, plan.dir.parent).line()}")
     if st.etcd_members > 1:
         etcd_members.build_members(st, plan, say)
     for cluster in plan.clusters if st.etcd_members == 1 else ():
