@@ -161,11 +161,12 @@ def main() -> None:
     parser.add_argument("--lease-ttl", type=int, default=defaults_lease_ttl_s(),
                         help="the agents' lease TTL, s (keep-alive every third of it)")  # fmt: skip
     parser.add_argument("--port", type=int, default=21150, help="etcd client port (+1 peer)")
-    from meshhealth.lab.ram_disk import ram_disk
+    from meshhealth.lab.ram_disk import etcd_data_root
 
-    shm = ram_disk()
-    parser.add_argument("--data-parent", default=shm,
-                        help="etcd's data goes under it (default tmpfs: no fsync)")  # fmt: skip
+    root = etcd_data_root(disk=Path(tempfile.gettempdir()))
+    parser.add_argument("--data-parent", default=root.path,
+                        help="etcd's data goes under it (default: /dev/shm, a tmpfs, "
+                             "when it has room)")  # fmt: skip
     parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--plan", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -176,6 +177,8 @@ def main() -> None:
         return
     # SIGTERM ends the run through `finally`: workers and etcd stopped, data removed.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.data_parent == root.path:
+        print(root.line(), flush=True)
     data_dir = tempfile.mkdtemp(prefix="mh-etcd-load-", dir=args.data_parent)
     etcd = start_etcd(args.port, data_dir)
     url = f"http://127.0.0.1:{args.port}"

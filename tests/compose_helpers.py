@@ -116,6 +116,16 @@ def base_image() -> str:
     return LOCAL_BASE
 
 
+def build_test_image(lab: ComposeLab) -> None:
+    """`build` TEST_IMAGE (`lab.env` names it and its base): from the build cache when
+    nothing changed. The image an earlier run built, now untagged, is removed (no -f: an
+    image still in use or tagged elsewhere stays)."""
+    previous = image_id(TEST_IMAGE)
+    lab("build", timeout_s=1200)
+    if previous not in (None, image_id(TEST_IMAGE)):
+        run(["docker", "rmi", str(previous)], timeout_s=120, check=False)
+
+
 def free_lab_net() -> str:
     """First three bytes of a 10.79.X.0/24 that no docker network and no host route uses."""
     used: list[ipaddress.IPv4Network] = []

@@ -9,7 +9,9 @@ on the nodes: 3/3 reachable; a paused node (ICMP answered by its kernel, HTTP fr
 killed node (ICMP and HTTP time out); a stopped node (it leaves cleanly). `down -v` must
 leave no container, network or volume of the project. A second project runs
 compose/docker-compose.ha.yml (3 etcd members, TLS with client certificates) and kills
-the member the agents use: they move to another, nothing else changes.
+the member the agents use: they move to another, nothing else changes. The same image,
+run as a user would (`docker run`, default flags: a 64 MB /dev/shm), runs the test
+suite's etcd fixture: its data goes to disk, and etcd works.
 """
 
 from __future__ import annotations
@@ -199,12 +201,7 @@ def test_compose_lab_end_to_end(docker_engine: None) -> None:
     t_base = time.monotonic()
     down: subprocess.CompletedProcess[str] | None = None
     try:
-        previous = H.image_id(H.TEST_IMAGE)
-        lab("build", timeout_s=1200)
-        if previous not in (None, H.image_id(H.TEST_IMAGE)):
-            # The image an earlier run built, now untagged: ours, not kept (no -f: an
-            # image still in use or tagged elsewhere stays).
-            H.run(["docker", "rmi", str(previous)], timeout_s=120, check=False)
+        H.build_test_image(lab)
         t_build = time.monotonic()
         lab("up", "-d", timeout_s=600)
         wait_all_reachable(lab, NODES)
@@ -321,3 +318,39 @@ def test_compose_ha_lab_loses_an_etcd_member_harmlessly(docker_engine: None) -> 
         lab.force_remove(leftovers)
     assert down.returncode == 0, f"down -v failed: {down.stderr[-2000:]}"
     assert leftovers == {}, f"left behind after down -v: {leftovers}"
+
+
+# --- the tests' etcd in a stock container -------------------------------------------------
+
+STOCK_RUN_S = 120.0
+
+
+@pytest.mark.compose
+@pytest.mark.slow
+def test_the_tests_etcd_works_in_a_stock_container(docker_engine: None) -> None:
+    """`docker run` with default settings gives a 64 MB /dev/shm; etcd preallocates a
+    64 MB log segment there ("no space left on device"). The test suite's etcd fixture,
+    run in the compose test's image with the repository mounted read-only, must put its
+    data on disk, say so in one line, and work (tests/container_etcd_check.py)."""
+    lab = H.ComposeLab(compose=H.compose_command(), project=f"mhtestsb{os.getpid()}")
+    lab.env = {"BASE_IMAGE": H.base_image(), "MESHHEALTH_IMAGE": H.TEST_IMAGE}
+    H.build_test_image(lab)
+    repo = "/src/repo"
+    done = H.run(
+        [
+            "docker", "run", "--rm", "-v", f"{H.REPO}:{repo}:ro", "-w", repo,
+            "-e", f"PYTHONPATH={repo}", "-e", "PYTHONDONTWRITEBYTECODE=1",
+            H.TEST_IMAGE, "python", "-m", "tests.container_etcd_check",
+        ],
+        timeout_s=STOCK_RUN_S,
+    )  # fmt: skip
+    lines = done.stdout.splitlines()
+    print("\n" + "\n".join(lines))
+    assert "/dev/shm: 64 MiB in all" in lines, lines  # docker's default: the case at hand
+    chosen = [line for line in lines if line.startswith("etcd data in ")]
+    assert len(chosen) == 1, lines
+    assert chosen[0].startswith("etcd data in /tmp (disk): /dev/shm has "), chosen
+    assert "less than the 512 MiB wanted" in chosen[0], chosen
+    data_dir = next(x for x in lines if x.startswith("etcd data directory: "))
+    assert data_dir.startswith("etcd data directory: /tmp/meshhealth-etcd-"), data_dir
+    assert "keys written and read back: 100" in lines, lines

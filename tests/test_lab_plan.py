@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from meshhealth.lab import faults
+from meshhealth import defaults
+from meshhealth.lab import faults, ram_disk
 from meshhealth.lab import plan as P
 from meshhealth.lab import state as S
 from meshhealth.lab.build import namespaces_removed
@@ -156,8 +157,10 @@ def test_etcd_argv_listens_on_the_fabric_only() -> None:
     assert argv[argv.index("--listen-client-urls") + 1] == "http://10.77.255.2:2379"
     # etcd's data in RAM (/dev/shm, a tmpfs), where the host has it
     assert argv[argv.index("--data-dir") + 1] == str(P.etcd_data_dir("mh") / "lab2/etcd.data")
+    room = ram_disk.in_ram(ram_disk.free_bytes(), defaults.ETCD_RAM_MIN_FREE_BYTES)
+    in_ram = room or (P.ETCD_DATA_ROOT / "mh").is_dir()
     assert P.etcd_data_dir("mh") == (
-        P.ETCD_DATA_ROOT / "mh" if P.ETCD_DATA_ROOT.parent.is_dir() else P.lab_dir("mh") / "etcd"
+        P.ETCD_DATA_ROOT / "mh" if in_ram else P.lab_dir("mh") / "etcd"
     )
     assert not any("127.0.0.1" in a or "0.0.0.0" in a for a in argv)
 
@@ -363,14 +366,46 @@ def test_lab_interval_grows_with_the_lab_past_20_nodes(total_nodes: int, interva
     assert P.lab_interval(total_nodes) == interval_s
 
 
-def test_etcd_data_goes_to_ram_only_with_room(tmp_path: Path) -> None:
-    """A container's /dev/shm is 64 MB and etcd preallocates a 64 MB log segment: RAM
-    only with room to spare, else a directory on disk."""
-    from meshhealth.lab.ram_disk import ram_disk
+MIB = 1 << 20
 
-    assert ram_disk(tmp_path, min_free_bytes=1) == tmp_path
-    assert ram_disk(tmp_path, min_free_bytes=1 << 62) is None  # no disk has 4 EiB free
-    assert ram_disk(tmp_path / "none", min_free_bytes=1) is None
+
+@pytest.mark.parametrize(
+    ("free_bytes", "needed_bytes", "where"),
+    [
+        (23_000 * MIB, 512 * MIB, "tmpfs"),  # a host's /dev/shm: half its RAM
+        (512 * MIB, 512 * MIB, "tmpfs"),  # exactly enough
+        (512 * MIB - 1, 512 * MIB, "disk"),
+        (64 * MIB, 512 * MIB, "disk"),  # docker's default /dev/shm: etcd's WAL alone fills it
+        (0, 512 * MIB, "disk"),
+        (None, 512 * MIB, "disk"),  # no /dev/shm at all
+        (64 * MIB, 64 * MIB, "tmpfs"),  # the rule is free >= needed, whatever `needed` is
+    ],
+)
+def test_etcd_data_goes_to_ram_only_with_room(
+    free_bytes: int | None, needed_bytes: int, where: str
+) -> None:
+    """A container's /dev/shm is 64 MB and etcd preallocates a 64 MB log segment: RAM
+    only with room to spare, else a directory on disk; the line says which and why."""
+    ram, disk, shm = Path("/dev/shm/x"), Path("/var/tmp/x"), Path("/dev/shm")
+    root = ram_disk.choose(
+        ram=ram, disk=disk, shm=shm, free_bytes=free_bytes, needed_bytes=needed_bytes
+    )
+    assert ram_disk.in_ram(free_bytes, needed_bytes) == (where == "tmpfs")
+    assert root.path == (ram if where == "tmpfs" else disk)
+    assert root.line().startswith(f"etcd data in {root.path} (")
+    assert ("(RAM, tmpfs)" in root.line()) == (where == "tmpfs")
+    if free_bytes is not None:
+        assert f"/dev/shm has {free_bytes // MIB} MiB free" in root.line()
+
+
+def test_etcd_data_root_measures_the_tmpfs(tmp_path: Path) -> None:
+    ram, disk = tmp_path / "ram", tmp_path / "disk"
+    assert ram_disk.etcd_data_root(ram=ram, disk=disk, shm=tmp_path, needed_bytes=1).path == ram
+    big = ram_disk.etcd_data_root(ram=ram, disk=disk, shm=tmp_path, needed_bytes=1 << 62)
+    assert big.path == disk  # no disk has 4 EiB free
+    gone = ram_disk.etcd_data_root(ram=ram, disk=disk, shm=tmp_path / "none")
+    assert gone.path == disk
+    assert gone.line() == f"etcd data in {disk} (disk): no {tmp_path / 'none'} here"
 
 
 @pytest.mark.parametrize(

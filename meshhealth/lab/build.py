@@ -269,6 +269,7 @@ def _build(st: S.LabState, plan: P.LabPlan, say: Say) -> None:
         racks = ", ".join(f"{r.bridge} ({r.subnet})" for r in plan.racks)
         say(f"  router namespace {plan.router_netns} joins {racks} and {P.BRIDGE}")
     _hook("fabric")
+    say(f"  {P.etcd_data_choice(plan.prefix, plan.dir.parent).line()}")
     if st.etcd_members > 1:
         etcd_members.build_members(st, plan, say)
     for cluster in plan.clusters if st.etcd_members == 1 else ():

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Final
 
 from meshhealth import defaults
-from meshhealth.lab.ram_disk import ram_disk
+from meshhealth.lab.ram_disk import DataRoot, etcd_data_root
 
 # NodeIPs use the 4th octet (1..250) of 10.77.(k-1).0; .251-.254 stay free.
 MAX_NODES: Final = 250
@@ -271,13 +271,18 @@ def lab_interval(total_nodes: int) -> float:
 
 
 def etcd_data_dir(prefix: str, root: Path = LAB_ROOT) -> Path:
-    """Where the lab's etcd members keep their data: under ETCD_DATA_ROOT (RAM) when that
-    has room (meshhealth.lab.ram_disk) or already holds this lab's, else in the lab's
-    directory. Unique per prefix, as namespace names are."""
+    """Where the lab's etcd members keep their data (`etcd_data_choice`)."""
+    return etcd_data_choice(prefix, root).path
+
+
+def etcd_data_choice(prefix: str, root: Path = LAB_ROOT) -> DataRoot:
+    """Under ETCD_DATA_ROOT (RAM) when /dev/shm has room (meshhealth.lab.ram_disk) or
+    already holds this lab's data, else in the lab's directory; and why. Unique per
+    prefix, as namespace names are."""
     in_ram = ETCD_DATA_ROOT / validate_prefix(prefix)
-    if in_ram.is_dir() or ram_disk(ETCD_DATA_ROOT.parent) is not None:
-        return in_ram
-    return lab_dir(prefix, root) / "etcd"
+    if in_ram.is_dir():
+        return DataRoot(in_ram, True, "it already holds this lab's etcd data")
+    return etcd_data_root(ram=in_ram, disk=lab_dir(prefix, root) / "etcd")
 
 
 def etcd_data_dirs(prefix: str, root: Path = LAB_ROOT) -> tuple[Path, Path]:

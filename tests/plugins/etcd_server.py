@@ -6,6 +6,8 @@ test (it may kill, stop or restart it). Always stopped by PID on teardown.
 `tls_etcd_server`: https with client certificates (`server.tls_files()`).
 `running_etcd(server)`: the same life cycle for a server a test builds itself
 (`EtcdServer(tls=True, extra_args=(...))`, then `server.enable_auth(password)`).
+The run's header says where their data goes and why (meshhealth.lab.ram_disk), e.g.
+"etcd data in /tmp (disk): /dev/shm has 64 MiB free, less than the 512 MiB wanted ...".
 """
 
 from __future__ import annotations
@@ -18,9 +20,13 @@ from typing import TypeVar
 
 import pytest
 
-from tests.plugins.local_etcd import LocalEtcd
+from tests.plugins.local_etcd import LocalEtcd, tests_data_root
 
 E = TypeVar("E", bound=LocalEtcd)
+
+
+def pytest_report_header() -> str:
+    return tests_data_root().line()
 
 
 class EtcdServer(LocalEtcd):

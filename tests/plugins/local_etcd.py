@@ -5,6 +5,8 @@
         server.kill()                     # SIGKILL; server.restart() brings it back
                                           # on the same ports with the same data
 
+    server.data_root.line()               # where its data went and why (RAM or disk)
+
     with LocalEtcd(tls=True) as server:   # https, client certificates required
         server.endpoint                   # https://127.0.0.1:<port>
         server.tls_files()                # CA, client cert and key (its own small CA)
@@ -32,7 +34,7 @@ from types import TracebackType
 
 from meshhealth.kvstore.etcd_config import TlsFiles
 from meshhealth.lab.certs import KeyPair, make_ca, make_cert
-from meshhealth.lab.ram_disk import ram_disk
+from meshhealth.lab.ram_disk import DataRoot, etcd_data_root
 
 # How long a fresh etcd may take to answer /health, and to exit after SIGTERM.
 START_TIMEOUT_S = 20.0
@@ -60,6 +62,11 @@ def free_loopback_port(host: str = "127.0.0.1") -> int:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def tests_data_root() -> DataRoot:
+    """Where the tests' etcds keep their data: /dev/shm with room, else the temp dir."""
+    return etcd_data_root(disk=Path(tempfile.gettempdir()))
 
 
 class LocalEtcd:
@@ -92,11 +99,15 @@ class LocalEtcd:
         self.host = host
         self.name = name
         self._own_dir: tempfile.TemporaryDirectory[str] | None = None
+        # In RAM where /dev/shm has room (etcd fsyncs every write, and on a loaded disk
+        # that took 100 ms and more a write); on disk in a container's small /dev/shm.
+        # None: the caller chose the directory (`data_dir`).
+        self.data_root: DataRoot | None = None
         if data_dir is None:
-            # In RAM where /dev/shm has room (etcd fsyncs every write, and on a loaded disk
-            # that took 100 ms and more a write); on disk in a container's small /dev/shm.
-            shm = ram_disk()
-            self._own_dir = tempfile.TemporaryDirectory(prefix="meshhealth-etcd-", dir=shm)
+            self.data_root = tests_data_root()
+            self._own_dir = tempfile.TemporaryDirectory(
+                prefix="meshhealth-etcd-", dir=self.data_root.path
+            )
             base = Path(self._own_dir.name)
             self.data_dir = base / "data"
             self.log_path = base / "etcd.log"
