@@ -80,11 +80,13 @@ class Protocol(enum.StrEnum):
     ICMP = "icmp"  # "ICMP to stack"
     HTTP = "http"  # "HTTP to agent"
     ICMP_DF = "icmp-df"  # one big don't-fragment echo (the link MTU), NodeIP only
+    UDP = "udp"  # echo datagrams from a few source ports to the agent, NodeIP only
 
 
-# The paths of every address, whose results decide reachability. ICMP_DF is extra: probed
-# on the NodeIP only (when enabled), and a lost big probe while the small ones pass is an
-# MTU black hole (diagnosis: mtu-blackhole), not "unreachable".
+# The paths of every address, whose results decide reachability. ICMP_DF and UDP are
+# extra: probed on the primary NodeIP only (when enabled); a lost big probe while the
+# small ones pass is an MTU black hole (diagnosis: mtu-blackhole), lost UDP while ICMP
+# and HTTP pass is UDP blocked (udp-blocked), neither is "unreachable".
 REACHABILITY_PROTOCOLS: tuple[Protocol, ...] = (Protocol.ICMP, Protocol.HTTP)
 
 

@@ -99,10 +99,7 @@ def test_every_agent_shows_the_verdict_and_findings_from_one_summary(
             doc, _ = wait_for(
                 agent.status_json,
                 lambda doc: (
-                    any(
-                        culprit in f["nodes"] and f["kind"] in node_kinds
-                        for f in doc["findings"]
-                    )
+                    any(culprit in f["nodes"] and f["kind"] in node_kinds for f in doc["findings"])
                     and (verdict(doc)["reachable"], verdict(doc)["unreachable"]) == (2, 1)
                 ),
                 CONVERGE_S,

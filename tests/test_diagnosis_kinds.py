@@ -161,6 +161,21 @@ CASES: list[tuple[str, MatrixView, list[tuple[str, tuple[str, ...]]]]] = [
      [("mtu-blackhole", _n("d"))]),
     ("mtu-blackhole on one path", mesh(ABCD, cells={("a", "d"): "mtu"}),
      [("mtu-blackhole", _n("a", "d"))]),
+    # UDP echoes to d are lost while ICMP and HTTP (TCP) pass: a UDP policy, not an outage
+    ("udp-blocked on a node", mesh(ABCD, default="udp-ok", cells=column("d", ABCD, "udp")),
+     [("udp-blocked", _n("d"))]),
+    ("udp-blocked on a node's own egress", mesh(ABCD, default="udp-ok",
+                                                cells=row("d", ABCD, "udp")),
+     [("udp-blocked", _n("d"))]),
+    ("udp-blocked on one path", mesh(ABCD, default="udp-ok", cells={("a", "d"): "udp"}),
+     [("udp-blocked", _n("a", "d"))]),
+    # an agent that is gone answers neither HTTP nor UDP: agent-down only
+    ("agent-down, its UDP echo gone too",
+     mesh(ABCD, default="udp-ok", cells=column("d", ABCD, "agent+udp")),
+     [("agent-down", _n("d"))]),
+    ("node-down, UDP lost with everything else",
+     mesh(ABCD, default="udp-ok", cells=column("d", ABCD, "down"), stale="d"),
+     [("node-down", _n("d"))]),
     # subset probing: only a and b probe d
     ("subset: node-down seen by two", mesh(ABCD, cells={("c", "d"): "-", ("a", "d"): "down",
                                                         ("b", "d"): "down"}, stale="d"),

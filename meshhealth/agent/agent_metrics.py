@@ -126,6 +126,8 @@ class AgentMetrics:
     node_addresses_refused: Counter  # {reason}: node_address_policy.REFUSAL_CODES
     endpoint_restarts: Counter
     responder_refused: Counter  # {reason}: connections the /hello responder closed at once
+    udp_echo_answered: Counter  # datagrams the UDP echo responder answered
+    udp_echo_refused: Counter  # {reason}: datagrams it dropped unanswered
     agent_down_nodes: Gauge
     agent_down_dropped: Counter
     build_info: Gauge
@@ -404,6 +406,19 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
             "Connections the /hello responder (NodeIP:4240) closed at once: full (every slot "
             "busy), per-source (that address held its share), reserved (only the slots kept "
             "for registered nodes were left). Rising: someone holds connections to it.",
+            ("reason",),
+        ),
+        udp_echo_answered=registry.counter(
+            "meshhealth_udp_echo_answered_total",
+            "Echo datagrams the UDP echo responder (NodeIP:4240/udp) answered: peers' "
+            "node/udp probes.",
+        ),
+        udp_echo_refused=registry.counter(
+            "meshhealth_udp_echo_refused_total",
+            "Datagrams the UDP echo responder dropped unanswered: malformed (not an echo "
+            "request of an answered size), unregistered (not from a registered node's "
+            "NodeIP), rate (past its source's or the total rate). Rising: someone sends it "
+            "datagrams that are not peers' probes.",
             ("reason",),
         ),
         agent_down_nodes=registry.gauge(

@@ -14,7 +14,7 @@ import ipaddress
 import re
 from collections.abc import Mapping
 
-from meshhealth.defaults import MTU_PROBE_AUTO, MTU_PROBE_OFF
+from meshhealth.defaults import MTU_PROBE_AUTO, MTU_PROBE_OFF, UDP_PROBE_MAX_SOURCE_PORTS
 from meshhealth.kvstore.endpoints import parse_endpoints
 from meshhealth.wire.keys import canonical_ip, validate_cluster_name, validate_node_name
 
@@ -99,6 +99,14 @@ def port(value: object) -> int:
     result = positive_int(value)
     if result > 65535:
         raise ValueError(f"not a port number (1-65535): {value!r}")
+    return result
+
+
+def udp_source_ports(value: object) -> int:
+    """Echo datagrams per UDP probe, each from its own source port; 0 turns it off."""
+    result = non_negative_int(value)
+    if result > UDP_PROBE_MAX_SOURCE_PORTS:
+        raise ValueError(f"must be 0..{UDP_PROBE_MAX_SOURCE_PORTS}, got {value!r}")
     return result
 
 

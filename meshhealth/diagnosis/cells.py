@@ -39,6 +39,14 @@ class PathKind(enum.StrEnum):
     ENDPOINT_ICMP = "endpoint/icmp"  # HealthIP, ICMP echo: the health endpoint's namespace
     ENDPOINT_HTTP = "endpoint/http"  # HealthIP:4240: the health endpoint's responder
     NODE_ICMP_DF = "node/icmp-df"  # NodeIP, big don't-fragment ICMP (link MTU)
+    NODE_UDP = "node/udp"  # NodeIP:4240/udp, echo datagrams from a few source ports
+
+
+# The kinds whose answers say whether a target is reached at all; the others (MTU, UDP)
+# are asked only of a target that answers, and never make it unreachable.
+REACHABILITY_KINDS = frozenset(
+    {PathKind.NODE_ICMP, PathKind.NODE_HTTP, PathKind.ENDPOINT_ICMP, PathKind.ENDPOINT_HTTP}
+)
 
 
 FRESH_STATES = frozenset({Reachability.REACHABLE, Reachability.SUSPECT, Reachability.UNREACHABLE})

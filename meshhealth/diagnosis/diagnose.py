@@ -5,10 +5,11 @@
 
 In order:
 1. a partition: groups of nodes that reach each other and not the other groups;
-2. per layer (connectivity, agent, endpoint, mtu), failures not explained by the
+2. per layer (connectivity, agent, endpoint, mtu, udp), failures not explained by the
    partition are localised (007-style votes, `localise`) and each blamed node becomes a
    finding whose kind follows from its row and column: node-down, node-isolated,
-   ingress-blocked, egress-blocked, agent-down, endpoint-down, mtu-blackhole;
+   ingress-blocked, egress-blocked, agent-down, endpoint-down, mtu-blackhole,
+   udp-blocked;
 3. failures no node explains are `path` findings (observer -> target); a dual-stack
    target whose secondary addresses fail while its primary ones answer is a `path`
    finding too (families.py); but HTTP to an
@@ -43,7 +44,13 @@ _FAILS_AS = {
     Layer.AGENT: "its NodeIP answers ICMP but HTTP to its agent fails",
     Layer.ENDPOINT: "host paths are ok but its health endpoint (HealthIP) fails",
     Layer.MTU: "small ICMP passes but big don't-fragment ICMP is lost",
+    Layer.UDP: "ICMP and HTTP to its agent pass but UDP echoes to it are lost",
 }
+
+
+# Layers whose every finding, a node's or a path's, is of one kind: what they ask of a
+# target that answers is not whether it is reached.
+_LAYER_KINDS = {Layer.MTU: FindingKind.MTU_BLACKHOLE, Layer.UDP: FindingKind.UDP_BLOCKED}
 
 
 def diagnose(
@@ -134,8 +141,8 @@ def _partition_finding(partition: Partition, evidence: LayerEvidence) -> Finding
 
 
 def _kind(layer: Layer, blame: Blame, grid: Grid) -> FindingKind:
-    if layer is Layer.MTU:
-        return FindingKind.MTU_BLACKHOLE
+    if layer in _LAYER_KINDS:
+        return _LAYER_KINDS[layer]
     if not blame.column_failing:
         return FindingKind.EGRESS_BLOCKED
     if layer is Layer.AGENT:
@@ -222,7 +229,7 @@ def _discounted_row(blame: Blame, grid: Grid, evidence: LayerEvidence) -> str:
 def _path_finding(layer: Layer, pair: Pair, evidence: LayerEvidence) -> Finding:
     observer, target = pair
     kinds = ", ".join(k.value for k in evidence.kinds.get(pair, ()))
-    kind = FindingKind.MTU_BLACKHOLE if layer is Layer.MTU else FindingKind.PATH
+    kind = _LAYER_KINDS.get(layer, FindingKind.PATH)
     reaches = evidence.row_ok.get(observer, 0)
     reached = evidence.col_ok.get(target, 0)
     return Finding(

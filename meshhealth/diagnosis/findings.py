@@ -33,6 +33,7 @@ class FindingKind(enum.StrEnum):
     PARTITION = "partition"  # groups that do not reach each other
     OBSERVER_DEGRADED = "observer-degraded"  # its own reports are not to be trusted
     MTU_BLACKHOLE = "mtu-blackhole"  # small probes pass, big don't-fragment ones are lost
+    UDP_BLOCKED = "udp-blocked"  # ICMP and HTTP (TCP) pass, UDP echoes are lost
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ PATH_KINDS: Mapping[str, PathKind] = {
     "endpoint/icmp": PathKind.ENDPOINT_ICMP,
     "endpoint/http": PathKind.ENDPOINT_HTTP,
     "node/icmp-df": PathKind.NODE_ICMP_DF,
+    "node/udp": PathKind.NODE_UDP,
 }
 
 

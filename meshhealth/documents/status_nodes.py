@@ -119,12 +119,16 @@ def _one_address(
         for key in (icmp_key, http_key)
     )
     doc: AddressDocument = {"ip": ip, "icmp": icmp, "http": http}
-    if target_type is TargetType.NODE and not secondary:  # the MTU probe's path, if run
+    if target_type is TargetType.NODE and not secondary:  # the MTU and UDP paths, if run
         df_key = PathKey(target.cluster, target.node, target_type, Protocol.ICMP_DF)
         df = summaries.get(df_key)
         if df is not None:
             size = 0 if df.last is None else df.last.size_bytes
             doc["icmp_df"] = {**path_document(df, None, verdicts.get(df_key)), "size_bytes": size}
+        udp_key = PathKey(target.cluster, target.node, target_type, Protocol.UDP)
+        udp = summaries.get(udp_key)
+        if udp is not None:
+            doc["udp"] = path_document(udp, None, verdicts.get(udp_key))
     return doc, [icmp["state"], http["state"]]
 
 

@@ -61,6 +61,9 @@ class AddressDocument(TypedDict):
     # the host's don't-fragment MTU probe (the agent's --mtu-probe-size), when it runs;
     # not part of `reachable` / `state`
     icmp_df: NotRequired[DontFragmentPathDocument]
+    # the host's UDP echo probe (the agent's --udp-source-ports), when it runs; not part of
+    # `reachable` / `state`
+    udp: NotRequired[PathDocument]
 
 
 class PrimaryAddressDocument(TypedDict):

@@ -50,18 +50,27 @@ import trio
 
 from meshhealth import defaults, model
 from meshhealth.probe.http import http_probe
+from meshhealth.probe.udp_probe import udp_probe
 
 # Tunables (reasons in meshhealth/defaults.py), under the names the docs use.
 DEADLINE_MARGIN_S: Final = defaults.PROBE_DEADLINE_MARGIN_S
 DISPATCH_BATCH: Final = defaults.PROBE_DISPATCH_BATCH
 MIN_TIMEOUT_FRACTION: Final = defaults.PROBE_MIN_TIMEOUT_FRACTION
 
-# The paths of every address. The don't-fragment probe (Protocol.ICMP_DF, the primary
-# NodeIP only) is added by run_round's `mtu_probe_size`.
+# The paths of every address. The don't-fragment probe (Protocol.ICMP_DF) and the UDP
+# echo (Protocol.UDP), the primary NodeIP only, are added by run_round's
+# `mtu_probe_size` and `udp_source_ports`.
 ALL_PROTOCOLS: Final = frozenset(model.REACHABILITY_PROTOCOLS)
-# Order of paths within a target in reports: node then endpoint, ICMP, HTTP, ICMP DF.
+# Order of paths within a target in reports: node then endpoint, ICMP, HTTP, ICMP DF, UDP.
 _TARGET_TYPES: Final = (model.TargetType.NODE, model.TargetType.ENDPOINT)
-_PROTOCOLS: Final = (model.Protocol.ICMP, model.Protocol.HTTP, model.Protocol.ICMP_DF)
+_PROTOCOLS: Final = (
+    model.Protocol.ICMP,
+    model.Protocol.HTTP,
+    model.Protocol.ICMP_DF,
+    model.Protocol.UDP,
+)
+# Probed on the primary NodeIP only.
+_NODE_ONLY: Final = frozenset({model.Protocol.ICMP_DF, model.Protocol.UDP})
 # Probed by the pinger, in the ICMP batches.
 _PINGED: Final = frozenset({model.Protocol.ICMP, model.Protocol.ICMP_DF})
 # Each address's primary, then (dual stack) its secondary of the other family.
@@ -113,7 +122,7 @@ def enumerate_paths(
     targets: Sequence[model.Target], protocols: frozenset[model.Protocol] = ALL_PROTOCOLS
 ) -> list[tuple[model.PathKey, str]]:
     """Every (path, ip) to probe, in report order; a missing HealthIP has no paths, and
-    only the primary NodeIP has an ICMP_DF path (the MTU probe).
+    only the primary NodeIP has the ICMP_DF (the MTU probe) and UDP paths.
 
     A dual-stack target's secondary addresses get paths of their own (`secondary`),
     each right after its primary's: node, node secondary, endpoint, endpoint secondary.
@@ -130,7 +139,7 @@ def enumerate_paths(
         for t in _TARGET_TYPES
         for s in _ADDRESSES
         for p in _PROTOCOLS
-        if p in protocols and (p is not model.Protocol.ICMP_DF or (t is node_type and not s))
+        if p in protocols and (p not in _NODE_ONLY or (t is node_type and not s))
     ]
     for target in targets:
         cluster, node = target.cluster, target.node
@@ -345,12 +354,19 @@ async def run_round(
     rng: random.Random | None = None,
     on_result: Callable[[model.PathReport], None] | None = None,
     mtu_probe_size: int = defaults.MTU_PROBE_OFF,
+    udp_port: int = defaults.UDP_ECHO_PORT,
+    udp_source_ports: int = 0,
+    source_ips: Sequence[str] = (),
 ) -> model.RoundReport:
     """Probe every path of `targets` once (see the module docstring).
 
     `mtu_probe_size` adds the don't-fragment path (Protocol.ICMP_DF) to every NodeIP:
     `icmp_count` echo requests whose IP packets are that many bytes, or the route's MTU
     (defaults.MTU_PROBE_AUTO); MTU_PROBE_OFF (0) leaves it out.
+
+    `udp_source_ports` adds the UDP echo path (Protocol.UDP) to every NodeIP: that many
+    echo datagrams to `udp_port`, each from its own source port; 0 leaves it out. It is
+    sent from the address of `source_ips` (this node's NodeIPs) of the target's family.
 
     With `pinger=None`, ICMP paths are reported as ERROR "ICMP disabled" (leave ICMP out
     of `protocols` to skip them instead). `on_result` is called as each path finishes.
@@ -362,6 +378,11 @@ async def run_round(
         protocols = protocols | {model.Protocol.ICMP_DF}
     else:
         protocols = protocols - {model.Protocol.ICMP_DF}
+    if udp_source_ports > 0:
+        protocols = protocols | {model.Protocol.UDP}
+    else:
+        protocols = protocols - {model.Protocol.UDP}
+    sources = {model.ip_family(ip): ip for ip in source_ips}
     paths = enumerate_paths(targets, protocols)
     plan = plan_round(
         paths,
@@ -377,6 +398,14 @@ async def run_round(
         if planned.path.protocol in _PINGED:  # (only without a pinger)
             return _error_result(ICMP_DISABLED)
         try:
+            if planned.path.protocol is model.Protocol.UDP:
+                return await udp_probe(
+                    planned.ip,
+                    udp_port,
+                    source_ports=udp_source_ports,
+                    timeout_s=late_timeout_s(timeout_s, late_s),
+                    source_ip=sources.get(model.ip_family(planned.ip)),
+                )
             return await http_probe(
                 planned.ip, http_port, timeout_s=late_timeout_s(timeout_s, late_s)
             )

@@ -44,9 +44,13 @@ MAX_PLAN_NODES = 1_000_000
 CORE_PATH_NAMES: tuple[str, ...] = tuple(
     path_name(t, p) for t in TargetType for p in REACHABILITY_PROTOCOLS
 )
-# Paths added since ("node/icmp-df"): written in the optional `extra_paths` map, because
-# readers older than them refuse a report whose `paths` holds a name they do not know.
-EXTRA_PATH_NAMES: tuple[str, ...] = (path_name(TargetType.NODE, Protocol.ICMP_DF),)
+# Paths added since ("node/icmp-df", "node/udp"): written in the optional `extra_paths`
+# map, because readers older than them refuse a report whose `paths` holds a name they do
+# not know; a reader skips the names in `extra_paths` it does not know.
+EXTRA_PATH_NAMES: tuple[str, ...] = (
+    path_name(TargetType.NODE, Protocol.ICMP_DF),
+    path_name(TargetType.NODE, Protocol.UDP),
+)
 PATH_NAMES: tuple[str, ...] = CORE_PATH_NAMES + EXTRA_PATH_NAMES
 
 
