@@ -108,6 +108,10 @@ UDP_ECHO_BURST: Final = 64
 UDP_ECHO_TOTAL_RATE_PER_S: Final = 10_000.0
 # Sources whose token buckets are remembered (bounds memory under a spoofed flood).
 UDP_ECHO_MAX_SOURCES: Final = 8192
+# TCP connect probes (`--probe-tcp-ports`): none by default (the operator names the ports
+# that matter: 10250 for the kubelet, 22, ...). At most this many, so a health entry
+# stays bounded (docs/kvstore.md, "Size": each port is one more path per target).
+TCP_PROBE_MAX_PORTS: Final = 8
 
 # --- indirect probes (meshhealth.agent.indirect_server, .indirect_probes) -------------
 # Helpers asked when a direct probe fails: Lifeguard's (SWIM's) k = 3 indirect probes.

@@ -30,7 +30,7 @@ STALE, UNA = Reachability.STALE, Reachability.UNASSIGNED
 K = PathKind
 
 # pattern -> states of node/icmp, node/http, endpoint/icmp, endpoint/http, node/icmp-df,
-# node/udp (a pattern that stops early leaves the rest unassigned: not probed)
+# node/udp, node/tcp (a pattern that stops early leaves the rest unassigned: not probed)
 PATTERNS: dict[str, tuple[Reachability, ...]] = {
     "ok": (OK, OK, OK, OK, OK),
     "down": (UNR, UNR, UNR, UNR, UNR),  # nothing answers
@@ -42,6 +42,9 @@ PATTERNS: dict[str, tuple[Reachability, ...]] = {
     "udp": (OK, OK, OK, OK, OK, UNR),  # UDP echoes lost, the rest fine
     "udp-ok": (OK, OK, OK, OK, OK, OK),
     "agent+udp": (OK, UNR, OK, OK, OK, UNR),  # the agent is gone: its UDP echo too
+    "port": (OK, OK, OK, OK, OK, OK, UNR),  # an operator's TCP port does not accept
+    "l4-ok": (OK, OK, OK, OK, OK, OK, OK),
+    "down+port": (UNR, UNR, UNR, UNR, UNR, UNR, UNR),
     "suspect": (SUS, SUS, SUS, SUS, SUS),
     "half": (SUS, UNR, SUS, UNR, UNA),  # settling: not evidence yet
     "stale": (STALE, STALE, STALE, STALE, STALE),

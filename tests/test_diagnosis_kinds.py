@@ -176,6 +176,14 @@ CASES: list[tuple[str, MatrixView, list[tuple[str, tuple[str, ...]]]]] = [
     ("node-down, UDP lost with everything else",
      mesh(ABCD, default="udp-ok", cells=column("d", ABCD, "down"), stale="d"),
      [("node-down", _n("d"))]),
+    # an operator's TCP port on d does not accept while its NodeIP answers
+    ("port-blocked on a node", mesh(ABCD, default="l4-ok", cells=column("d", ABCD, "port")),
+     [("port-blocked", _n("d"))]),
+    ("port-blocked on one path", mesh(ABCD, default="l4-ok", cells={("a", "d"): "port"}),
+     [("port-blocked", _n("a", "d"))]),
+    ("node-down, its ports with it",
+     mesh(ABCD, default="l4-ok", cells=column("d", ABCD, "down+port"), stale="d"),
+     [("node-down", _n("d"))]),
     # subset probing: only a and b probe d
     ("subset: node-down seen by two", mesh(ABCD, cells={("c", "d"): "-", ("a", "d"): "down",
                                                         ("b", "d"): "down"}, stale="d"),

@@ -1,11 +1,12 @@
-"""L4 probes with real agents on loopback: the UDP echo path in status (JSON and text),
-metrics, the matrix, and a node whose UDP port is elsewhere found as udp-blocked while
-its ICMP and HTTP stay OK."""
+"""L4 probes with real agents on loopback: the UDP echo and TCP connect paths in status
+(JSON and text), metrics, the matrix, and a node whose UDP port is elsewhere found as
+udp-blocked while its ICMP and HTTP stay OK."""
 
 from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,14 @@ def _udp(doc: dict[str, Any], name: str) -> dict[str, Any] | None:
     return udp
 
 
+def _tcp(doc: dict[str, Any], name: str) -> dict[int, str]:
+    """port -> status of the node's TCP connect paths."""
+    node = node_of(doc, name)
+    if node is None:
+        return {}
+    return {t["port"]: t["status"] for t in node["host"]["primary_address"].get("tcp", [])}
+
+
 def _udp_status(name: str) -> Any:
     def check(doc: dict[str, Any]) -> str | None:
         udp = _udp(doc, name)
@@ -32,16 +41,21 @@ def _udp_status(name: str) -> Any:
     return check
 
 
-def test_udp_echo_path_in_status_metrics_and_matrix(
+def test_udp_and_tcp_paths_in_status_metrics_and_matrix(
     tmp_path: Path, etcd_server: EtcdServer
 ) -> None:
     with AgentCluster(tmp_path, etcd_server.endpoint, interval_s=1.0, timeout_s=0.5) as cluster:
-        n1 = cluster.start("n1")
         n2 = cluster.start("n2")
         # n3 listens for UDP echoes on another port than its peers probe: they are refused
         n3 = cluster.start("n3", "--udp-port", str(free_loopback_port()))
         # n4 sends no UDP probe: no node/udp path in its status
         n4 = cluster.start("n4", "--udp-source-ports", "0")
+        # n1 also connects to two TCP ports of every NodeIP: one open on n2 only
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind((n2.node_ip, 0))
+        listener.listen(64)
+        open_port, closed_port = listener.getsockname()[1], free_loopback_port()
+        n1 = cluster.start("n1", "--probe-tcp-ports", f"{open_port},{closed_port}")
 
         doc, _ = wait_for(
             n1.status_json,
@@ -80,6 +94,31 @@ def test_udp_echo_path_in_status_metrics_and_matrix(
         assert series in metrics
         answered = re.search(r"^meshhealth_udp_echo_answered_total (\S+)$", n2.metrics_text(), re.M)
         assert answered is not None and float(answered.group(1)) >= 4
+
+        # TCP: each port its own path, open -> ok, nothing listening -> refused
+        doc, _ = wait_for(
+            n1.status_json,
+            lambda d: _tcp(d, "n2") == {open_port: "ok", closed_port: "refused"},
+            30,
+            what="n1: TCP to n2's open port ok, to its closed port refused",
+        )
+        tcp = node_of(doc, "n2")["host"]["primary_address"]["tcp"]
+        assert [t["port"] for t in tcp] == sorted([open_port, closed_port])  # port order
+        opened = next(t for t in tcp if t["port"] == open_port)
+        assert 0 < opened["latency_s"] < 0.5
+        n3_tcp = node_of(doc, "n3")["host"]["primary_address"]["tcp"]
+        assert {t["status"] for t in n3_tcp} == {"refused"}
+        assert node_of(doc, "n3")["state"] == "reachable"  # a closed port is no outage
+        assert re.search(rf"TCP {open_port}:\s+OK, RTT=", n1.status_cli().stdout)
+        assert re.search(rf"TCP {closed_port}:\s+Connection refused", n1.status_cli().stdout)
+        tcp_series = (
+            'meshhealth_node_connectivity_status{source_cluster="c1",source_node="n1",'
+            f'target_cluster="c1",target_node="n2",target_type="node",protocol="tcp:{open_port}",'
+            'family="ipv4",status="reachable"} 1'
+        )
+        assert tcp_series in n1.metrics_text()
+        assert "tcp" not in node_of(n2.status_json(), "n1")["host"]["primary_address"]
+        listener.close()
 
         four = n4.status_json()
         assert all("udp" not in n["host"]["primary_address"] for n in four["nodes"])

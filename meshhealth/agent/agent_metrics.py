@@ -40,6 +40,8 @@ from meshhealth.model import (
     Target,
     TargetType,
     ip_family,
+    protocol_name,
+    tcp_ports_of,
 )
 from meshhealth.wire.summary import ClusterSummary
 
@@ -161,7 +163,7 @@ class AgentMetrics:
             "target_cluster": path.cluster,
             "target_node": path.node,
             "target_type": path.target_type.value,
-            "protocol": path.protocol.value,
+            "protocol": protocol_name(path.protocol, path.port),
             "family": ip_family(ip),
         }
 
@@ -189,6 +191,9 @@ class AgentMetrics:
         state is its suspicion verdict); series of targets (or health endpoints) that
         are gone are removed."""
         targets = list(targets)
+        # (protocol, port) of every path kind: each protocol, and TCP once per probed port
+        kinds: list[tuple[Protocol, int]] = [(p, 0) for p in Protocol if p is not Protocol.TCP]
+        kinds += [(Protocol.TCP, port) for port in tcp_ports_of(summaries)]
         unreachable_nodes = unreachable_endpoints = suspect_nodes = 0
         paths_by_state = dict.fromkeys(PATH_STATES, 0)
         wanted: set[tuple[str, str, str, str]] = set()
@@ -200,9 +205,9 @@ class AgentMetrics:
                     if ip is None:
                         continue
                     wanted.add((target.cluster, target.node, target_type.value, ip_family(ip)))
-                    for protocol in Protocol:
+                    for protocol, port in kinds:
                         path = PathKey(
-                            target.cluster, target.node, target_type, protocol, secondary
+                            target.cluster, target.node, target_type, protocol, secondary, port
                         )
                         summary = summaries.get(path)
                         if protocol not in REACHABILITY_PROTOCOLS and summary is None:

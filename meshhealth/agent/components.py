@@ -350,6 +350,7 @@ def build_components(
         udp_port=config.udp_port,
         udp_source_ports=config.udp_source_ports,
         source_ips=own_node_ips(config),
+        tcp_ports=config.probe_tcp_ports,
     )
 
     async def stretched_round(targets: Sequence[Target]) -> RoundReport:

@@ -62,6 +62,8 @@ class AgentConfig:
     # and the port the echo responder listens on (every node's)
     udp_source_ports: int = defaults.UDP_PROBE_SOURCE_PORTS
     udp_port: int = defaults.UDP_ECHO_PORT
+    # TCP connect probes to each NodeIP: the operator's ports (none by default)
+    probe_tcp_ports: tuple[int, ...] = ()
     stats_window: int = defaults.STATS_WINDOW
     feed_listen: tuple[str, int] | None = None
     health_netns: str | None = None  # None: mh-health-<cluster>-<node>

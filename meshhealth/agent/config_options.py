@@ -314,6 +314,16 @@ OPTIONS: tuple[Option, ...] = (
         metavar="PORT",
     ),
     Option(
+        "probe_tcp_ports",
+        values.tcp_ports,
+        (),
+        "TCP ports to connect to on each NodeIP every round, comma-separated (paths "
+        f"node/tcp:PORT; at most {defaults.TCP_PROBE_MAX_PORTS}); refused and timed out "
+        "are told apart",
+        metavar="PORTS",
+        default_text="none",
+    ),
+    Option(
         "stats_window",
         values.positive_int,
         defaults.STATS_WINDOW,

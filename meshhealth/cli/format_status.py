@@ -123,7 +123,15 @@ def _one_address_lines(
     udp = address.get("udp")
     if udp is not None:
         lines.append(f"{indent}  {UDP_LABEL}{path_line(udp, verbose=verbose, now=now)}")
+    for tcp in address.get("tcp", []):
+        label = tcp_label(tcp["port"])
+        lines.append(f"{indent}  {label}{path_line(tcp, verbose=verbose, now=now)}")
     return lines
+
+
+def tcp_label(port: int) -> str:
+    """`TCP 10250:       ` (a TCP connect probe's line), as wide as the other labels."""
+    return f"TCP {port}:".ljust(len(ICMP_LABEL) - 1) + " "
 
 
 def df_label(size_bytes: int) -> str:

@@ -40,6 +40,7 @@ class PathKind(enum.StrEnum):
     ENDPOINT_HTTP = "endpoint/http"  # HealthIP:4240: the health endpoint's responder
     NODE_ICMP_DF = "node/icmp-df"  # NodeIP, big don't-fragment ICMP (link MTU)
     NODE_UDP = "node/udp"  # NodeIP:4240/udp, echo datagrams from a few source ports
+    NODE_TCP = "node/tcp"  # NodeIP, TCP connects to the operator's ports (the worst one)
 
 
 # The kinds whose answers say whether a target is reached at all; the others (MTU, UDP)

@@ -5,11 +5,11 @@
 
 In order:
 1. a partition: groups of nodes that reach each other and not the other groups;
-2. per layer (connectivity, agent, endpoint, mtu, udp), failures not explained by the
+2. per layer (connectivity, agent, endpoint, mtu, udp, tcp), failures not explained by the
    partition are localised (007-style votes, `localise`) and each blamed node becomes a
    finding whose kind follows from its row and column: node-down, node-isolated,
    ingress-blocked, egress-blocked, agent-down, endpoint-down, mtu-blackhole,
-   udp-blocked;
+   udp-blocked, port-blocked;
 3. failures no node explains are `path` findings (observer -> target); a dual-stack
    target whose secondary addresses fail while its primary ones answer is a `path`
    finding too (families.py); but HTTP to an
@@ -45,12 +45,17 @@ _FAILS_AS = {
     Layer.ENDPOINT: "host paths are ok but its health endpoint (HealthIP) fails",
     Layer.MTU: "small ICMP passes but big don't-fragment ICMP is lost",
     Layer.UDP: "ICMP and HTTP to its agent pass but UDP echoes to it are lost",
+    Layer.TCP: "its NodeIP answers ICMP but TCP connects to the probed ports fail",
 }
 
 
 # Layers whose every finding, a node's or a path's, is of one kind: what they ask of a
 # target that answers is not whether it is reached.
-_LAYER_KINDS = {Layer.MTU: FindingKind.MTU_BLACKHOLE, Layer.UDP: FindingKind.UDP_BLOCKED}
+_LAYER_KINDS = {
+    Layer.MTU: FindingKind.MTU_BLACKHOLE,
+    Layer.UDP: FindingKind.UDP_BLOCKED,
+    Layer.TCP: FindingKind.PORT_BLOCKED,
+}
 
 
 def diagnose(

@@ -45,6 +45,16 @@ PATH_KINDS: Mapping[str, PathKind] = {
     "node/icmp-df": PathKind.NODE_ICMP_DF,
     "node/udp": PathKind.NODE_UDP,
 }
+# `node/tcp:<port>`, one per port of the source's --probe-tcp-ports: read as one kind,
+# NODE_TCP, in the state of the worst of them (a port that fails makes the kind fail).
+TCP_PATH_PREFIX = "node/tcp:"
+# How bad a state is, to pick the worst of several ports.
+_BADNESS = {
+    Reachability.REACHABLE: 0,
+    Reachability.STALE: 1,
+    Reachability.SUSPECT: 2,
+    Reachability.UNREACHABLE: 3,
+}
 
 
 def path_state(
@@ -69,12 +79,17 @@ _Shared = dict[tuple[Reachability, float], PathObservation]
 def _observations(
     paths: Mapping[str, PathHealth], *, stale: bool, since: float, shared: _Shared
 ) -> dict[PathKind, PathObservation]:
-    out = {}
+    out: dict[PathKind, PathObservation] = {}
     for name, health in paths.items():
         kind = PATH_KINDS.get(name)
         if kind is None:
-            continue
+            if not name.startswith(TCP_PATH_PREFIX):
+                continue
+            kind = PathKind.NODE_TCP
         state = path_state(health.status, stale=stale, verdict=health.state)
+        worse = out.get(kind)  # another port of NODE_TCP already read
+        if worse is not None and (state is None or _BADNESS[worse.state] >= _BADNESS[state]):
+            continue
         if state is not None:
             entered = health.state_since if health.state_since is not None else since
             key = (state, since if stale else entered)

@@ -8,11 +8,13 @@ A layer asks one question of a pair's paths:
 - `endpoint`: the host paths are fine; do the health endpoint's paths work?
 - `mtu`: small ICMP passes; does the big don't-fragment probe?
 - `udp`: the NodeIP answers ICMP and the agent HTTP (TCP); do its UDP echoes come back?
+- `tcp`: the NodeIP answers ICMP; do the operator's TCP ports (--probe-tcp-ports) accept?
 
-Agent, endpoint, mtu and udp need the NodeIP to answer ICMP (udp: and the agent HTTP),
-so a pair that fails connectivity or agent fails in no other layer; endpoint, mtu and
-udp ask separate questions of a host that answers. `suspect` paths make a pair
-`unsure`: neither evidence of failure nor of health.
+Agent, endpoint, mtu, udp and tcp need the NodeIP to answer ICMP (udp: and the agent
+HTTP), so a pair that fails connectivity fails in no other layer, nor one that fails
+agent in udp; endpoint, mtu, udp and tcp ask separate questions of a host that
+answers. `suspect` paths make a pair `unsure`: neither evidence of failure nor of
+health.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class Layer(enum.StrEnum):
     ENDPOINT = "endpoint"
     MTU = "mtu"
     UDP = "udp"
+    TCP = "tcp"
 
 
 _LAYERS = tuple(Layer)  # iterating an Enum class is slow; this is per cell
@@ -53,6 +56,7 @@ _LAYER_KINDS = {
     Layer.ENDPOINT: (2, 3),  # endpoint/icmp, endpoint/http
     Layer.MTU: (4,),  # node/icmp-df
     Layer.UDP: (5,),  # node/udp
+    Layer.TCP: (6,),  # node/tcp (the worst of the ports)
 }
 _REACHABLE, _SUSPECT, _UNREACHABLE = (
     Reachability.REACHABLE,

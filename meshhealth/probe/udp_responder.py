@@ -107,9 +107,8 @@ async def serve_udp_echo(
             if reply is None:
                 counters.refused[reason] += 1
                 continue
+            counters.answered += 1  # before the send: whoever has the reply sees the count
             try:
                 await sock.sendto(reply, peer)
             except OSError as exc:  # no route back, buffer full: the probe is lost
                 log.debug("udp echo reply to %s: %s", peer[0], exc)
-                continue
-            counters.answered += 1
