@@ -94,6 +94,7 @@ def test_a_closed_port_is_port_blocked_not_unreachable() -> None:
         (FindingKind.PORT_BLOCKED, ("c1/node3",))
     ]
     assert "TCP connects to the probed ports fail" in findings[0].evidence
+    assert findings[0].evidence.endswith("; TCP port 10250")  # port 22 answers
 
 
 @pytest.mark.parametrize(

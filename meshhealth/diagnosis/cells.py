@@ -68,6 +68,9 @@ class MatrixCell:
     secondary: Mapping[PathKind, PathObservation] = field(default_factory=dict)
     # Their address family (`ipv4`, `ipv6`); None when the observer did not say.
     secondary_family: str | None = None
+    # The TCP ports (--probe-tcp-ports) whose connect is unreachable: NODE_TCP's
+    # evidence, so a port-blocked finding names them; empty when none fails.
+    failing_ports: tuple[int, ...] = ()
 
     def state(self, kind: PathKind) -> Reachability:
         seen = self.paths.get(kind)

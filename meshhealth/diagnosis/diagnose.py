@@ -28,6 +28,7 @@ gives the same findings whatever the order of its cells.
 from __future__ import annotations
 
 from collections.abc import Mapping, Set
+from dataclasses import replace
 
 from meshhealth import defaults
 from meshhealth.diagnosis.cells import MatrixView, NodeId
@@ -107,7 +108,24 @@ def diagnose(
         min_observers=min_observers, share=share,
     )  # fmt: skip
     findings += _observer_findings(grid, named, min_observers, share)
+    findings = _name_the_ports(findings, view)
     return tuple(sorted(findings, key=lambda f: (-f.confidence, f.kind.value, f.nodes)))
+
+
+def _name_the_ports(findings: list[Finding], view: MatrixView) -> list[Finding]:
+    """A port-blocked finding's evidence with the ports that fail in its cells."""
+    if not any(f.kind is FindingKind.PORT_BLOCKED for f in findings):
+        return findings
+    ports = {(c.observer, c.target): c.failing_ports for c in view.cells if c.failing_ports}
+    out = []
+    for finding in findings:
+        failing = sorted({p for pair in finding.cells for p in ports.get(pair, ())})
+        if finding.kind is FindingKind.PORT_BLOCKED and failing:
+            named = ", ".join(map(str, failing))
+            out.append(replace(finding, evidence=f"{finding.evidence}; TCP port {named}"))
+        else:
+            out.append(finding)
+    return out
 
 
 def _only_targets_failing(grid: Grid, node: NodeId) -> bool:

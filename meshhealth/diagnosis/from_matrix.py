@@ -100,6 +100,19 @@ def _observations(
     return out
 
 
+def _failing_ports(paths: Mapping[str, PathHealth]) -> tuple[int, ...]:
+    """The ports of the `node/tcp:<port>` paths that are unreachable (not suspect)."""
+    return tuple(
+        sorted(
+            int(name.removeprefix(TCP_PATH_PREFIX))
+            for name, health in paths.items()
+            if name.startswith(TCP_PATH_PREFIX)
+            and path_state(health.status, stale=False, verdict=health.state)
+            is Reachability.UNREACHABLE
+        )
+    )
+
+
 def _cells(row: Row, shared: _Shared) -> list[MatrixCell]:
     if row.probe_time is None:
         return []
@@ -115,8 +128,10 @@ def _cells(row: Row, shared: _Shared) -> list[MatrixCell]:
             else {}
         )
         if paths or secondary:
+            ports = _failing_ports(cell.paths) if PathKind.NODE_TCP in paths else ()
+            target = NodeId(*cell.target)
             cells.append(
-                MatrixCell(observer, NodeId(*cell.target), paths, secondary, cell.secondary_family)
+                MatrixCell(observer, target, paths, secondary, cell.secondary_family, ports)
             )
     return cells
 
