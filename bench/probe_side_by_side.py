@@ -36,6 +36,11 @@ probes. `meshhealth probe` start-up (interpreter and imports) is measured on its
 (one echo to 127.0.0.1) and printed. The engine's CPU and RSS are its driver
 process's own (getrusage; the RSS includes the interpreter and its imports).
 Everything made (namespaces, processes, temporary files) is removed at the end.
+
+3. **RTT** (`--rtt N`, 0: left out): fping `-C N -p 100` and `meshhealth probe --icmp -C
+   N -p 100` over the first 10 live addresses (veth to the target namespace), every RTT
+   either one printed; their median and 90th percentile. `--only-rtt` runs this alone
+   (no blackbox_exporter needed).
 """
 
 from __future__ import annotations
@@ -204,7 +209,8 @@ def _count_replies(fping_stderr: str) -> int:
 
 
 def _count_ok_summary(text: str) -> int:
-    """Replies counted by `meshhealth probe -q` summary lines (xmt/rcv/%loss = s/r/l%)."""
+    """Replies counted by `meshhealth probe -q` summary lines (xmt/rcv/%loss = s/r/l%),
+    which it writes to stderr as fping does."""
     received = 0
     for line in text.splitlines():
         if "xmt/rcv/%loss = " in line:
@@ -236,7 +242,7 @@ def _exporter(
 
 def _ours(rows: list[dict[str, Any]], name: str, res: dict[str, Any], probes: int) -> None:
     """A `meshhealth probe` row."""
-    rows.append(_row(name, res, probes, _count_ok_summary(res["stdout"])))
+    rows.append(_row(name, res, probes, _count_ok_summary(res["stderr"])))  # (summaries)
 
 
 def _engine(netns: str, mode: str, live: list[str], *options: object) -> dict[str, Any]:
@@ -268,6 +274,8 @@ def orchestrate(args: argparse.Namespace) -> int:
     from bench.probe_round import _bench_netns_names, _machine, _spawn_responders
     from tests.plugins.netns import NetnsFactory
 
+    if args.only_rtt:
+        return rtt_only(args)
     exporter = _ensure_exporter()
     _bench_netns_names()
     factory = NetnsFactory()
@@ -277,6 +285,7 @@ def orchestrate(args: argparse.Namespace) -> int:
     startups: list[dict[str, Any]] = []
     round_rows: list[dict[str, Any]] = []
     loads = [os.getloadavg()[0]]
+    rtt: list[str] = []
     try:
         lab = factory.make_lab(live=args.live, dead=args.dead)
         _spawn_responders(factory, lab.target)
@@ -341,6 +350,7 @@ def orchestrate(args: argparse.Namespace) -> int:
             round_rows.append(_row("blackbox_exporter (HTTP)", res, res["probes"], res["ok"]))
             loads.append(os.getloadavg()[0])
             print(f"run {k + 1}/{args.repeat} done", file=sys.stderr, flush=True)
+        rtt = rtt_rows(c, live, args.rtt) if args.rtt else []
     finally:
         factory.close()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -368,6 +378,59 @@ def orchestrate(args: argparse.Namespace) -> int:
         f"2. one round over {args.live} live + {args.dead} dead addresses, timeout 1 s",
         round_rows,
     )
+    if rtt:
+        _print_rtt(rtt, args.rtt)
+    return 0
+
+
+def rtt_rows(netns: str, live: list[str], count: int) -> list[str]:
+    """Table rows: every RTT fping and `meshhealth probe` print with -C (ms): median,
+    90th percentile, replies."""
+    targets = live[:10]
+    period = ["-p", "100"]
+    fping = _command(netns, ["fping", "-q", "-C", str(count), *period, *targets])
+    ours = [sys.executable, "-m", "meshhealth", "probe", "--icmp", "-q", "-C", str(count)]
+    mine = _command(netns, [*ours, *period, *targets])
+    rows = []
+    for name, res in (("fping", fping), ("meshhealth probe", mine)):
+        rtts = sorted(_rtts_ms(res["stderr"]))
+        if not rtts:
+            rows.append(f"| {name} | no replies | | |")
+            continue
+        p90 = rtts[min(len(rtts) - 1, int(len(rtts) * 0.9))]
+        rows.append(f"| {name} | {_median_of(rtts):.3f} ms | {p90:.3f} ms | {len(rtts)} |")
+    return rows
+
+
+def _rtts_ms(text: str) -> list[float]:
+    """Every RTT of `-C` lines (`ADDR [icmp] : 0.041 - 0.047`), in ms."""
+    found: list[float] = []
+    for line in text.splitlines():
+        if " : " in line:
+            found += [float(w) for w in line.split(" : ", 1)[1].split() if w != "-"]
+    return found
+
+
+def _print_rtt(rows: list[str], count: int) -> None:
+    print(f"3. RTT: {count} echoes 100 ms apart to each of 10 live addresses, -C")
+    print("| prober | median | p90 | replies |")
+    print("|---|---|---|---|")
+    print("\n".join(rows) + "\n")
+
+
+def rtt_only(args: argparse.Namespace) -> int:
+    from bench.probe_round import _bench_netns_names, _machine
+    from tests.plugins.netns import NetnsFactory
+
+    _bench_netns_names()
+    factory = NetnsFactory()
+    try:
+        lab = factory.make_lab(live=10, dead=0)
+        rows = rtt_rows(lab.client, lab.live, args.rtt)
+    finally:
+        factory.close()
+    print(f"machine: {_machine()}; load average (1 min): {os.getloadavg()[0]:.1f}\n")
+    _print_rtt(rows, args.rtt)
     return 0
 
 
@@ -398,6 +461,8 @@ def main() -> int:
     parser.add_argument("--dead", type=int, default=500, help="addresses dropped silently")
     parser.add_argument("--burst", type=int, default=20, help="ICMP echoes per live address")
     parser.add_argument("--repeat", type=int, default=3, help="runs; medians are printed")
+    parser.add_argument("--rtt", type=int, default=50, help="echoes per address for RTTs")
+    parser.add_argument("--only-rtt", action="store_true", help="the RTT comparison alone")
     # internal: drivers run inside the client namespace
     parser.add_argument("--driver", choices=("command", "exporter"), help=argparse.SUPPRESS)
     parser.add_argument("--exporter-pid", type=int, default=0, help=argparse.SUPPRESS)

@@ -114,7 +114,7 @@ cat <<'EOF'
   # The health endpoint: `ip netns add` and a writable /proc/sys/net (mounts: SYS_ADMIN),
   # veth, routes and sysctls (NET_ADMIN), raw ICMP sockets (NET_RAW). Not privileged:
   # see docs/compose.md.
-  cap_add: [NET_ADMIN, SYS_ADMIN, NET_RAW]
+  cap_add: [NET_ADMIN, SYS_ADMIN, NET_RAW, SETUID, SETGID, SETPCAP, KILL]
   # AppArmor's docker-default profile (Ubuntu hosts) forbids the mounts of `ip netns`.
   security_opt: ["apparmor:unconfined"]
 EOF

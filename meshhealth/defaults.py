@@ -280,6 +280,9 @@ ENDPOINT_STDERR_TAIL_LINES: Final = 3
 ENDPOINT_MAX_LINE_BYTES: Final = 4096
 # Host side of the endpoint's veth: Cilium's name, so its users find it.
 ENDPOINT_HOST_IFACE: Final = "lxc_health"
+# The user the health endpoint's responder runs as once its sockets are open (when the
+# agent is root); its primary group (nogroup) goes with it. docs/security.md.
+ENDPOINT_USER: Final = "nobody"
 # One `ip` command (meshhealth.agent.health_endpoint.ip_command) answers in
 # milliseconds; a batch of 100 route changes in well under a second. Ten seconds is
 # only there so that a hung `ip` fails the step with a message instead of hanging it.

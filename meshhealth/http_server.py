@@ -20,7 +20,8 @@ the admin API, text for /metrics).
 
 The pieces every HTTP server of the agent shares (the /hello responder too) are public:
 `open_tcp_listener` (bind one IP literal), `accept_connections` (the accept loop with its
-connection cap), `read_request` (one h11 request, body capped) and `send_response`.
+connection cap), `serve_connection` (the requests of one connection), `read_request`
+(one h11 request, body capped) and `send_response`.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ async def serve_http(
     """Serve connections from `listener` until cancelled; closes it on the way out."""
 
     async def serve_one(stream: trio.abc.Stream) -> None:
-        await _serve_connection(stream, handle, error_response, limits, name)
+        await serve_connection(stream, handle, error_response, limits, name)
 
     async with listener:
         await accept_connections(
@@ -247,13 +248,16 @@ async def accept_connections(
             nursery.start_soon(serve_one, stream, source)
 
 
-async def _serve_connection(
+async def serve_connection(
     stream: trio.abc.Stream,
     handle: RequestHandler,
     error_response: ErrorRenderer,
     limits: ServerLimits,
     name: str,
 ) -> None:
+    """Answer the requests of one connection (keep-alive) until the client closes, a
+    request does not arrive within the read timeout or a response cannot be written in
+    it. A HEAD request gets its GET answer's head without the body."""
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=defaults.HTTP_SERVER_MAX_HEAD_BYTES)
     try:
         while True:
@@ -269,8 +273,9 @@ async def _serve_connection(
                 return
             # The handler has no deadline here: a waiting handler sets its own.
             response = await _answer(request, handle, error_response, name)
+            head_only = request.method == "HEAD"
             with trio.move_on_after(limits.read_timeout_s) as write:
-                await _send_response(stream, conn, response, close=False)
+                await _send_response(stream, conn, response, close=False, head_only=head_only)
             if write.cancelled_caught:
                 return
             if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
@@ -339,7 +344,12 @@ def can_respond(conn: h11.Connection) -> bool:
 
 
 async def _send_response(
-    stream: trio.abc.Stream, conn: h11.Connection, response: HttpResponse, *, close: bool
+    stream: trio.abc.Stream,
+    conn: h11.Connection,
+    response: HttpResponse,
+    *,
+    close: bool,
+    head_only: bool = False,
 ) -> None:
     headers = [
         ("Content-Type", response.content_type),
@@ -347,7 +357,9 @@ async def _send_response(
         ("Server", SERVER_HEADER),
         *response.headers,
     ]
-    await send_response(stream, conn, response.status_code, headers, response.body, close=close)
+    await send_response(
+        stream, conn, response.status_code, headers, response.body, close=close, head_only=head_only
+    )
 
 
 async def send_response(

@@ -19,12 +19,19 @@ the watch resumes by itself after etcd restarts, and when it cannot (compacted, 
 different etcd) the prefix is listed again. A value that does not decode is skipped
 (its node has no report), counted once per key and revision, and handed to `on_invalid`
 as one line.
+
+Only registered nodes' reports count where a reader says so (`registered_only`, the
+commands): a node is registered when the ip entries of its cluster that its node entry
+vouches for name it (the probe set they make, meshhealth.probe_set: the aggregator's
+rule, without the agent's address policy, which a command does not know).
+`registered_reports` splits the reports; the aggregator uses it too.
+`RegisteredNodes.follow` keeps the set current for `watch`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 import trio
@@ -33,7 +40,8 @@ from meshhealth import defaults
 from meshhealth.documents.matrix import Matrix, NodeRef, build_matrix
 from meshhealth.kvstore import KV, Etcd, EtcdError, EventKind, WatchEvent
 from meshhealth.kvstore.follow import follow_prefix
-from meshhealth.model import HealthReport
+from meshhealth.model import HealthReport, IPEntry, Node
+from meshhealth.probe_set import TargetKey, build_probe_set, vouched_entries
 from meshhealth.wire import keys
 from meshhealth.wire.fields import DecodeError
 from meshhealth.wire.values import decode_value
@@ -93,13 +101,77 @@ def decode_reports(kvs: Iterable[KV]) -> tuple[dict[str, HealthReport], list[Inv
     return found, invalid
 
 
-async def read_reports(
+def registered_reports(
+    reports: Iterable[HealthReport], registered: Collection[TargetKey]
+) -> tuple[list[HealthReport], list[HealthReport]]:
+    """(the reports of registered (cluster, node)s, the others). Pure: the one rule of
+    the aggregator and of the commands."""
+    kept: list[HealthReport] = []
+    ignored: list[HealthReport] = []
+    for report in reports:
+        is_registered = (report.cluster, report.node) in registered
+        (kept if is_registered else ignored).append(report)
+    return kept, ignored
+
+
+def registered_nodes(items: Iterable[tuple[str, bytes]]) -> set[TargetKey]:
+    """The (cluster, node)s registered by the ip and node entries among (key, value)
+    pairs: the probe set of the ip entries their node entries vouch for. A value that
+    does not decode registers nobody."""
+    entries: list[tuple[str, IPEntry]] = []
+    nodes: list[Node] = []
+    for key, value in items:
+        try:
+            entry = decode_value(key, value)
+        except DecodeError:
+            continue
+        if isinstance(entry, IPEntry):
+            entries.append((keys.parse_key(key).cluster, entry))
+        elif isinstance(entry, Node):
+            nodes.append(entry)
+    return set(build_probe_set(vouched_entries(entries, nodes)[0]))
+
+
+async def list_registrations(
     etcd: Etcd, cluster: str | None, *, timeout_s: float
-) -> tuple[list[HealthReport], list[str]]:
-    """The health reports under `cluster`'s prefix (all clusters: None), and one line
-    per value skipped because it did not decode. EtcdError when etcd fails."""
+) -> list[tuple[str, bytes]]:
+    """The (key, value) pairs of the ip and node entries of `cluster` (every cluster:
+    None): what `registered_nodes` reads."""
+    with trio.fail_after(timeout_s):
+        ips, _ = await etcd.get_prefix(keys.ip_prefix(cluster))
+        nodes, _ = await etcd.get_prefix(keys.nodes_prefix(cluster))
+    return [(kv.key, kv.value) for kv in (*ips, *nodes)]
+
+
+def ignored_line(ignored: Iterable[HealthReport]) -> str:
+    """`ignored N health reports from unregistered nodes: c1/x, ...` (names sorted)."""
+    names = sorted({f"{r.cluster}/{r.node}" for r in ignored})
+    return f"ignored {len(names)} health reports from unregistered nodes: {', '.join(names)}"
+
+
+async def read_reports(
+    etcd: Etcd, cluster: str | None, *, timeout_s: float, registered_only: bool = False
+) -> tuple[list[HealthReport], list[str], list[HealthReport]]:
+    """The health reports under `cluster`'s prefix (all clusters: None), one line per
+    value skipped because it did not decode, and (`registered_only`) the reports left
+    out because no ip entry registers their node. EtcdError when etcd fails."""
     found, invalid, _ = await list_reports(etcd, cluster, timeout_s=timeout_s)
-    return list(found.values()), [str(value) for value in invalid]
+    reports: list[HealthReport] = list(found.values())
+    ignored: list[HealthReport] = []
+    if registered_only:
+        registrations = await list_registrations(etcd, cluster, timeout_s=timeout_s)
+        reports, ignored = registered_reports(reports, registered_nodes(registrations))
+    return reports, [str(value) for value in invalid], ignored
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixRead:
+    """What `read_matrix` read: the matrix, the number of values skipped (they do not
+    decode) and the reports ignored (their node is not registered)."""
+
+    matrix: Matrix
+    skipped: int
+    ignored: tuple[HealthReport, ...] = ()
 
 
 async def read_matrix(
@@ -108,13 +180,16 @@ async def read_matrix(
     now: float,
     extra_nodes: Iterable[NodeRef] = (),
     timeout_s: float = defaults.MATRIX_READ_TIMEOUT_S,
-) -> tuple[Matrix, int]:
-    """The matrix of every source's reports, and the number of values skipped."""
-    results: dict[int, tuple[list[HealthReport], list[str]] | str] = {}
+    registered_only: bool = False,
+) -> MatrixRead:
+    """The matrix of every source's reports (`registered_only`: of registered nodes)."""
+    results: dict[int, tuple[list[HealthReport], list[str], list[HealthReport]] | str] = {}
 
     async def read_one(index: int, source: MatrixSource) -> None:
         try:
-            results[index] = await read_reports(source.etcd, source.cluster, timeout_s=timeout_s)
+            results[index] = await read_reports(
+                source.etcd, source.cluster, timeout_s=timeout_s, registered_only=registered_only
+            )
         except EtcdError as error:
             results[index] = str(error)
         except trio.TooSlowError:
@@ -127,23 +202,25 @@ async def read_matrix(
     read: list[str] = []
     unavailable: dict[str, str] = {}
     skipped = 0
+    ignored: list[HealthReport] = []
     for index, source in enumerate(sources):
         result = results[index]
         name = source.cluster or source.etcd.description
         if isinstance(result, str):
             unavailable[name] = result
             continue
-        found, bad = result
+        found, bad, left_out = result
         for line in bad:
             log.warning("skipping invalid health entry %s", line)
         skipped += len(bad)
+        ignored += left_out
         reports += found
         if source.cluster is not None:
             read.append(source.cluster)
     matrix = build_matrix(
         reports, now=now, extra_nodes=extra_nodes, source_clusters=read, unavailable=unavailable
     )
-    return matrix, skipped
+    return MatrixRead(matrix, skipped, tuple(ignored))
 
 
 def _ignore(_: object) -> None:
@@ -234,3 +311,54 @@ class HealthReports:
         self.invalid_values += 1
         log.debug("skipping invalid health entry %s", value)
         self.on_invalid(value)
+
+
+class RegisteredNodes:
+    """The (cluster, node)s registered by the ip and node entries of `cluster` (every
+    cluster: None), kept current by `follow` (list, then watch, each prefix). `listed`
+    is set after the first listing of both; `on_change()` runs after every change."""
+
+    def __init__(
+        self, etcd: Etcd, cluster: str | None = None, *, on_change: Callable[[], None]
+    ) -> None:
+        self.etcd = etcd
+        self.prefixes = (keys.ip_prefix(cluster), keys.nodes_prefix(cluster))
+        self.on_change = on_change
+        self.listed = trio.Event()
+        self._values: dict[str, dict[str, bytes]] = {p: {} for p in self.prefixes}
+        self._listed_prefixes: set[str] = set()
+        self.nodes: set[TargetKey] = set()
+
+    async def follow(self) -> None:
+        """List, then watch, until cancelled. Never raises on etcd errors or bad values."""
+        async with trio.open_nursery() as nursery:
+            for prefix in self.prefixes:
+                nursery.start_soon(self._follow, prefix)
+
+    async def _follow(self, prefix: str) -> None:
+        def listed(kvs: Sequence[KV]) -> None:
+            self._values[prefix] = {kv.key: kv.value for kv in kvs}
+            self._listed_prefixes.add(prefix)
+            if len(self._listed_prefixes) == len(self.prefixes):
+                self._update()
+                self.listed.set()
+
+        await follow_prefix(
+            self.etcd,
+            prefix,
+            what=f"registrations under {prefix}",
+            on_list=listed,
+            on_events=self.apply,
+        )
+
+    def apply(self, events: Iterable[WatchEvent]) -> None:
+        for event in events:
+            held = next(v for p, v in self._values.items() if event.key.startswith(p))
+            held.pop(event.key, None)
+            if event.kind is not EventKind.DELETE:
+                held[event.key] = event.value
+        self._update()
+
+    def _update(self) -> None:
+        self.nodes = registered_nodes(kv for held in self._values.values() for kv in held.items())
+        self.on_change()

@@ -130,6 +130,9 @@ class ProbeResult:
     received: int = 0
     detail: str = ""  # e.g. "HTTP 503", errno text; empty when status says it all
     size_bytes: int = 0  # a don't-fragment ICMP probe: its IP packets' size; else 0
+    # ICMP from the pinger: one per request sent, in order, None for no reply (what
+    # `probe -C` lists); empty when unknown. Not part of equality.
+    request_rtts_s: tuple[float | None, ...] = field(default=(), compare=False)
 
     @property
     def ok(self) -> bool:

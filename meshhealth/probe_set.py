@@ -14,6 +14,12 @@ secondary NodeIP as one more address of the host, and take the lowest HealthIP
 (IPv4 first) whatever its family.
 Targets are keyed by (cluster, node name). When two hosts claim one node name (a
 misconfiguration) the lowest host_ip wins, so the result never depends on order.
+
+An ip entry is believed only when its node vouches for it (`vouched_entries`): the node
+entry of the node it names, in its cluster, lists its address (NodeIP, HealthIP or a
+secondary one) and has its host_ip as NodeIP. Only that node's etcd user may write its
+node entry (docs/security.md), so an ip entry written under another node's name, or
+under an address its node does not list, is left out.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from meshhealth.model import IDENTITY_HEALTH, IDENTITY_REMOTE_NODE, IPEntry, Target
+from meshhealth.model import IDENTITY_HEALTH, IDENTITY_REMOTE_NODE, IPEntry, Node, Target
 
 TargetKey = tuple[str, str]  # (cluster, node)
 
@@ -42,6 +48,28 @@ class _Host:
     node_from_health: str | None = None
     health_ips: list[str] = field(default_factory=list)
     other_family_ips: list[str] = field(default_factory=list)  # secondary NodeIPs
+
+
+def node_addresses(node: Node) -> frozenset[str]:
+    """The addresses `node`'s entry lists (its ip entries are written under them)."""
+    listed = (node.node_ip, node.health_ip, node.node_ip_secondary, node.health_ip_secondary)
+    return frozenset(ip for ip in listed if ip is not None)
+
+
+def vouched_entries(
+    entries: Iterable[tuple[str, IPEntry]], nodes: Iterable[Node]
+) -> tuple[list[tuple[str, IPEntry]], list[tuple[str, IPEntry]]]:
+    """(the (cluster, entry) pairs whose node vouches for them, the others): the node
+    entry of `entry.node` in that cluster lists `entry.ip` and has `entry.host_ip` as
+    its NodeIP."""
+    by_name = {(n.cluster, n.name): n for n in nodes}
+    believed: list[tuple[str, IPEntry]] = []
+    refused: list[tuple[str, IPEntry]] = []
+    for cluster, entry in entries:
+        node = by_name.get((cluster, entry.node))
+        ok = node is not None and entry.ip in node_addresses(node) and entry.host_ip == node.node_ip
+        (believed if ok else refused).append((cluster, entry))
+    return believed, refused
 
 
 def build_probe_set(entries: Iterable[tuple[str, IPEntry]]) -> dict[TargetKey, Target]:

@@ -30,10 +30,9 @@ def _visible(code: int) -> str:
     return f"\\u{code:04x}"
 
 
-_TABLE = {
-    code: _visible(code)
-    for code in (*range(0x20), *range(0x7F, 0xA0), *sorted(_BIDI_AND_SEPARATORS))
-}
+# Every character `escape` shows as an escape; wire/fields.py refuses them in etcd values.
+UNSAFE_CODES: frozenset[int] = frozenset({*range(0x20), *range(0x7F, 0xA0), *_BIDI_AND_SEPARATORS})
+_TABLE = {code: _visible(code) for code in sorted(UNSAFE_CODES)}
 
 
 def escape(text: str) -> str:

@@ -42,9 +42,11 @@ from meshhealth.model import (
     LABEL_HEALTH,
     LABEL_REMOTE_NODE,
     IPEntry,
+    Node,
 )
 from meshhealth.wire import keys
 from meshhealth.wire.ip_entry import encode_ip_entry
+from meshhealth.wire.node import encode_node
 from tests.plugins.etcd_server import EtcdServer, running_etcd
 from tests.plugins.local_etcd import free_loopback_port
 
@@ -439,14 +441,18 @@ class AgentCluster:
 def dead_target_entries(
     cluster: str, node_ips: Sequence[str], health_ips: Sequence[str] = ()
 ) -> list[tuple[str, bytes]]:
-    """ip -> identity entries for nodes `dead<i>` (NodeIP, and HealthIP if given)."""
+    """The node entry and ip -> identity entries of nodes `dead<i>` (NodeIP, and HealthIP
+    if given): the node entry vouches for the ip entries, as a registration's does."""
     items: list[tuple[str, bytes]] = []
     for index, node_ip in enumerate(node_ips):
         name = f"dead{index}"
+        health_ip = health_ips[index] if index < len(health_ips) else None
+        node = Node(name, cluster, node_ip, health_ip, (), 4240, "test", 0.0)
+        items.append((keys.node_key(cluster, name), encode_node(node)))
         entry = IPEntry(node_ip, node_ip, name, IDENTITY_REMOTE_NODE, (LABEL_REMOTE_NODE,))
         items.append((keys.ip_key(cluster, node_ip), encode_ip_entry(entry)))
-        if index < len(health_ips):
-            health = IPEntry(health_ips[index], node_ip, name, IDENTITY_HEALTH, (LABEL_HEALTH,))
+        if health_ip is not None:
+            health = IPEntry(health_ip, node_ip, name, IDENTITY_HEALTH, (LABEL_HEALTH,))
             items.append((keys.ip_key(cluster, health.ip), encode_ip_entry(health)))
     return items
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import base64
 import inspect
 import json
+import zlib
 from collections.abc import Awaitable, Callable
 
 import trio
 
+from meshhealth.agent.membership.registrar import registration_entries
 from meshhealth.model import Node
 from tests.plugins.etcd_server import EtcdServer
 
@@ -62,3 +64,12 @@ def etcdctl_get_prefix(server: EtcdServer, prefix: str) -> dict[str, bytes]:
 
 async def etcdctl_get_prefix_async(server: EtcdServer, prefix: str) -> dict[str, bytes]:
     return await trio.to_thread.run_sync(etcdctl_get_prefix, server, prefix)
+
+
+def registration(cluster: str, node: str) -> list[tuple[str, bytes]]:
+    """(key, value) of the node entry and ip entry that register `node` (a NodeIP
+    derived from its name), as its registrar writes them: the commands show only
+    registered nodes' health reports."""
+    digest = zlib.crc32(f"{cluster}/{node}".encode())
+    ip = f"10.{digest >> 16 & 255}.{digest >> 8 & 255}.{digest & 255 or 1}"
+    return registration_entries(make_node(node, ip, cluster=cluster))

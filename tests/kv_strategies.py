@@ -18,6 +18,7 @@ from meshhealth.model import (
     ProbeStatus,
     TargetHealth,
 )
+from meshhealth.terminal_text import UNSAFE_CODES
 from meshhealth.wire.health import PATH_NAMES
 
 cluster_names = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?", fullmatch=True)
@@ -39,7 +40,11 @@ def cidrs(draw: st.DrawFn) -> str:
 
 
 times = st.floats(min_value=0, max_value=4e9, allow_nan=False, allow_infinity=False)
-texts = st.text(min_size=1, max_size=40)
+# Text a value may hold: no control or bidi characters (wire/fields.py `clean_text`).
+clean_chars = st.characters(
+    exclude_categories=("Cs",), exclude_characters="".join(map(chr, UNSAFE_CODES))
+)
+texts = st.text(clean_chars, min_size=1, max_size=40)
 
 single_stack_nodes = st.builds(
     Node,
@@ -49,7 +54,7 @@ single_stack_nodes = st.builds(
     health_ip=st.none() | ips,
     cidrs=st.lists(cidrs(), max_size=4).map(tuple),
     health_port=st.integers(1, 65535),
-    version=st.text(max_size=20),
+    version=st.text(clean_chars, max_size=20),
     started_at=times,
 )
 

@@ -8,7 +8,7 @@ import pytest
 from meshhealth.cli.common import EXIT_USAGE
 from meshhealth.cli.main import COMMAND_MODULES, main
 
-COMMANDS = [name.removesuffix("_cmd") for name in COMMAND_MODULES]
+COMMANDS = [name.removesuffix("_cmd").replace("_", "-") for name in COMMAND_MODULES]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -41,6 +41,9 @@ def test_no_command_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
         (["status", "-H", "http://127.0.0.1:1"], "only unix://PATH"),
         (["status", "--matrix", "--probe", "-H", "unix:///nonexistent.sock"], "cannot be combined"),
         (["watch", "--poll", "0"], "--poll"),
+        (["etcd-roles", "--cluster", "lab1", "--nodes", "node1"], "expected NODE=IP"),
+        (["etcd-roles", "--cluster", "lab1", "--nodes", "node1=10.0.0.999"], "10.0.0.999"),
+        (["etcd-roles", "--cluster", "Lab!", "--nodes", "node1=10.0.0.1"], "Lab!"),
         (["watch", "--url", "http://127.0.0.1:1"], "expected ws://HOST:PORT"),
         (["watch", "--etcd", "ftp://127.0.0.1:1", "--once"], "--etcd"),
         (["watch", "-H", "unix:///x.sock", "--etcd", "http://127.0.0.1:1"], "not allowed"),

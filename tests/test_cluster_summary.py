@@ -37,7 +37,7 @@ from meshhealth.wire.summary import (
 )
 from meshhealth.wire.values import decode_cluster_value
 from tests import matrix_stories as S
-from tests.kv_strategies import cluster_names, node_names, times
+from tests.kv_strategies import clean_chars, cluster_names, node_names, times
 
 FINDING = SummaryFinding(
     kind="node-down",
@@ -202,7 +202,7 @@ findings = st.builds(
     nodes=st.lists(node_refs, max_size=4).map(tuple),
     confidence=st.floats(min_value=0, max_value=1),
     since=times,
-    evidence=st.text(max_size=80),
+    evidence=st.text(clean_chars, max_size=80),
     groups=st.lists(st.lists(node_refs, max_size=3).map(tuple), max_size=3).map(tuple),
 )
 counts = st.integers(min_value=0, max_value=MAX_COUNT)

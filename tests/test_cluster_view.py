@@ -11,12 +11,13 @@ from dataclasses import dataclass, field, replace
 
 import trio
 
-from meshhealth.agent.cluster_view.aggregator import Aggregator, registered_reports
+from meshhealth.agent.cluster_view.aggregator import Aggregator
 from meshhealth.agent.cluster_view.election import AggregatorElection
 from meshhealth.agent.cluster_view.follower import SummaryFollower
 from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.agent.membership.registrar import registration_entries
 from meshhealth.kvstore import Etcd, PrefixWatch, open_etcd
+from meshhealth.matrix_source import registered_reports
 from meshhealth.model import HealthReport
 from meshhealth.wire import keys
 from meshhealth.wire.claim import decode_claim

@@ -8,13 +8,17 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.agent_cluster import AgentCluster, AgentProcess, wait_for
+from meshhealth.model import HealthReport, PathHealth, ProbeStatus, TargetHealth
+from meshhealth.wire import keys
+from meshhealth.wire.health import encode_health_report
+from tests.agent_cluster import AgentCluster, AgentProcess, put_entries, wait_for
 from tests.plugins.etcd_server import EtcdServer
 
 NAMES = ("n1", "n2", "n3")
@@ -80,6 +84,17 @@ def test_every_agent_shows_the_verdict_and_findings_from_one_summary(
         writes = metric_value(text, "meshhealth_kvstore_writes_total", key_kind="summary")
         assert (writes or 0) > 0 if name in holders else not writes, (name, writes)
         assert metric_value(text, "meshhealth_cluster_nodes", cluster="c1", state="reachable") == 3
+
+    # A report nobody registered (no ip entry) is in no agent's matrix, as in no summary.
+    ok = {p: PathHealth(ProbeStatus.OK, 0.001, 0.0) for p in ("node/icmp", "node/http")}
+    forged = HealthReport("ghost", "c1", time.time(), 1.0, (TargetHealth("c1", "n1", ok),))
+    put_entries(
+        cluster.etcd_endpoint,
+        [(keys.health_key("c1", "ghost"), encode_health_report(forged))],
+        None,
+    )
+    code, matrix = agents[0].admin("GET", "/v1/matrix")
+    assert code == 200 and [r["name"] for r in matrix["rows"]] == list(NAMES), matrix["rows"]
 
     victim = next(a for a in agents if f"c1/{a.name}" != aggregator)
     watchers = [a for a in agents if a is not victim]

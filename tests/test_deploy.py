@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import pwd
 import re
 import shutil
 import subprocess
@@ -17,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from meshhealth.agent.capability_needs import CapabilityMode, needed_capabilities
+from meshhealth.agent.config import resolve_config
 from meshhealth.lab import netns_ops
 from tests.agent_cluster import AgentCluster, wait_for
 from tests.plugins.etcd_server import EtcdServer, running_etcd
@@ -271,11 +274,77 @@ def test_systemd_unit_keeps_only_the_capabilities_the_agent_needs() -> None:
         "CAP_NET_RAW",  # ICMP
         "CAP_NET_ADMIN",  # veth, routes, forwarding sysctls of the health endpoint
         "CAP_SYS_ADMIN",  # its network namespace
+        "CAP_SETUID",  # its responder drops to nobody ...
+        "CAP_SETGID",  # ... and nogroup ...
+        "CAP_SETPCAP",  # ... with an empty bounding set
+        "CAP_KILL",  # stopping that responder, no longer root
     }
     assert settings["NoNewPrivileges"] == "yes"
     assert settings["ProtectSystem"] == "strict"
     assert settings["RuntimeDirectory"] == "meshhealth"  # /run/meshhealth/health.sock
     assert settings["StateDirectory"] == "meshhealth"
+
+
+def test_systemd_unit_bounding_set_is_what_the_netns_mode_needs() -> None:
+    """The unit's CapabilityBoundingSet is the agent's own table for the default mode
+    (netns endpoint whose responder drops to nobody, with or without routes)."""
+    config = resolve_config(
+        {"node": "n1", "node_ip": "10.0.0.1", "health_ip": "10.200.0.2", "route_cidrs": True},
+        {},
+        {},
+    )
+    mode = CapabilityMode.of(config, root=True, endpoint_uid=pwd.getpwnam("nobody").pw_uid)
+    assert set(_unit_capabilities()) == set(needed_capabilities(mode))
+
+
+def test_systemd_unit_hardening() -> None:
+    text = UNIT.read_text()
+    settings = {
+        key.strip(): value.strip()
+        for key, _, value in (line.partition("=") for line in text.splitlines())
+        if not key.startswith("#")
+    }
+    assert settings["ProtectProc"] == "invisible"
+    assert settings["ProtectControlGroups"] == "yes"
+    assert settings["PrivateMounts"] == "yes"
+    assert "ProcSubset" not in settings  # it would hide /proc/sys/net
+    assert "ProtectKernelTunables" not in settings
+    # Site-specific guidance, commented out: IP allow list and credentials.
+    for commented in ("#IPAddressAllow=", "#IPAddressDeny=any", "#LoadCredential=etcd-key.pem:"):
+        assert commented in text
+    for name in ("MESHHEALTH_ETCD_KEY=%d/etcd-key.pem", "MESHHEALTH_ETCD_PASSWORD_FILE=%d/"):
+        assert name in text
+
+
+def test_systemd_analyze_verify_accepts_the_units_commented_guidance(tmp_path: Path) -> None:
+    """LoadCredential=, the credential paths and IPAddressAllow=/Deny= as an operator
+    uncomments them: still a valid unit."""
+    meshhealth = Path(sys.executable).parent / "meshhealth"
+    text = UNIT.read_text().replace("/usr/local/bin/meshhealth", str(meshhealth))
+    for key in ("LoadCredential", "Environment", "IPAddressAllow", "IPAddressDeny"):
+        text = text.replace(f"\n#{key}=", f"\n{key}=")
+    assert "\nLoadCredential=etcd-key.pem:" in text and "\nIPAddressDeny=any" in text
+    unit = tmp_path / UNIT.name
+    unit.write_text(text)
+    done = _run(_tool("systemd-analyze"), "verify", str(unit))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout + done.stderr == ""
+
+
+def test_systemd_analyze_security_exposure(tmp_path: Path) -> None:
+    """`systemd-analyze security --offline=yes` rates the unit 3.3 or better (3.5 before
+    ProtectProc, ProtectControlGroups and PrivateMounts, docs/operations.md)."""
+    meshhealth = Path(sys.executable).parent / "meshhealth"
+    unit = tmp_path / UNIT.name
+    unit.write_text(UNIT.read_text().replace("/usr/local/bin/meshhealth", str(meshhealth)))
+    done = _run(_tool("systemd-analyze"), "security", "--offline=yes", str(unit))
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = re.search(r"Overall exposure level for \S+: (\d+\.\d)", done.stdout)
+    assert found is not None, done.stdout[-2000:]
+    assert float(found[1]) <= 3.3, done.stdout
+    for checked in ("ProtectProc=", "ProtectControlGroups=", "PrivateMounts="):
+        line = next(ln for ln in done.stdout.splitlines() if checked in ln)
+        assert "✓" in line, line
 
 
 # --- the unit's capabilities, tried for real --------------------------------------------
@@ -373,6 +442,7 @@ def test_the_units_capabilities_are_enough(netns_factory: NetnsFactory, tmp_path
         ("CAP_NET_RAW", "host icmp"),  # no raw socket: ICMP paths are errors
         ("CAP_NET_ADMIN", "endpoint http"),  # no veth: the endpoint is never reachable
         ("CAP_SYS_ADMIN", "endpoint http"),  # no namespace: no endpoint
+        ("CAP_SETUID", "endpoint http"),  # the responder refuses to serve as root
     ],
 )
 def test_each_of_the_units_capabilities_is_needed(

@@ -18,6 +18,7 @@ from meshhealth.model import HealthReport
 from meshhealth.wire.health import encode_health_report
 from meshhealth.wire.keys import health_key
 from tests import matrix_stories as S
+from tests.etcd_helpers import registration
 from tests.plugins.etcd_server import EtcdServer
 from tests.plugins.local_etcd import free_loopback_port
 
@@ -42,12 +43,15 @@ def diagnose_cli(*args: str, command: str = "diagnose") -> subprocess.CompletedP
 
 
 def put_reports(server: EtcdServer, story: Callable[[], list[HealthReport]]) -> None:
-    """The story's reports, as fresh as they were at the story's NOW."""
+    """The story's reports, as fresh as they were at the story's NOW, and the entries
+    that register each reporter."""
     shift = time.time() - S.NOW
     for report in story():
         fresh = dataclasses.replace(report, probe_time=report.probe_time + shift)
         key = health_key(report.cluster, report.node)
         server.etcdctl("put", key, input_bytes=encode_health_report(fresh))
+        for key, value in registration(report.cluster, report.node):
+            server.etcdctl("put", key, input_bytes=value)
 
 
 def test_a_healthy_cluster_has_no_findings_exit_0(etcd_server: EtcdServer) -> None:
@@ -97,6 +101,29 @@ def test_a_node_everyone_loses_exit_1(etcd_server: EtcdServer) -> None:
     assert result.returncode == 1, result.stderr
     kinds = [(f["kind"], f["nodes"]) for f in json.loads(result.stdout)["findings"]]
     assert kinds == [("node-isolated", ["lab1/node3"])]
+
+
+def test_reports_of_unregistered_nodes_are_ignored_and_said(etcd_server: EtcdServer) -> None:
+    """Two forged reports (no ip entry registers their nodes) say node3 is down: the
+    commands leave them out, as the aggregator does, and say so on stderr."""
+    put_reports(etcd_server, S.healthy)
+    shift = time.time() - S.NOW
+    down = S.paths((S.TIMEOUT,) * 4)
+    for name in ("x1", "x2"):
+        forged = S.report(f"lab1/{name}", {"lab1/node3": down})
+        fresh = dataclasses.replace(forged, probe_time=forged.probe_time + shift)
+        etcd_server.etcdctl(
+            "put", health_key("lab1", name), input_bytes=encode_health_report(fresh)
+        )
+    said = "ignored 2 health reports from unregistered nodes: lab1/x1, lab1/x2"
+    result = diagnose_cli("--etcd", etcd_server.endpoint)
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.startswith("No findings at ")
+    assert result.stderr.splitlines() == [f"meshhealth diagnose: {said}"]
+    matrix = diagnose_cli("--etcd", etcd_server.endpoint, "--cluster", "lab1", command="matrix")
+    assert matrix.returncode == 0, matrix.stderr
+    assert "Reachable:   9/9 cells" in matrix.stdout and "x1" not in matrix.stdout
+    assert matrix.stderr.splitlines() == [f"meshhealth matrix: {said}"]
 
 
 def test_unreachable_etcd_is_one_line_exit_2() -> None:

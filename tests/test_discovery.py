@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import pytest
 import trio
 
 from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.agent.membership.registrar import Registrar, registration_entries
 from meshhealth.kvstore import Etcd, open_etcd
 from meshhealth.metrics import Registry
-from meshhealth.model import IPEntry, Target
+from meshhealth.model import IPEntry, Node, Target
 from meshhealth.probe_set import ProbeSetDiff, TargetKey
+from meshhealth.wire import keys
 from meshhealth.wire.ip_entry import encode_ip_entry
+from meshhealth.wire.node import encode_node
 from tests.etcd_helpers import FAST_ETCD, make_node, poll_until
 from tests.plugins.etcd_server import EtcdServer
 
@@ -76,6 +80,11 @@ async def etcdctl_put(server: EtcdServer, key: str, value: bytes) -> None:
     await trio.to_thread.run_sync(lambda: server.etcdctl("put", key, input_bytes=value))
 
 
+async def put_node_entry(server: EtcdServer, node: Node) -> None:
+    """The node entry alone (what vouches for the node's ip entries)."""
+    await etcdctl_put(server, keys.node_key(node.cluster, node.name), encode_node(node))
+
+
 async def test_lists_then_follows_registrations(etcd_server: EtcdServer) -> None:
     async with open_etcd(etcd_server.endpoint, **FAST_ETCD) as etcd:
         r1 = Registrar(etcd, N1, ttl_s=TTL_S)
@@ -135,8 +144,9 @@ async def test_garbage_is_skipped_counted_and_replaced_by_a_valid_value(
             await poll_until(lambda: discovery.invalid_values == 4, 5.0)
             assert discovery.targets() == [T1]
 
-            # a valid value for the same key is taken
+            # a valid value for the same key is taken (n9's node entry lists it)
             valid = IPEntry("10.0.0.9", "10.0.0.9", "n9", 6, ("reserved:remote-node",))
+            await put_node_entry(etcd_server, make_node("n9", "10.0.0.9"))
             await etcdctl_put(etcd_server, garbage_key, encode_ip_entry(valid))
             t9 = Target("c1", "n9", "10.0.0.9", None)
             await poll_until(lambda: recorder.sees(T1, t9), 5.0, what="valid value taken")
@@ -215,6 +225,12 @@ async def test_a_forged_loopback_or_link_local_node_is_not_a_target(
     for entry in forged:
         key = f"meshhealth/state/ip/v1/c1/{entry.ip}"
         await etcdctl_put(etcd_server, key, encode_ip_entry(entry))
+    for node in (
+        make_node("evil", "127.0.0.1"),
+        make_node("sly", "10.0.0.7", "169.254.169.254"),
+        make_node("n8", "10.0.0.8"),
+    ):
+        await put_node_entry(etcd_server, node)
     async with open_etcd(etcd_server.endpoint, **FAST_ETCD) as etcd:
         r1 = Registrar(etcd, N1, ttl_s=TTL_S)
         discovery = Discovery({"c1": etcd}, refused_metric=refused)
@@ -246,3 +262,31 @@ async def test_a_forged_loopback_or_link_local_node_is_not_a_target(
                 await discovery.wait_changed(version)
             assert refused.labels(reason="loopback").value == 1
             nursery.cancel_scope.cancel()
+
+
+async def test_an_ip_entry_its_node_entry_does_not_list_is_not_believed(
+    etcd_server: EtcdServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """n2 may write the ip entries of its own addresses only (per-node etcd users), but
+    it can name another node in them: n1's node entry does not list the address, so the
+    entry does not count (without this rule n1's HealthIP would turn 10.0.0.66)."""
+    caplog.set_level(logging.WARNING)
+    async with open_etcd(etcd_server.endpoint, **FAST_ETCD) as etcd:
+        r1, r2 = Registrar(etcd, N1, ttl_s=TTL_S), Registrar(etcd, N2, ttl_s=TTL_S)
+        async with services(etcd, r1, r2) as (discovery, recorder, _):
+            await poll_until(lambda: recorder.sees(T1, T2), 5.0, what="n1 and n2")
+            forged = IPEntry("10.0.0.66", "10.0.0.1", "n1", 4, ("reserved:health",))
+            version = discovery.version
+            await etcdctl_put(etcd_server, keys.ip_key("c1", "10.0.0.66"), encode_ip_entry(forged))
+            await poll_until(lambda: discovery.unvouched == (("c1", forged),), 5.0)
+            assert discovery.version == version and discovery.targets() == [T1, T2]
+            # an entry naming a node with no node entry at all does not count either
+            ghost = IPEntry("10.0.0.77", "10.0.0.77", "ghost", 6, ("reserved:remote-node",))
+            await etcdctl_put(etcd_server, keys.ip_key("c1", "10.0.0.77"), encode_ip_entry(ghost))
+            await poll_until(lambda: len(discovery.unvouched) == 2, 5.0)
+            assert discovery.targets() == [T1, T2]
+    said = [r.getMessage() for r in caplog.records if "ignoring the ip entry" in r.getMessage()]
+    assert said == [
+        "discovery: ignoring the ip entry c1/10.0.0.66 of node n1: that node's entry does not "
+        "list it (NodeIP 10.0.0.1)"
+    ]

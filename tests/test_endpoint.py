@@ -8,6 +8,7 @@ supervisor stops its child on cancellation, endpoint namespaces are registered w
 from __future__ import annotations
 
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -33,6 +34,7 @@ from meshhealth.agent.health_endpoint.supervisor import (
 )
 from meshhealth.model import Node
 from meshhealth.netns import socket_in_netns
+from meshhealth.privileges import read_privileges
 from meshhealth.probe.http import http_probe
 from tests.plugins.netns import NetnsFactory
 
@@ -223,6 +225,9 @@ def test_endpoint_from_config(mode: str, argv_start: list[str]) -> None:
     assert endpoint is not None
     assert endpoint.argv[: len(argv_start)] == argv_start
     assert endpoint.argv[-5:] == ["--listen", f"{health_ip}:4240", "--passive", "--node-name", "n1"]
+    # A root agent's responder drops to the endpoint user (nobody by default).
+    at = endpoint.argv.index("--exit-with-parent")
+    assert endpoint.argv[at : at + 3] == ["--exit-with-parent", "--user", "nobody"]
     none = resolve_config({"node": "n1", "node_ip": "127.0.0.1", "health_mode": "none"}, {}, {})
     assert endpoint_from_config(none) is None
 
@@ -377,6 +382,61 @@ async def test_netns_endpoint_lifecycle(netns_factory: NetnsFactory, node_ns: st
     assert all(pid_gone(pid) for pid in pids), pids
     assert not netns_exists(ep_ns)
     assert not link_exists(netns_factory, node_ns, "lxc_health")
+
+
+@pytest.mark.netns
+async def test_netns_endpoint_responder_runs_unprivileged(
+    netns_factory: NetnsFactory, node_ns: str
+) -> None:
+    """The responder opens its listener as root, then runs as nobody:nogroup with no
+    capabilities (not even in its bounding set) and no_new_privs, and still answers;
+    the agent still stops it by PID."""
+    nobody = pwd.getpwnam("nobody")
+    ep_ns = endpoint_netns_for_test(netns_factory)
+    health_ip = "10.213.1.2"
+    endpoint = HealthEndpoint(
+        mode="netns",
+        health_ip=health_ip,
+        port=4240,
+        netns=ep_ns,
+        node_netns=node_ns,
+        user="nobody",
+        backoff=FAST_BACKOFF,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(endpoint.run)
+        assert endpoint.state.running, endpoint.state
+        pid = endpoint.state.pid
+        assert pid is not None
+        child = read_privileges(pid)
+        assert child.uids == (nobody.pw_uid,) * 4
+        assert child.gids == (nobody.pw_gid,) * 4
+        assert child.groups == ()
+        assert child.effective == child.permitted == child.inheritable == frozenset()
+        assert child.ambient == child.bounding == frozenset()
+        assert child.no_new_privs
+        assert await answers(node_ns, health_ip, 4240)
+        assert await pings(netns_factory, node_ns, health_ip)
+        nursery.cancel_scope.cancel()
+    assert pid_gone(pid)
+    assert not netns_exists(ep_ns)
+
+
+async def test_responder_with_an_unknown_user_does_not_serve() -> None:
+    ip = loopback_ip()
+    endpoint = HealthEndpoint(
+        mode="loopback",
+        health_ip=ip,
+        port=free_port(ip),
+        user="no-such-user-mh",
+        backoff=FAST_BACKOFF,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(endpoint.run)  # after the first failed attempt
+        assert not endpoint.state.running
+        assert endpoint.state.restarts_by_reason[REASON_START_FAILED] >= 1
+        assert "no such user: no-such-user-mh" in (endpoint.state.last_error or "")
+        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.netns

@@ -7,6 +7,7 @@ import signal
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -331,3 +332,46 @@ async def test_clients_that_vanish_mid_send_do_not_stop_the_feed(tmp_path: Path)
             await poll(lambda: not hub.clients, 5, "the vanished client detached")
         async with ws_client(unix_path=path) as fresh:
             assert (await next_json(fresh))["type"] == "snapshot"
+
+
+async def _upgrade_answer(port: int, origin: str | None) -> bytes:
+    """The server's answer to a raw WebSocket upgrade (what a browser sends)."""
+    upgrade = (
+        f"GET {FEED_PATH} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        "Sec-WebSocket-Version: 13\r\n" + (f"Origin: {origin}\r\n" if origin else "") + "\r\n"
+    ).encode()
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(upgrade)
+        answer = b""
+        with trio.fail_after(5):
+            while b"\r\n\r\n" not in answer and (chunk := await stream.receive_some(4096)):
+                answer += chunk
+    return answer
+
+
+async def test_the_tcp_feed_refuses_foreign_pages() -> None:
+    """Cross-site WebSocket hijacking on `--feed-listen`: an upgrade from a foreign
+    page's Origin gets 403 and no WebSocket; without Origin (`meshhealth watch --url`)
+    or from another agent's NodeIP on this port (the web page's rule) it is served."""
+    hub = FakeProber(nodes=2).hub()
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(
+            partial(serve_feed_tcp, node_ips=("10.77.0.1",), peer_ips=lambda: ["10.77.0.2"]),
+            "127.0.0.1",
+            0,
+            hub,
+        )
+        refused = await _upgrade_answer(port, "http://evil.example")
+        assert refused.startswith(b"HTTP/1.1 403 "), refused
+        assert hub.stats.origin_refused_total == 1 and not hub.clients
+        assert (await _upgrade_answer(port, "null")).startswith(b"HTTP/1.1 403 ")
+        # a page of this node's or a peer's address on the feed's port: served
+        for origin in (None, f"http://10.77.0.2:{port}", f"http://127.0.0.1:{port}"):
+            answer = await _upgrade_answer(port, origin)
+            assert answer.startswith(b"HTTP/1.1 101 "), (origin, answer)
+        assert hub.stats.origin_refused_total == 2
+        async with ws_client(port=port) as ws:  # meshhealth watch --url: no Origin
+            assert (await next_json(ws))["type"] == "snapshot"
+        nursery.cancel_scope.cancel()

@@ -6,10 +6,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from meshhealth.cli.format_findings import (
+    FINDING_LABEL,
     HEADER,
     finding_columns,
+    finding_line,
+    finding_lines,
     format_findings_json,
     format_findings_text,
 )
@@ -83,3 +88,79 @@ def test_json_is_the_document() -> None:
     assert finding["kind"] == "endpoint-down"
     assert finding["nodes"] == ["lab1/node2"]
     assert finding["since"] == "2026-11-18T11:06:38Z"
+
+
+ENDPOINT_DOWN: FindingJSON = {
+    "kind": "endpoint-down",
+    "nodes": ["lab1/node2"],
+    "confidence": 0.88,
+    "since": None,
+    "evidence": "host paths are ok but its health endpoint (HealthIP) fails from 3 of 3 "
+    "observers (lab1/node1, lab1/node3, lab1/node4)",
+}
+
+
+@pytest.mark.parametrize(
+    ("width", "lines"),
+    [
+        # wide enough: the one line of `status`
+        (200, [finding_line(ENDPOINT_DOWN)]),
+        (
+            80,
+            [
+                "Finding:   endpoint-down lab1/node2 (confidence 0.88): host paths are ok but its",
+                "           health endpoint (HealthIP) fails from 3 of 3 observers (lab1/node1,",
+                "           lab1/node3, lab1/node4)",
+            ],
+        ),
+        (
+            60,
+            [
+                "Finding:   endpoint-down lab1/node2 (confidence 0.88): host",
+                "           paths are ok but its health endpoint (HealthIP)",
+                "           fails from 3 of 3 observers (lab1/node1,",
+                "           lab1/node3, lab1/node4)",
+            ],
+        ),
+        # narrower than kind and culprit: they stay together on the first line
+        (
+            30,
+            [
+                "Finding:   endpoint-down lab1/node2 (confidence 0.88):",
+                "           host paths are ok",
+                "           but its health",
+                "           endpoint (HealthIP)",  # 30 columns: fits
+                "           fails from 3 of 3",
+                "           observers",
+                "           (lab1/node1,",
+                "           lab1/node3,",
+                "           lab1/node4)",
+            ],
+        ),
+    ],
+)
+def test_finding_lines_wrap_at_words(width: int, lines: list[str]) -> None:
+    assert finding_lines(ENDPOINT_DOWN, width) == lines
+
+
+def test_finding_lines_cut_only_a_word_longer_than_a_line() -> None:
+    finding: FindingJSON = {**ENDPOINT_DOWN, "evidence": "see " + "x" * 25 + " now"}
+    assert finding_lines(finding, 30) == [
+        "Finding:   endpoint-down lab1/node2 (confidence 0.88):",
+        "           see",
+        "           " + "x" * 19,
+        "           " + "x" * 6 + " now",
+    ]
+
+
+@given(
+    st.lists(st.text(st.characters(codec="ascii", exclude_categories=["Cc"]), max_size=30)),
+    st.integers(min_value=1, max_value=200),
+)
+def test_finding_lines_lose_no_word_and_fit(words: list[str], width: int) -> None:
+    finding: FindingJSON = {**ENDPOINT_DOWN, "evidence": " ".join(words)}
+    lines = finding_lines(finding, width)
+    assert lines[0].startswith("Finding:   endpoint-down lab1/node2 (confidence 0.88):")
+    assert all(len(line) <= max(width, len(FINDING_LABEL) + 1) for line in lines[1:])
+    joined = " ".join(line.strip() for line in lines)
+    assert "".join(joined.split()) == "".join(finding_line(finding).split())

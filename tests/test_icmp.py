@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import trio
@@ -20,7 +21,14 @@ from meshhealth.netns import socket_in_netns
 from meshhealth.probe import icmp
 from meshhealth.probe.icmp import PERMISSION_MESSAGE, open_pinger
 from meshhealth.probe.icmp_match import EchoProbe
-from meshhealth.probe.icmp_packet import checksum, parse_datagram
+from meshhealth.probe.icmp_packet import build_echo_request, checksum, parse_datagram
+from meshhealth.probe.icmp_socket import (
+    SO_TIMESTAMPNS,
+    TIMESTAMP_CMSG_SPACE,
+    enable_kernel_timestamps,
+    open_raw_socket,
+    receive_delay_s,
+)
 from tests.plugins.ipv6_loopback import IPV6_LOOPBACK
 from tests.plugins.netns import Lab, NetnsFactory
 from tests.task_spawns import SpawnCounter
@@ -52,6 +60,44 @@ async def test_loopback_answers(ip: str) -> None:
     async with open_pinger() as pinger:
         result = await pinger.ping(ip, count=3, interval_s=0.01, timeout_s=1.0)
     assert_ok(result, 3)
+
+
+def test_the_kernel_stamps_a_reply_with_its_arrival() -> None:
+    """SO_TIMESTAMPNS on the pinger's raw socket: a reply read 50 ms after it came in
+    says so, which the pinger takes off its arrival (an RTT without the receiver's wait)."""
+    require_root()
+    sock = open_raw_socket(ipv6=False, netns=None, kernel_filter=True)
+    with sock:
+        assert enable_kernel_timestamps(sock)
+        request = build_echo_request(ipv6=False, identifier=0x4D48, sequence=1, payload=b"ts")
+        sock.sendto(request, ("127.0.0.1", 0))
+        time.sleep(0.05)  # what is measured: the reply waits in the socket meanwhile
+        sock.settimeout(5.0)
+        while True:  # the raw socket also sees other echo traffic of this host: ours only
+            data, ancdata, _, _ = sock.recvmsg(2048, TIMESTAMP_CMSG_SPACE)
+            delay = receive_delay_s(ancdata, time.time())
+            icmp = data[(data[0] & 0x0F) * 4 :]
+            if icmp[0] == 0 and icmp[4:8] == struct.pack("!HH", 0x4D48, 1):
+                break
+    assert 0.05 <= delay < 5.0
+
+
+@pytest.mark.parametrize(
+    ("ancdata", "wall_now", "delay"),
+    [
+        ([(socket.SOL_SOCKET, SO_TIMESTAMPNS, struct.pack("=qq", 100, 250_000_000))], 100.5, 0.25),
+        ([], 100.5, 0.0),  # no stamp: the reader's own time stands
+        ([(socket.SOL_SOCKET, 99, struct.pack("=qq", 100, 0))], 100.5, 0.0),  # another message
+        ([(socket.SOL_SOCKET, SO_TIMESTAMPNS, b"\0" * 8)], 100.5, 0.0),  # cut short
+        # the wall clock stepped: back (a negative delay) or far forward: ignored
+        ([(socket.SOL_SOCKET, SO_TIMESTAMPNS, struct.pack("=qq", 101, 0))], 100.5, 0.0),
+        ([(socket.SOL_SOCKET, SO_TIMESTAMPNS, struct.pack("=qq", 100, 0))], 3700.0, 0.0),
+    ],
+)
+def test_receive_delay_from_the_kernels_stamp(
+    ancdata: list[tuple[int, int, bytes]], wall_now: float, delay: float
+) -> None:
+    assert receive_delay_s(ancdata, wall_now) == pytest.approx(delay)
 
 
 @pytest.mark.parametrize("bad", ["", "10.0.0", "example.org", "fe80::1%lo", "1.2.3.4/32"])

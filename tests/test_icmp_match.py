@@ -216,6 +216,8 @@ def test_each_request_of_a_probe_has_its_own_deadline() -> None:
     result = probe.result(0.0)
     assert (result.sent, result.received, result.status) == (2, 1, ProbeStatus.OK)
     assert result.rtts_s == (pytest.approx(0.05),)
+    # which request went unanswered (`probe -C` prints `-` in its place)
+    assert result.request_rtts_s == (None, pytest.approx(0.05))
 
 
 def test_sequences_are_unique_in_flight_and_released() -> None:

@@ -1,7 +1,7 @@
 """Indirect probes end to end: a netns lab of 3 real agents (root; CI runs it).
 
 node1's path to node3 is broken by an nftables rule in node1's namespace (made by this
-test, as the lab's faults are): node1's `status` says node3 is "reachable via node2:
+test, as the lab's faults are): node1's `status` says node3 is "reachable via lab1/node2:
 path from this node broken", while node2 still reaches node3. Then node3 is cut off from
 everyone (the lab's `partition` fault): node1's status says node2 fails it too, "target
 down". The lab is removed with `lab down` in the fixture's finally.
@@ -147,7 +147,7 @@ def test_a_broken_path_is_told_from_a_down_node(lab: Lab) -> None:
         )
         assert seen["status"] == "timeout"
         assert seen["indirect"]["reachable_via"] == ["lab1/node2"]
-        assert seen["indirect"]["detail"] == "reachable via node2: path from this node broken"
+        assert seen["indirect"]["detail"] == "reachable via lab1/node2: path from this node broken"
         # node2 reaches node3 all along, without asking anyone.
         at_node2 = lab.wait_path("node2", "node3", lambda p: p["status"] == "ok", "OK")
         assert "indirect" not in at_node2
@@ -155,7 +155,7 @@ def test_a_broken_path_is_told_from_a_down_node(lab: Lab) -> None:
         text = _lab("exec", "--prefix", lab.prefix, "node1", "--", "meshhealth", "status")
         assert text.returncode in (0, 1), text.stderr
         # (with "(suspect for 3s)" after the failure while the path is suspect)
-        line = r"Connection timed out( \(suspect for [^)]+\))?; reachable via node2: path from"
+        line = r"Connection timed out( \(suspect for [^)]+\))?; reachable via lab1/node2: path from"
         assert re.search(line + " this node broken", text.stdout), text.stdout
         # Counted on both sides: node1 asked and concluded, node2 served.
         checks = 'meshhealth_indirect_checks_total{conclusion="path-broken"}'
@@ -176,7 +176,9 @@ def test_a_broken_path_is_told_from_a_down_node(lab: Lab) -> None:
             "node1", "node3", lambda p: _indirect(p) == "target-down", "down for everyone"
         )
         assert seen["indirect"]["failed_via"] == ["lab1/node2"]
-        assert seen["indirect"]["detail"] == "unreachable from node2 too: target down"
+        assert seen["indirect"]["detail"] == (
+            "unreachable from lab1/node2 too: fault at the target's end, not this node's path"
+        )
     finally:
         cleared = _lab("fault", "--prefix", lab.prefix, "clear")
         assert cleared.returncode == 0, cleared.stderr

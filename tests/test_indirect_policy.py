@@ -283,22 +283,22 @@ OK, TIMEOUT = ProbeStatus.OK, ProbeStatus.TIMEOUT
         (
             [_outcome("a", node_icmp=OK), _outcome("b", node_icmp=OK)],
             Conclusion.PATH_BROKEN,
-            "reachable via a, b: path from this node broken",
+            "reachable via c1/a, c1/b: path from this node broken",
         ),
         (
             [_outcome("a", node_icmp=TIMEOUT), _outcome("b", node_icmp=OK), _outcome("c")],
             Conclusion.PATH_BROKEN,
-            "reachable via b: path from this node broken",
+            "reachable via c1/b: path from this node broken",
         ),
         (
             [_outcome("a", node_icmp=TIMEOUT), _outcome("b", node_icmp=TIMEOUT)],
             Conclusion.TARGET_DOWN,
-            "unreachable from a, b too: target down",
+            "unreachable from c1/a, c1/b too: fault at the target's end, not this node's path",
         ),
         (
             [_outcome("a", node_icmp=TIMEOUT), _outcome("b")],
             Conclusion.TARGET_DOWN,
-            "unreachable from a too: target down",
+            "unreachable from c1/a too: fault at the target's end, not this node's path",
         ),
         ([_outcome("a"), _outcome("b")], Conclusion.NO_ANSWER, "no helper answered"),
         # An answer without this path says nothing about it.
@@ -310,14 +310,36 @@ def test_conclusion_table(
 ) -> None:
     check = conclude(NODE_ICMP, outcomes, checked_at=5.0)
     assert check.conclusion is conclusion
-    assert check.detail("c1") == detail
+    assert check.detail() == detail
     assert check.confirms_failure == (conclusion is Conclusion.TARGET_DOWN)
+
+
+def test_detail_names_helpers_in_natural_order_with_their_cluster() -> None:
+    """`lab1/node3, lab1/node4, lab1/node10`, whatever order the answers came in."""
+    outcomes = [_outcome(name, node_icmp=TIMEOUT) for name in ("node4", "node10", "node3")]
+    check = conclude(NODE_ICMP, outcomes, checked_at=0.0)
+    assert check.failed_via == (("c1", "node3"), ("c1", "node4"), ("c1", "node10"))
+    assert check.detail() == (
+        "unreachable from c1/node3, c1/node4, c1/node10 too: "
+        "fault at the target's end, not this node's path"
+    )
+
+
+def test_detail_of_a_failing_endpoint_does_not_say_the_node_is_down() -> None:
+    """endpoint-forward-drop: the node is up, only its HealthIP fails for everyone."""
+    path = PathKey("c1", "t", TargetType.ENDPOINT, Protocol.ICMP)
+    outcomes = [_outcome(name, endpoint_icmp=TIMEOUT) for name in ("b", "a")]
+    check = conclude(path, outcomes, checked_at=0.0)
+    assert check.conclusion is Conclusion.TARGET_DOWN
+    assert check.detail() == (
+        "unreachable from c1/a, c1/b too: fault at the target's endpoint, not this node's path"
+    )
 
 
 def test_detail_names_other_clusters_in_full() -> None:
     check = IndirectCheck(NODE_ICMP, Conclusion.PATH_BROKEN, reachable_via=(("c2", "x"),))
-    assert check.detail("c1") == "reachable via c2/x: path from this node broken"
-    assert check_document(check, "c1") == {
+    assert check.detail() == "reachable via c2/x: path from this node broken"
+    assert check_document(check) == {
         "conclusion": "path-broken",
         "detail": "reachable via c2/x: path from this node broken",
         "reachable_via": ["c2/x"],

@@ -178,7 +178,7 @@ async def test_findings_show_in_status_and_its_text(
     report = _round({"b"})
     results.finish_round(report)
     await probes.check(B, [_key("b")])
-    results.set_indirect(check_notes(probes.checks, "c1"))
+    results.set_indirect(check_notes(probes.checks))
     nodes = results.status_nodes(report.targets).nodes
     b: NodeDocument = next(n for n in nodes if n["name"] == "b")
     assert shape_errors(b, NodeDocument) == []
@@ -187,7 +187,7 @@ async def test_findings_show_in_status_and_its_text(
     assert icmp["indirect"]["reachable_via"] == ["c1/a"]
     assert path_line(icmp, verbose=False, now=None) == (
         "Connection timed out (suspect since 1970-01-01T00:16:40Z); "
-        "reachable via a: path from this node broken"
+        "reachable via c1/a: path from this node broken"
     )
     # A failing path without findings, and an OK path, have no `indirect`.
     assert "indirect" not in b["host"]["primary_address"]["http"]

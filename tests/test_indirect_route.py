@@ -252,7 +252,7 @@ async def test_requester_concludes_from_a_real_helper(etcd_server: EtcdServer) -
         [check] = await requester.check(target, [http])
         assert check.conclusion is Conclusion.PATH_BROKEN
         assert check.reachable_via == (("c1", "h"),)
-        assert check.detail("c1") == "reachable via h: path from this node broken"
+        assert check.detail() == "reachable via c1/h: path from this node broken"
         assert counters.sent["answered"].value == 1
         assert requester.checks == {http: check}
 

@@ -13,6 +13,8 @@ import pytest
 
 from meshhealth.agent.membership.registrar import registration_entries
 from meshhealth.cli.inspect_cmd import Row, decode_rows, format_json, format_text
+from meshhealth.model import HealthReport, PathHealth, ProbeStatus, TargetHealth
+from meshhealth.wire.health import HEALTH
 from meshhealth.wire.values import to_jsonable
 from tests.etcd_helpers import make_node
 from tests.plugins.etcd_server import EtcdServer
@@ -66,12 +68,31 @@ def test_decode_and_format() -> None:
             "KEY         VALUE\n"
             "k/long-key  ip=10.0.0.1 labels=a,b x=-\n"
             "k/b         ERROR: bad\n"
-            'k/c         cidrs=- t=[{"n":1}]\n',
+            "k/c         cidrs=-\n"
+            "              t[0]: n=1\n",
         ),
     ],
 )
 def test_format_text(rows: list[Row], expected: str) -> None:
     assert format_text(rows) == expected
+
+
+def test_text_of_a_health_report_is_one_line_per_target_and_path() -> None:
+    """Times in ISO 8601 (UTC), durations as `status` prints them, no JSON blob."""
+    paths = {
+        "node/icmp": PathHealth(ProbeStatus.OK, 0.000085, 0.0),
+        "node/http": PathHealth(ProbeStatus.TIMEOUT, None, 1.0),
+    }
+    report = HealthReport("n1", "c1", 1795746433.49, 2.0, (TargetHealth("c1", "n2", paths),))
+    key = "meshhealth/state/health/v1/c1/n1"
+    [row] = decode_rows([(key, HEALTH.encode(report))])
+    assert format_text([row]).splitlines()[1:] == [
+        f"{key}  node=n1 cluster=c1 probe_time=2026-11-27T02:27:13Z interval_s=2s",
+        f"{' ' * len(key)}    targets[0]: cluster=c1 node=n2",
+        f"{' ' * len(key)}      paths:",
+        f"{' ' * len(key)}        node/http: status=timeout rtt_s=- loss=1.0",
+        f"{' ' * len(key)}        node/icmp: status=ok rtt_s=85µs loss=0.0",
+    ]
 
 
 def test_inspect_prints_json_per_key_with_errors_for_garbage(etcd_server: EtcdServer) -> None:

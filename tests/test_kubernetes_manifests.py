@@ -296,11 +296,11 @@ def test_every_variable_the_daemonset_sets_is_documented() -> None:
         assert f"`{name}`" in DOC.read_text(), f"{name} is not in docs/kubernetes.md"
 
 
-def test_capabilities_are_the_netns_modes_three() -> None:
+def test_capabilities_are_the_netns_modes() -> None:
     context = container()["securityContext"]
     assert context["capabilities"] == {
         "drop": ["ALL"],
-        "add": ["NET_RAW", "NET_ADMIN", "SYS_ADMIN"],
+        "add": ["NET_RAW", "NET_ADMIN", "SYS_ADMIN", "SETUID", "SETGID", "SETPCAP", "KILL"],
     }
     assert context["privileged"] is False
     assert context["allowPrivilegeEscalation"] is False

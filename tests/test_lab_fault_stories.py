@@ -41,7 +41,7 @@ def story() -> Iterator[StoryLab]:
         endpoints = _endpoint_netns(s)
         yield s
     finally:
-        _down_and_check(prefix, endpoints)
+        _down_and_check(s, endpoints)
 
 
 def findings(story: StoryLab) -> list[Finding] | None:

@@ -34,4 +34,4 @@ def test_two_clusters_mesh() -> None:
         argv = state["processes"]["agent/lab1/node1"]["argv"]
         assert argv[argv.index("--mesh") + 1] == "lab2=http://10.77.255.2:2379"
     finally:
-        _down_and_check(prefix, endpoints)
+        _down_and_check(mesh, endpoints)

@@ -10,6 +10,7 @@ import pytest
 from meshhealth.lab import faults
 from meshhealth.lab import plan as P
 from meshhealth.lab import state as S
+from meshhealth.lab.build import namespaces_removed
 from meshhealth.lab.control import exec_env, health_line, resolve_target
 
 IFNAMSIZ = 15
@@ -369,3 +370,19 @@ def test_etcd_data_goes_to_ram_only_with_room(tmp_path: Path) -> None:
     assert ram_disk(tmp_path, min_free_bytes=1) == tmp_path
     assert ram_disk(tmp_path, min_free_bytes=1 << 62) is None  # no disk has 4 EiB free
     assert ram_disk(tmp_path / "none", min_free_bytes=1) is None
+
+
+@pytest.mark.parametrize(
+    ("present", "left", "removed"),
+    [
+        # the endpoints' namespaces went with their agents, the rest with `down`: all count
+        (["mh-node1", "mh-node1-ep", "mh-fabric"], set(), ["mh-node1", "mh-node1-ep", "mh-fabric"]),
+        # one that could not be deleted is not counted
+        (["mh-node1", "mh-fabric"], {"mh-fabric"}, ["mh-node1"]),
+        ([], set(), []),
+    ],
+)
+def test_lab_down_counts_every_namespace_that_went(
+    present: list[str], left: set[str], removed: list[str]
+) -> None:
+    assert namespaces_removed(present, left.__contains__) == removed

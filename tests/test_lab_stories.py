@@ -9,10 +9,12 @@ document (GET /v1/status on its admin socket), the same data `meshhealth status`
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,11 +24,13 @@ from meshhealth.lab import netns_ops
 from meshhealth.lab import plan as P
 from meshhealth.lab.build import endpoint_names_taken
 from meshhealth.lab.control import fetch_status
+from tests.docs_shape import find_example, not_printed, undocumented
 from tests.plugins.netns import require_root
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
 CLI = [sys.executable, "-m", "meshhealth"]
+LAB_MD = (Path(__file__).resolve().parent.parent / "docs" / "lab.md").read_text()
 INTERVAL_S = 1.5
 # A fault shows within one interval + one probe timeout; generous for a loaded CI box.
 SHOW_S = 20.0
@@ -129,9 +133,13 @@ def _make(prefix: str, nodes: int, clusters: int) -> StoryLab:
     return StoryLab(prefix, nodes, clusters)
 
 
-def _down_and_check(prefix: str, endpoint_netns: set[str]) -> None:
+def _down_and_check(story: StoryLab, endpoint_netns: set[str]) -> None:
+    prefix = story.prefix
     done = lab("down", "--prefix", prefix)
     assert done.returncode == 0, done.stderr
+    # what it removed: the nodes', the fabric's and the health endpoints' namespaces
+    removed = len(story.plan.netns_names) + len(endpoint_netns)
+    assert f" {removed} namespace(s) deleted, " in done.stdout, done.stdout
     left = [n for n in netns_ops.list_netns() if n.startswith(f"{prefix}-") or n in endpoint_netns]
     assert left == []
     assert not P.lab_dir(prefix).exists()
@@ -154,7 +162,7 @@ def story() -> Iterator[StoryLab]:
         endpoints = _endpoint_netns(s)
         yield s
     finally:
-        _down_and_check(prefix, endpoints)
+        _down_and_check(s, endpoints)
 
 
 def test_healthy_lab_is_all_ok(story: StoryLab) -> None:
@@ -168,6 +176,10 @@ def test_healthy_lab_is_all_ok(story: StoryLab) -> None:
     assert status.returncode == 0, status.stderr
     assert "Cluster health:" in status.stdout and "3/3 reachable" in status.stdout
     assert "lab1/node1" in story.cli("status").stdout
+    # docs/lab.md's quick start shows what `status` prints, line for line in shape.
+    example = find_example(LAB_MD, "meshhealth lab exec lab1/node1 -- meshhealth status")
+    assert not_printed(example, status.stdout) == set(), status.stdout
+    assert undocumented(example, status.stdout) == set(), status.stdout
 
 
 def _fault(story: StoryLab, *args: str) -> None:
@@ -184,9 +196,50 @@ def test_endpoint_forward_drop_story(story: StoryLab) -> None:
         story.wait_paths("node1", "lab1/node2", expected)
         story.wait_paths("node3", "lab1/node2", expected)
         story.wait_healthy("node1", "lab1/node3")
+        _documented_story_shape(story, "endpoint-forward-drop node2")
     finally:
         _fault(story, "clear")
     story.wait_healthy("node1", "lab1/node2")
+
+
+def _status_with_finding(story: StoryLab, observer: str) -> str:
+    """`meshhealth status` on `observer` once it shows a finding (polled, with a deadline)."""
+    deadline = time.monotonic() + SHOW_S
+    out = ""
+    while time.monotonic() < deadline:
+        done = story.cli("exec", observer, "--", "meshhealth", "status")
+        out = done.stdout
+        if "\nFinding:" in out:
+            return out
+        time.sleep(0.5)
+    pytest.fail(f"{observer}'s status never showed a finding; last:\n{out}")
+
+
+def _documented_story_shape(story: StoryLab, fault: str) -> None:
+    """The status commands docs/lab.md shows after `lab fault FAULT` print the shape
+    it shows (a `| grep -E RE` in the doc filters our output the same way)."""
+    fault_cmd = f"meshhealth lab fault {fault}"
+    checked = 0
+    for observer in ("node1", "node2", "node3"):
+        command = f"meshhealth lab exec {observer} -- meshhealth status"
+        try:
+            example = find_example(LAB_MD, command, after=fault_cmd)
+        except LookupError:
+            grep = re.search(rf"^# {re.escape(command)} \| grep -E '([^']*)'$", LAB_MD, re.M)
+            if grep is None:
+                continue
+            example = find_example(LAB_MD, grep.group(0)[2:], after=fault_cmd)
+            pattern = re.compile(grep.group(1))
+            out = "\n".join(
+                line for line in _status_with_finding(story, observer).splitlines()
+                if pattern.search(line)
+            )  # fmt: skip
+        else:
+            out = _status_with_finding(story, observer)
+        assert not_printed(example, out) == set(), (observer, out)
+        assert undocumented(example, out) == set(), (observer, out)
+        checked += 1
+    assert checked, f"docs/lab.md shows no status after `{fault_cmd}`"
 
 
 def test_icmp_drop_story(story: StoryLab) -> None:

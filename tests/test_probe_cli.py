@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -29,14 +30,16 @@ from meshhealth.cli.format_probe import (
     format_probe_text,
     format_summary,
     fping_ms,
+    loop_prefix,
     probe_line,
     status_text,
 )
-from meshhealth.cli.main import main
+from meshhealth.cli.main import build_parser, main
 from tests.golden_files import check_golden
 from tests.plugins.netns import NetnsFactory
 
 ICMP = model.Protocol.ICMP
+ISO_RE = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
 HTTP = model.Protocol.HTTP
 S = model.ProbeStatus
 
@@ -148,6 +151,27 @@ def test_summary_counts_what_failed() -> None:
     assert format_summary(SummaryBook()) == ""
 
 
+def test_per_request_summary_lists_every_request_as_fping_C() -> None:
+    """`-C`: each request's RTT in ms in order, `-` where no reply came."""
+    book = SummaryBook(per_request=True)
+    path = model.PathKey("", "10.0.0.2", model.TargetType.NODE, ICMP)
+    answered = model.ProbeResult(
+        S.OK, 0.0, (0.0004, 0.0005), sent=3, received=2, request_rtts_s=(0.0004, None, 0.0005)
+    )
+    book.add([model.PathReport(path, "10.0.0.2", answered)])
+    # a result without the per-request list (e.g. HTTP): its replies, then the losses
+    book.add([model.PathReport(path, "10.0.0.2", model.ProbeResult(S.TIMEOUT, 0.0, sent=1))])
+    assert format_summary(book, per_request=True) == "10.0.0.2  icmp : 0.400 - 0.500 -\n"
+    # not asked for (a --loop runs for hours): no list is kept
+    plain = SummaryBook()
+    plain.add([model.PathReport(path, "10.0.0.2", answered)])
+    assert plain.tallies[("10.0.0.2", ICMP)].requests == []
+
+
+def test_loop_prefix_says_round_and_utc_time() -> None:
+    assert loop_prefix(3, 1795000000.4) == "[3 2026-11-18T11:06:40Z] "
+
+
 @pytest.mark.parametrize(
     ("seconds", "text"),
     [
@@ -185,7 +209,10 @@ def test_json_fields() -> None:
         "received",
         "loss",
         "started_at",
+        "started_at_unix",
     }
+    # times as every document writes them; unix seconds only where the name says so
+    assert (first["started_at"], first["started_at_unix"]) == ("2025-11-22T10:00:00Z", 1763805600.0)
     assert first["rtt_s"] == pytest.approx(0.000412333, rel=1e-4)
     assert first["rtts_s"] == [0.0004, 0.000412, 0.000425]
     assert (first["sent"], first["received"], first["loss"]) == (3, 3, 0.0)
@@ -270,6 +297,113 @@ def test_bad_options_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str])
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("argv", "count", "interval_s", "period_s", "timeout_s", "summaries", "per_request"),
+    [
+        # defaults: 3 requests 0.1 s apart, 1 s timeout, no summaries
+        ([], 3, 0.1, 1.0, 1.0, False, False),
+        (["-c", "5"], 5, 0.1, 1.0, 1.0, True, False),
+        (["--count", "5"], 5, 0.1, 1.0, 1.0, True, False),
+        # fping -p: ms between two requests to one target; -t: timeout in ms
+        (["-c", "3", "-p", "100"], 3, 0.1, 0.1, 1.0, True, False),
+        (["-p", "250", "-t", "500"], 3, 0.25, 0.25, 0.5, False, False),
+        (["-t", "2500"], 3, 0.1, 1.0, 2.5, False, False),
+        (["-p", "0", "-c", "100"], 100, 0.0, 0.0, 1.0, True, False),  # a burst
+        (["-C", "4"], 4, 0.1, 1.0, 1.0, True, True),
+        (["-C", "4", "-c", "4"], 4, 0.1, 1.0, 1.0, True, True),
+        (["--loop"], 1, 0.1, 1.0, 1.0, True, False),
+        (["-l", "-p", "500"], 1, 0.5, 0.5, 1.0, True, False),
+        (["-q"], 3, 0.1, 1.0, 1.0, True, False),
+        # the long forms still work, and -p/-t win over them
+        (["--interval", "0.2", "--timeout", "3"], 3, 0.2, 1.0, 3.0, False, False),
+        (["--timeout", "3", "-t", "100"], 3, 0.1, 1.0, 0.1, False, False),
+    ],
+)
+def test_fping_short_options(  # noqa: PLR0917 (the table's columns)
+    argv: list[str],
+    count: int,
+    interval_s: float,
+    period_s: float,
+    timeout_s: float,
+    summaries: bool,
+    per_request: bool,
+) -> None:
+    args = build_parser(["probe"]).parse_args(["probe", *argv, "127.0.0.1"])
+    session = probe_cmd.build_session(args)
+    assert (session.count, session.interval_s, session.period_s, session.timeout_s) == (
+        count,
+        pytest.approx(interval_s),
+        pytest.approx(period_s),
+        pytest.approx(timeout_s),
+    )
+    assert (session.summaries, session.per_request) == (summaries, per_request)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-C", "3", "--loop"], "-C lists every request: not with --loop (use -c)"),
+        (["-C", "3", "-c", "4"], "-C 3 and --count 4 disagree"),
+    ],
+)
+def test_fping_short_options_that_conflict(argv: list[str], message: str) -> None:
+    args = build_parser(["probe"]).parse_args(["probe", *argv, "127.0.0.1"])
+    with pytest.raises(ValueError) as exc:
+        probe_cmd.build_session(args)
+    assert str(exc.value) == message
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # an option of a command, given before it: name the command's help
+        (
+            ["-c", "3", "127.0.0.1"],
+            "meshhealth: -c is an option of meshhealth probe: put it after the command "
+            "(see meshhealth probe --help)\n",
+        ),
+        (
+            ["-o", "json", "status"],
+            "meshhealth: -o is an option of the commands status, matrix, diagnose, inspect, "
+            "probe: put it after the command (see meshhealth COMMAND --help)\n",
+        ),
+    ],
+)
+def test_option_before_its_command_names_the_command(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    assert capsys.readouterr() == ("", message)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["probe", "--bogus", "127.0.0.1"],
+            "meshhealth probe: unrecognized arguments: --bogus (see meshhealth probe --help)\n",
+        ),
+        (
+            ["-x"],
+            "meshhealth: unrecognized arguments: -x (see meshhealth --help)\n",
+        ),
+        (
+            ["probe", "-i", "10", "127.0.0.1"],
+            "meshhealth probe: argument -i: fping's pause between any two packets is not "
+            "supported: a round sends to every target at once; -p MS sets the time between "
+            "two requests to one target (see meshhealth probe --help)\n",
+        ),
+    ],
+)
+def test_unknown_option_names_the_help_that_has_the_answer(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert capsys.readouterr() == ("", message)
+
+
 def test_help_has_an_example(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["probe", "--help"])
@@ -345,7 +479,7 @@ async def test_icmp_and_http_of_loopback(ipv6_loopback: str) -> None:
         nursery.cancel_scope.cancel()
     lines = done.stdout.decode().splitlines()
     assert done.returncode == 1, done.stderr  # nothing listens on [::1]:port
-    lines, summary = lines[:4], lines[4:]  # --count: a summary line per path follows
+    summary = done.stderr.decode().splitlines()  # --count: a summary line per path, stderr
     assert [line.split()[:3] for line in summary] == [
         ["127.0.0.2", "icmp", ":"],
         ["127.0.0.2", "http", ":"],
@@ -480,7 +614,8 @@ def test_host_names_resolve_once_to_both_families(netns_factory: NetnsFactory) -
     assert lines[0].endswith("OK  rtt=" + lines[0].split("rtt=")[1])
     assert "loss=0%" in lines[1]
     assert "Connection timed out" in lines[2]
-    summary = [" ".join(line.split()) for line in lines[3:]]  # padding aside
+    assert len(lines) == 3  # the summaries go to stderr, as fping's
+    summary = [" ".join(line.split()) for line in done.stderr.splitlines()]  # padding aside
     assert len(summary) == 3
     assert summary[0].startswith(f"dual.test ({lab.live[0]}) icmp : xmt/rcv/%loss = 2/2/0%")
     assert summary[1].startswith(f"dual.test ({lab.live6[0]}) icmp : xmt/rcv/%loss = 2/2/0%")
@@ -513,23 +648,59 @@ def test_loop_prints_rounds_and_a_final_summary_on_sigint() -> None:
         cwd=Path(__file__).parent.parent,
     )
     try:
-        assert proc.stdout is not None
-        seen: list[str] = []
-        while not any(line.startswith("[") for line in seen):  # a periodic summary
-            line = proc.stdout.readline()
-            assert line, proc.stderr.read() if proc.stderr else ""
-            seen.append(line)
+        assert proc.stderr is not None
+        summaries: list[str] = []
+        while not any(" after " in line for line in summaries):  # a periodic summary
+            line = proc.stderr.readline()
+            assert line, proc.stderr.read()
+            summaries.append(line)
         proc.send_signal(signal.SIGINT)
-        rest, err = proc.communicate(timeout=20)
+        out, err = proc.communicate(timeout=20)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, err
-    assert err == ""
-    rounds = [line for line in seen if line.startswith("127.0.0.1  icmp  OK  rtt=")]
+    # stdout: the results alone, each line with its round and time (UTC)
+    rounds = out.splitlines()
     assert len(rounds) >= 2
-    final = rest.splitlines()[-1]
+    for number, line in enumerate(rounds, start=1):
+        assert re.fullmatch(
+            rf"\[{number} {ISO_RE}\] 127\.0\.0\.1  icmp  OK  rtt=\S+ loss=0%", line
+        ), line
+    # stderr: the summaries, as fping's
+    assert re.fullmatch(rf"\[{ISO_RE}\] after \d+ rounds\n", summaries[-1])
+    final = (summaries + err.splitlines(keepends=True))[-1]
     sent = int(final.split(" = ")[1].split("/")[0])
     assert sent >= len(rounds)
     assert final.startswith(f"127.0.0.1  icmp : xmt/rcv/%loss = {sent}/{sent}/0%, min/avg/max = ")
+
+
+@needs_root
+def test_count_and_vcount_summaries_go_to_stderr() -> None:
+    """`-c 3 -p 10`: the result on stdout, fping's summary on stderr; `-C 3` lists the
+    three RTTs."""
+    for flags, summary in (
+        (["-c", "3"], r"127\.0\.0\.1  icmp : xmt/rcv/%loss = 3/3/0%, min/avg/max = [\d./]+\n"),
+        (["-C", "3"], r"127\.0\.0\.1  icmp : [\d.]+ [\d.]+ [\d.]+\n"),
+    ):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "meshhealth",
+                "probe",
+                "--icmp",
+                *flags,
+                "-p",
+                "10",
+                "127.0.0.1",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=Path(__file__).parent.parent,
+        )
+        assert done.returncode == 0, done.stderr
+        assert re.fullmatch(r"127\.0\.0\.1  icmp  OK  rtt=\S+ loss=0%\n", done.stdout)
+        assert re.fullmatch(summary, done.stderr), done.stderr

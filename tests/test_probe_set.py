@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from meshhealth.model import IDENTITY_HEALTH, IDENTITY_HOST, IDENTITY_REMOTE_NODE, IPEntry, Target
+from meshhealth.model import (
+    IDENTITY_HEALTH,
+    IDENTITY_HOST,
+    IDENTITY_REMOTE_NODE,
+    IPEntry,
+    Node,
+    Target,
+)
 from meshhealth.probe_set import (
     ProbeSetDiff,
     apply_diff,
     build_probe_set,
     diff_probe_sets,
+    vouched_entries,
 )
 
 
@@ -146,3 +154,27 @@ def test_diff_probe_sets(
     assert diff == expected
     assert diff.empty == (expected == ProbeSetDiff())
     assert apply_diff(old, diff) == new
+
+
+_N1 = Node("n1", "c1", "10.0.0.1", "10.1.0.1", (), 4240, "1", 0.0, node_ip_secondary="fd00::1")
+
+
+@pytest.mark.parametrize(
+    ("entry", "believed"),
+    [
+        (IPEntry("10.0.0.1", "10.0.0.1", "n1", IDENTITY_REMOTE_NODE, ()), True),
+        (IPEntry("10.1.0.1", "10.0.0.1", "n1", IDENTITY_HEALTH, ()), True),
+        (IPEntry("fd00::1", "10.0.0.1", "n1", IDENTITY_REMOTE_NODE, ()), True),
+        # an address n1's entry does not list
+        (IPEntry("10.1.0.9", "10.0.0.1", "n1", IDENTITY_HEALTH, ()), False),
+        # n1's address, but another host_ip (would group it under another host)
+        (IPEntry("10.1.0.1", "10.0.0.2", "n1", IDENTITY_HEALTH, ()), False),
+        # a node without a node entry
+        (IPEntry("10.0.0.3", "10.0.0.3", "n3", IDENTITY_REMOTE_NODE, ()), False),
+    ],
+)
+def test_an_ip_entry_is_believed_when_its_node_lists_it(entry: IPEntry, believed: bool) -> None:
+    kept, refused = vouched_entries([("c1", entry)], [_N1])
+    assert (kept, refused) == (([("c1", entry)], []) if believed else ([], [("c1", entry)]))
+    # the same node name in another cluster vouches for nothing here
+    assert vouched_entries([("c2", entry)], [_N1]) == ([], [("c2", entry)])

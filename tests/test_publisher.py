@@ -242,13 +242,11 @@ class FakeRegistrar:
     """What the publisher reads of the registrar (its lease is a real etcd lease)."""
 
     lease_id: int | None = None
-    registrations: int = 0
     changes: int = 0
     changed: trio.Event = field(default_factory=trio.Event)
 
     def new_lease(self, lease_id: int) -> None:
         self.lease_id = lease_id
-        self.registrations += 1
         self.changes += 1
         self.changed.set()
         self.changed = trio.Event()

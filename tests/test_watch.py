@@ -51,6 +51,7 @@ from meshhealth.probe.stats import StatsBook
 from meshhealth.wire import keys
 from meshhealth.wire.health import encode_health_report
 from tests.agent_cluster import ROOT, AgentCluster, wait_for
+from tests.etcd_helpers import registration
 from tests.plugins.etcd_server import EtcdServer
 
 T0 = 1_795_000_000.0  # 2026-11-18T11:06:40Z
@@ -272,6 +273,30 @@ def test_the_banner_shows_the_cluster_verdict_and_the_findings() -> None:
     assert "Finding:" not in frame_text(state, now=T0 + 10, width=200)
 
 
+@pytest.mark.parametrize("width", [60, 80, 100])
+def test_the_banner_wraps_a_finding_at_words_with_kind_and_culprit_first(width: int) -> None:
+    from tests import status_stories
+
+    status = build_status_document(status_stories.agent_down_summary())
+    state = WatchState(source="unix:///tmp/n1.feed.sock")
+    apply_feed_message(state, {"v": 1, "type": "snapshot", "seq": 0, "status": status}, now=T0)
+    lines = frame_text(state, now=T0, width=width).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Finding:"))
+    assert lines[start].startswith("Finding:   agent-down lab1/node3 (confidence 0.75):")
+    banner = [lines[start]]
+    for line in lines[start + 1 :]:
+        if not line.startswith(" " * len("Finding:   ")):
+            break
+        banner.append(line)
+    assert all(len(line) <= width for line in banner)
+    text = " ".join(line.strip() for line in banner)
+    # every word whole, in order: no word was broken across lines
+    assert " ".join(text.split()) == (
+        "Finding: agent-down lab1/node3 (confidence 0.75): its NodeIP answers ICMP but "
+        "HTTP to its agent fails from 2 of 2 observers; its report is stale"
+    )
+
+
 def test_the_banner_says_a_cluster_of_one() -> None:
     from tests import status_stories
 
@@ -352,6 +377,8 @@ async def test_etcd_once_list_and_matrix(etcd_server: EtcdServer) -> None:
         for node, status in (("node1", ProbeStatus.OK), ("node2", ProbeStatus.TIMEOUT)):
             value = encode_health_report(report(node, status, now))
             await etcd.put(keys.health_key("lab1", node), value)
+            for key, value in registration("lab1", node):
+                await etcd.put(key, value)
     listing = await trio.run_process(
         watch_argv("--etcd", etcd_server.endpoint, "--once"), capture_stdout=True, cwd=ROOT
     )

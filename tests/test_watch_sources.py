@@ -19,6 +19,7 @@ from meshhealth.model import HealthReport, PathHealth, ProbeStatus, TargetHealth
 from meshhealth.wire import keys
 from meshhealth.wire.health import encode_health_report
 from tests.agent_cluster import ROOT, AgentCluster, wait_for
+from tests.etcd_helpers import registration
 from tests.plugins.etcd_server import EtcdServer
 from tests.test_watch import run_watch, wait_healthy, watch_argv
 
@@ -33,6 +34,12 @@ def report(node: str, status: ProbeStatus = ProbeStatus.OK, at: float | None = N
     targets = tuple(TargetHealth("lab1", t, paths) for t in ("node1", "node2") if t != node)
     when = time.time() if at is None else at
     return encode_health_report(HealthReport(node, "lab1", when, 10.0, targets))
+
+
+async def register(etcd: Etcd, *nodes: str) -> None:
+    for node in nodes:
+        for key, value in registration("lab1", node):
+            await etcd.put(key, value)
 
 
 def put(key: str, value: bytes, revision: int) -> WatchEvent:
@@ -97,6 +104,7 @@ def test_etcd_once_reports_an_invalid_entry_in_one_line(etcd_server: EtcdServer)
             await etcd.put(keys.health_key("lab1", "node1"), report("node1"))
             await etcd.put(keys.health_key("lab1", "node2"), report("node2"))
             await etcd.put(keys.health_key("lab1", "bad"), GARBAGE)
+            await register(etcd, "node1", "node2")
 
     trio.run(seed)
     done = run_watch("--etcd", etcd_server.endpoint, "--once")
@@ -123,6 +131,7 @@ def test_etcd_plain_follows_changes_and_says_what_it_skips(
 
         async def put_garbage() -> None:
             async with open_etcd(etcd_server.endpoint, liveness=False) as etcd:
+                await register(etcd, "node1", "node2")
                 await etcd.put(keys.health_key("lab1", "node1"), GARBAGE)
 
         trio.run(put_garbage)
@@ -175,3 +184,65 @@ def test_matrix_view_comes_from_the_agent(tmp_path: Path, etcd_server: EtcdServe
         assert "each row is what that node sees of each column" in text
     gone = run_watch("-H", f"unix://{n1.socket}", "--once", "--view", "matrix")
     assert gone.returncode == 2 and gone.stderr.count("\n") == 1
+
+
+def test_etcd_once_ignores_the_reports_of_unregistered_nodes(etcd_server: EtcdServer) -> None:
+    async def seed() -> None:
+        async with open_etcd(etcd_server.endpoint, liveness=False) as etcd:
+            await etcd.put(keys.health_key("lab1", "node1"), report("node1"))
+            await etcd.put(keys.health_key("lab1", "node2"), report("node2"))
+            await etcd.put(keys.health_key("lab1", "forged"), report("forged"))
+            await register(etcd, "node1", "node2")
+
+    trio.run(seed)
+    done = run_watch("--etcd", etcd_server.endpoint, "--once")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == [
+        "meshhealth watch: ignored 1 health reports from unregistered nodes: lab1/forged"
+    ]
+    assert "Cluster health: 2/2 reachable" in done.stdout
+    assert "forged" not in done.stdout
+
+
+def test_etcd_follow_ignores_a_report_until_its_node_registers(
+    tmp_path: Path, etcd_server: EtcdServer
+) -> None:
+    out_path = tmp_path / "plain.txt"
+
+    async def seed() -> None:
+        async with open_etcd(etcd_server.endpoint, liveness=False) as etcd:
+            await register(etcd, "node1")
+            await etcd.put(keys.health_key("lab1", "node1"), report("node1"))
+            await etcd.put(keys.health_key("lab1", "node2"), report("node2", ProbeStatus.TIMEOUT))
+
+    trio.run(seed)
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen(
+            watch_argv("--etcd", etcd_server.endpoint, "--plain"), stdout=out, cwd=ROOT
+        )
+    try:
+        text, _ = wait_for(
+            out_path.read_text,
+            lambda t: "ignored 1 health reports from unregistered nodes: lab1/node2" in t,
+            10,
+            what="node2's report ignored",
+        )
+        assert "Connection timed out" not in text  # node2's failures are not shown
+
+        async def register_node2() -> None:
+            async with open_etcd(etcd_server.endpoint, liveness=False) as etcd:
+                await register(etcd, "node2")
+
+        trio.run(register_node2)
+        wait_for(
+            out_path.read_text,
+            lambda t: "lab1/node1 node/icmp Connection timed out" in t,
+            10,
+            what="node2's report counted once node2 registered",
+        )
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

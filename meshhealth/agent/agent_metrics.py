@@ -60,15 +60,20 @@ ROUND_BUCKETS_S = defaults.ROUND_BUCKETS_S
 
 @dataclass(frozen=True, slots=True)
 class WriteCounters:
-    """Values of one kind written to etcd, and their bytes (a component's own handles;
-    the defaults are unregistered series, for components built without a registry)."""
+    """Values of one kind written to etcd, their bytes and the writes that failed (a
+    component's own handles, its only count of them; the defaults are unregistered
+    series, for components built without a registry)."""
 
     writes: CounterSeries = field(default_factory=CounterSeries)
     write_bytes: CounterSeries = field(default_factory=CounterSeries)
+    write_errors: CounterSeries = field(default_factory=CounterSeries)
 
     def count(self, size: int) -> None:
         self.writes.inc()
         self.write_bytes.inc(size)
+
+    def count_error(self) -> None:
+        self.write_errors.inc()
 
 
 # Labels of the indirect probe counters (docs/indirect-probes.md).
@@ -135,6 +140,7 @@ class AgentMetrics:
     build_info: Gauge
     kvstore_writes: Counter  # {key_kind}: health | cluster-config
     kvstore_write_bytes: Counter  # {key_kind}
+    kvstore_write_errors: Counter  # {key_kind}
     indirect: IndirectCounters
     finding: Gauge  # {kind, node}: 1 per current finding of a followed cluster summary
     cluster_nodes: Gauge  # {cluster, state}: the cluster verdict of its summary
@@ -150,6 +156,7 @@ class AgentMetrics:
         return WriteCounters(
             self.kvstore_writes.labels(key_kind=key_kind),
             self.kvstore_write_bytes.labels(key_kind=key_kind),
+            self.kvstore_write_errors.labels(key_kind=key_kind),
         )
 
     def invalid_values_of(self, kind: str) -> CounterSeries:
@@ -445,6 +452,11 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
         kvstore_write_bytes=registry.counter(
             "meshhealth_kvstore_write_bytes_total",
             "Bytes of the values this agent wrote to etcd.",
+            ("key_kind",),
+        ),
+        kvstore_write_errors=registry.counter(
+            "meshhealth_kvstore_write_errors_total",
+            "Writes to etcd that failed (retried with back-off).",
             ("key_kind",),
         ),
         indirect=indirect,

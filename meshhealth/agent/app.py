@@ -107,7 +107,18 @@ async def _start_serving(nursery: trio.Nursery, parts: AgentComponents) -> None:
     if config.feed_listen is not None:
         host, port = config.feed_listen
         what = f"serve the feed on {host}:{port}"
-        await _start(nursery, what, serve_feed_tcp, host, port, parts.feed)
+        await _start(
+            nursery,
+            what,
+            partial(
+                serve_feed_tcp,
+                node_ips=(config.node_ip, config.node_ip_secondary),
+                peer_ips=web_data(parts).peer_ips,
+            ),
+            host,
+            port,
+            parts.feed,
+        )
     if config.web_listen is not None:
         host, port = config.web_listen
         what = f"serve the web page on {host}:{port}"

@@ -158,7 +158,7 @@ def build_indirect(
     )
 
     def show(checks: Mapping[PathKey, IndirectCheck]) -> None:
-        results.set_indirect(check_notes(checks, config.cluster))
+        results.set_indirect(check_notes(checks))
 
     requester = IndirectProbes(
         members.own,

@@ -67,6 +67,7 @@ class AgentConfig:
     stats_window: int = defaults.STATS_WINDOW
     feed_listen: tuple[str, int] | None = None
     health_netns: str | None = None  # None: mh-health-<cluster>-<node>
+    endpoint_user: str = defaults.ENDPOINT_USER  # the responder's user (when root)
     web_listen: tuple[str, int] | None = None  # the live web page (docs/ui.md)
     web_allowed_hosts: tuple[str, ...] = ()  # more Host names it answers to
     # the probe plan (docs/scale.md): targets per node past the full-mesh size, or a

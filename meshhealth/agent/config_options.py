@@ -275,6 +275,15 @@ OPTIONS: tuple[Option, ...] = (
         default_text="mh-health-<cluster>-<node>",
     ),
     Option(
+        "endpoint_user",
+        values.user_name,
+        defaults.ENDPOINT_USER,
+        "user the health endpoint's responder runs as once its sockets are open (with "
+        "its primary group, no capabilities, no_new_privs) when the agent is root; a "
+        "user with uid 0 keeps root without capabilities",
+        metavar="USER",
+    ),
+    Option(
         "spread_fraction",
         values.fraction,
         defaults.ROUND_SPREAD_FRACTION,

@@ -231,6 +231,18 @@ def netns_name(value: object) -> str:
     return name
 
 
+def user_name(value: object) -> str:
+    """A user of this host (in the passwd database)."""
+    import pwd
+
+    name = as_str(value)
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        raise ValueError(f"no such user on this host: {value!r}") from None
+    return name
+
+
 def cluster_id(value: object) -> int:
     result = positive_int(value)
     if result > 255:

@@ -2,7 +2,7 @@
 
     helpers = choose_helpers(target, live_nodes, own=own, reaching=..., probers=..., k=3)
     check = conclude(path, outcomes, checked_at=now)     # one per failed direct path
-    check.detail                                         # "reachable via node5, node7: ..."
+    check.detail                                         # "reachable via lab1/node5, ..."
 
 **Whom to ask.** Up to `k` other agents, never this node nor the target, nor a node
 whose agent is down (its lease expired without a clean leave), nor one whose responder
@@ -18,8 +18,9 @@ ICMP or HTTP):
 
 - at least one helper reaches the path: `path-broken`, the path from this node is
   broken;
-- some helpers answered and every one fails the path too: `target-down`, the target
-  (or its side of the path) is down;
+- some helpers answered and every one fails the path too: `target-down`, the fault is
+  at the target's end of the path (the node, or only its endpoint for a HealthIP path:
+  an endpoint that fails everywhere does not mean the node is down);
 - no helper answered about the path (errors, refusals, timeouts): `no-answer`;
 - no other node to ask: `no-helper`.
 """
@@ -35,7 +36,8 @@ from meshhealth.documents.indirect import HelperPath
 from meshhealth.documents.matrix import Matrix, NodeRef, label
 from meshhealth.documents.status import IndirectNotes
 from meshhealth.documents.status_schema import IndirectDocument
-from meshhealth.model import PathKey, Target, path_name
+from meshhealth.model import PathKey, Target, TargetType, path_name
+from meshhealth.naming import node_order
 from meshhealth.timefmt import iso_time
 
 
@@ -48,10 +50,13 @@ class Conclusion(enum.StrEnum):
 
 CONCLUSION_TEXT: dict[Conclusion, str] = {
     Conclusion.PATH_BROKEN: "path from this node broken",
-    Conclusion.TARGET_DOWN: "target down",
+    Conclusion.TARGET_DOWN: "fault at the target's end, not this node's path",
     Conclusion.NO_ANSWER: "no helper answered",
     Conclusion.NO_HELPER: "no other node to ask",
 }
+# What helpers failing a HealthIP path too support: its endpoint fails, the node may be
+# up (an endpoint-forward-drop); the text says no more than that.
+_ENDPOINT_TARGET_TEXT = "fault at the target's endpoint, not this node's path"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +74,7 @@ class IndirectCheck:
 
     path: PathKey
     conclusion: Conclusion
+    # each in natural order (naming.node_order), as `conclude` makes them
     reachable_via: tuple[NodeRef, ...] = ()  # helpers that reach the path
     failed_via: tuple[NodeRef, ...] = ()  # helpers that answered and fail it too
     unanswered: tuple[NodeRef, ...] = ()  # helpers with no answer about it
@@ -80,18 +86,21 @@ class IndirectCheck:
         confirmation): helpers answered and none reaches it."""
         return self.conclusion is Conclusion.TARGET_DOWN
 
-    def detail(self, own_cluster: str) -> str:
-        """`reachable via node5, node7: path from this node broken` and the like."""
+    def detail(self) -> str:
+        """`reachable via lab1/node5, lab1/node7: path from this node broken` and the
+        like: helpers in natural order, named with their cluster."""
         text = CONCLUSION_TEXT[self.conclusion]
         if self.conclusion is Conclusion.PATH_BROKEN:
-            return f"reachable via {_names(self.reachable_via, own_cluster)}: {text}"
+            return f"reachable via {_names(self.reachable_via)}: {text}"
         if self.conclusion is Conclusion.TARGET_DOWN:
-            return f"unreachable from {_names(self.failed_via, own_cluster)} too: {text}"
+            if self.path.target_type is TargetType.ENDPOINT:
+                text = _ENDPOINT_TARGET_TEXT
+            return f"unreachable from {_names(self.failed_via)} too: {text}"
         return text
 
 
-def _names(refs: Iterable[NodeRef], own_cluster: str) -> str:
-    return ", ".join(node if c == own_cluster else f"{c}/{node}" for c, node in refs)
+def _names(refs: Iterable[NodeRef]) -> str:
+    return ", ".join(label(ref) for ref in refs)
 
 
 def _spread_key(own: NodeRef, target: NodeRef, candidate: NodeRef) -> bytes:
@@ -166,21 +175,26 @@ def conclude(
     else:
         conclusion = Conclusion.NO_ANSWER
     return IndirectCheck(
-        path, conclusion, tuple(reachable), tuple(failed), tuple(unanswered), checked_at
+        path,
+        conclusion,
+        tuple(sorted(reachable, key=node_order)),
+        tuple(sorted(failed, key=node_order)),
+        tuple(sorted(unanswered, key=node_order)),
+        checked_at,
     )
 
 
-def check_document(check: IndirectCheck, own_cluster: str) -> IndirectDocument:
+def check_document(check: IndirectCheck) -> IndirectDocument:
     """A check as the status document shows it (its `indirect` field of a path)."""
     return {
         "conclusion": check.conclusion.value,
-        "detail": check.detail(own_cluster),
+        "detail": check.detail(),
         "reachable_via": [label(ref) for ref in check.reachable_via],
         "failed_via": [label(ref) for ref in check.failed_via],
         "checked_at": iso_time(check.checked_at),
     }
 
 
-def check_notes(checks: Mapping[PathKey, IndirectCheck], own_cluster: str) -> IndirectNotes:
+def check_notes(checks: Mapping[PathKey, IndirectCheck]) -> IndirectNotes:
     """Every check as the status document's notes (a new mapping)."""
-    return {path: check_document(check, own_cluster) for path, check in checks.items()}
+    return {path: check_document(check) for path, check in checks.items()}

@@ -310,7 +310,7 @@ class IndirectProbes:
                     target.node,
                     check.path.target_type.value,
                     check.path.protocol.value,
-                    check.detail(self.own.cluster),
+                    check.detail(),
                 )
         self.checks = {**self.checks, **{check.path: check for check in checks}}
         self._on_checks(dict(self.checks))

@@ -4,7 +4,9 @@ admitted remote, read on request (no background watch: zero etcd load when nobod
     matrix = await MatrixReader(members, invalid_health).read()
 
 The admin API's `GET /v1/matrix`, the web page and indirect probes (who reaches a
-failing target now) read it; a health entry that does not decode is skipped and counted.
+failing target now) read it; a health entry that does not decode is skipped and counted,
+and a report of a node no ip entry registers is left out (the aggregator's rule,
+meshhealth.matrix_source.registered_reports).
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ class MatrixReader:
         """The matrix from this cluster's etcd and every admitted remote's."""
         sources = [MatrixSource(cluster, etcd) for cluster, etcd in self.members.etcd_sources()]
         extra_nodes = [(t.cluster, t.node) for t in self.members.nodes()]
-        matrix, skipped = await read_matrix(sources, now=time.time(), extra_nodes=extra_nodes)
-        if skipped:
-            self._invalid_health.inc(skipped)
-        return matrix
+        read = await read_matrix(
+            sources, now=time.time(), extra_nodes=extra_nodes, registered_only=True
+        )
+        if read.skipped:
+            self._invalid_health.inc(read.skipped)
+        return read.matrix

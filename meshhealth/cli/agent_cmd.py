@@ -63,7 +63,10 @@ def run(args: argparse.Namespace) -> int:
         stream=sys.stderr,
     )
     from meshhealth.agent.app import run_agent_until_signal
+    from meshhealth.agent.capability_needs import keep_only_needed
     from meshhealth.gc_tuning import tune_gc_for_probing
+
+    log.info("%s", keep_only_needed(config))  # before trio: still one thread
 
     tune_gc_for_probing()  # probe rounds allocate many short-lived objects: see docs
     return run_agent_process(config, run_agent_until_signal)

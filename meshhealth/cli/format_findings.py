@@ -46,14 +46,37 @@ def finding_columns(finding: FindingJSON, generated_at: str | None) -> tuple[str
     )
 
 
+FINDING_LABEL = "Finding:   "
+
+
+def _finding_head(finding: FindingJSON) -> str:
+    """`Finding:   endpoint-down lab1/node2 (confidence 0.75):` (escaped)."""
+    nodes = ",".join(finding["nodes"])
+    return FINDING_LABEL + escape(
+        f"{finding['kind']} {nodes} (confidence {finding['confidence']:.2f}):"
+    )
+
+
 def finding_line(finding: FindingJSON) -> str:
     """`Finding:   endpoint-down lab1/node2 (confidence 0.75): evidence` (one line under
     `meshhealth matrix` and `meshhealth status`)."""
-    nodes = ",".join(finding["nodes"])
-    return escape(
-        f"Finding:   {finding['kind']} {nodes} (confidence {finding['confidence']:.2f}): "
-        f"{finding['evidence']}"
-    )
+    return f"{_finding_head(finding)} {escape(finding['evidence'])}"
+
+
+def finding_lines(finding: FindingJSON, width: int) -> list[str]:
+    """`finding_line` wrapped at `width` columns for `watch`'s banner: at spaces between
+    words (a word longer than a whole line is cut), the kind, culprit and confidence on
+    the first line whatever the width, the rest indented under the kind."""
+    indent = " " * len(FINDING_LABEL)
+    room = max(width - len(indent), 1)  # of a continuation line
+    lines = [_finding_head(finding)]
+    for word in escape(finding["evidence"]).split():
+        if len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+            continue
+        # no space to break at inside a word longer than a line: cut it
+        lines += [indent + word[i : i + room] for i in range(0, len(word), room)]
+    return lines
 
 
 def format_findings_text(doc: FindingsJSON) -> str:

@@ -25,7 +25,9 @@ JSON (`-o json`): a list, one object per line above, with these fields:
     sent        requests sent (ICMP: echo requests; HTTP: 1)
     received    valid replies received
     loss        1 - received/sent, 0.0 .. 1.0
-    started_at  unix seconds when the probe started
+    started_at  when the probe started: ISO 8601, UTC, whole seconds (as in `status -o
+                json`)
+    started_at_unix  the same in unix seconds (a float: sub-second precision)
 """
 
 from __future__ import annotations
@@ -33,26 +35,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from meshhealth import model
 from meshhealth.model import status_text
-from meshhealth.timefmt import format_duration
-
-__all__ = [  # status_text lives in meshhealth.model, re-exported for its callers
-    "PathTally",
-    "SummaryBook",
-    "format_loss",
-    "format_probe_json",
-    "format_probe_text",
-    "format_summary",
-    "fping_ms",
-    "probe_line",
-    "probe_record",
-    "status_text",
-    "summary_line",
-]
+from meshhealth.timefmt import format_duration, iso_time
 
 
 def format_loss(loss: float) -> str:
@@ -80,19 +68,25 @@ def probe_line(
     return line
 
 
+def loop_prefix(round_number: int, started_at: float) -> str:
+    """What starts each line of a `--loop` round: `[3 2026-11-27T05:40:01Z] ` (the round,
+    from 1, and when it started, UTC)."""
+    return f"[{round_number} {iso_time(started_at)}] "
+
+
 def format_probe_text(
-    paths: Sequence[model.PathReport], labels: Mapping[str, str] | None = None
+    paths: Sequence[model.PathReport], labels: Mapping[str, str] | None = None, prefix: str = ""
 ) -> str:
     """All lines, in the order given, ending with a newline (empty string for none).
 
     `labels` maps an address to what the user called it (`localhost (127.0.0.1)`);
-    addresses not in it are shown as they are."""
+    addresses not in it are shown as they are. `prefix` starts every line (`loop_prefix`)."""
     if not paths:
         return ""
     names = [(labels or {}).get(p.ip, p.ip) for p in paths]
     width = max(len(name) for name in names)
     lines = [
-        probe_line(name, p.path.protocol, p.result, width)
+        prefix + probe_line(name, p.path.protocol, p.result, width)
         for name, p in zip(names, paths, strict=True)
     ]
     return "\n".join(lines) + "\n"
@@ -112,7 +106,8 @@ def probe_record(path: model.PathReport) -> dict[str, Any]:
         "sent": r.sent,
         "received": r.received,
         "loss": r.loss,
-        "started_at": r.started_at,
+        "started_at": iso_time(r.started_at),
+        "started_at_unix": r.started_at,
     }
 
 
@@ -127,11 +122,14 @@ def format_probe_json(paths: Sequence[model.PathReport]) -> str:
 class PathTally:
     """What one (target, protocol) path got over a run: requests, replies, RTTs."""
 
+    keep_requests: bool = False  # list every request's RTT (`-C`; not in a --loop)
     sent: int = 0
     received: int = 0
     min_s: float = math.inf
     max_s: float = 0.0
     total_s: float = 0.0
+    # one per request, in order, None for no reply (`-C`)
+    requests: list[float | None] = field(default_factory=list)
 
     def add(self, result: model.ProbeResult) -> None:
         self.sent += result.sent
@@ -140,12 +138,20 @@ class PathTally:
             self.total_s += rtt
             self.min_s = min(self.min_s, rtt)
             self.max_s = max(self.max_s, rtt)
+        if not self.keep_requests:
+            return
+        if len(result.request_rtts_s) == result.sent:
+            self.requests.extend(result.request_rtts_s)
+        else:  # (which requests went unanswered is not known: the replies first)
+            lost = max(result.sent - len(result.rtts_s), 0)
+            self.requests.extend([*result.rtts_s, *([None] * lost)])
 
 
 class SummaryBook:
     """Tallies per (ip, protocol) in the order paths were first seen. Pure."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, per_request: bool = False) -> None:
+        self.per_request = per_request  # tallies keep every request's RTT (`-C`)
         self.tallies: dict[tuple[str, model.Protocol], PathTally] = {}
         self.not_ok = 0  # probes whose status was not OK (the exit status)
 
@@ -156,7 +162,7 @@ class SummaryBook:
             key = (p.ip, p.path.protocol)
             tally = self.tallies.get(key)
             if tally is None:
-                tally = self.tallies[key] = PathTally()
+                tally = self.tallies[key] = PathTally(keep_requests=self.per_request)
             tally.add(p.result)
 
 
@@ -188,15 +194,27 @@ def summary_line(
     return line
 
 
-def format_summary(book: SummaryBook, labels: Mapping[str, str] | None = None) -> str:
+def format_summary(
+    book: SummaryBook, labels: Mapping[str, str] | None = None, *, per_request: bool = False
+) -> str:
     """One summary line per path, ending with a newline ("" for none). `labels` maps an
-    address to what the user called it (default: the address)."""
+    address to what the user called it (default: the address). `per_request`: in
+    `fping -C`'s form (`vcount_line`), else `fping -c`'s (`summary_line`)."""
     if not book.tallies:
         return ""
     names = {ip: (labels or {}).get(ip, ip) for ip, _ in book.tallies}
     width = max(len(name) for name in names.values())
+    line = vcount_line if per_request else summary_line
     lines = [
-        summary_line(names[ip], protocol, tally, width)
-        for (ip, protocol), tally in book.tallies.items()
+        line(names[ip], protocol, tally, width) for (ip, protocol), tally in book.tallies.items()
     ]
     return "\n".join(lines) + "\n"
+
+
+def vcount_line(
+    label: str, protocol: model.Protocol, tally: PathTally, label_width: int = 0
+) -> str:
+    """`10.0.0.2  icmp : 0.041 0.052 - 0.047`: every request's RTT in milliseconds, `-`
+    for no reply, as `fping -C` prints it, with the protocol after the target."""
+    rtts = " ".join("-" if rtt is None else fping_ms(rtt) for rtt in tally.requests)
+    return f"{label:<{label_width}}  {protocol.value:<4} : {rtts}"

@@ -2,7 +2,9 @@
 
 JSON output (default): one object per key and line, `{"key": ..., "value": {...}}` with
 the value's wire fields (docs/kvstore.md), or `{"key": ..., "error": "..."}` when the
-value does not decode. `-o text`: the same as an aligned table.
+value does not decode (times as on the wire: unix seconds). `-o text`: the same for
+people: an aligned table, times in ISO 8601 (UTC), durations as `status` prints them,
+nested maps (a health report's targets and their paths) one per indented line.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from meshhealth import defaults
@@ -23,7 +25,9 @@ from meshhealth.cli.common import (
     usage_error,
 )
 from meshhealth.terminal_text import escape
+from meshhealth.timefmt import format_duration, iso_time
 from meshhealth.wire import keys
+from meshhealth.wire.fields import TIME_FIELD_NAMES
 
 DESCRIPTION = f"""\
 Read every key under PREFIX (default {keys.PREFIX}), decode its value and print it.
@@ -85,33 +89,68 @@ def format_json(rows: Sequence[Row]) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def _text_value(value: dict[str, object]) -> str:
-    parts = []
+def _scalar_text(name: str, field: object) -> str | None:
+    """A field shown on its owner's line (`name=text`), or None for a nested one: a point
+    in time in ISO 8601 (UTC), a duration (`*_s`) as `status` prints one."""
+    if field is None:
+        return "-"
+    if isinstance(field, list) and all(not isinstance(x, list | dict) for x in field):
+        return ",".join(str(x) for x in field) or "-"
+    if isinstance(field, list | dict):
+        return None
+    if isinstance(field, int | float) and not isinstance(field, bool):
+        if name in TIME_FIELD_NAMES:
+            return iso_time(field) or "-"
+        if name.endswith("_s"):
+            return format_duration(field)
+    return str(field)
+
+
+def _text_lines(value: Mapping[str, object], depth: int = 0) -> tuple[str, list[str]]:
+    """A value's own fields as `name=text` (one line), and one indented line per nested
+    map or list of maps under it (`targets[0]: ...`), depth first."""
+    parts: list[str] = []
+    below: list[str] = []
     for name, field in value.items():
-        if name == "v":
+        if name == "v" and depth == 0:
             continue
-        if isinstance(field, list) and all(isinstance(x, str) for x in field):
-            text = ",".join(str(x) for x in field) or "-"
-        elif isinstance(field, list | dict):
-            text = json.dumps(field, separators=(",", ":"), ensure_ascii=False)
-        elif field is None:
-            text = "-"
-        else:
-            text = str(field)
-        parts.append(f"{name}={text}")
-    return " ".join(parts)
+        text = _scalar_text(name, field)
+        if text is not None:
+            parts.append(f"{name}={text}")
+            continue
+        items = (
+            [(f"{name}[{i}]", x) for i, x in enumerate(field)]
+            if isinstance(field, list)
+            else [(name, field)]
+        )
+        for label, item in items:
+            if isinstance(item, Mapping):
+                line, deeper = _text_lines(item, depth + 1)
+            else:  # (a list in a list: not in any value we write)
+                line, deeper = json.dumps(item, ensure_ascii=False), []
+            below.append(f"{'  ' * (depth + 1)}{label}: {line}".rstrip())
+            below += deeper
+    return " ".join(parts), below
 
 
 def format_text(rows: Sequence[Row]) -> str:
-    """An aligned table: KEY then the value's fields as name=value, or ERROR: why. Pure."""
+    """An aligned table: KEY then the value's fields as name=value, or ERROR: why; a
+    value's nested maps (a health report's targets and paths) on indented lines below,
+    one per map; times in ISO 8601, durations as `status` prints them. Pure."""
     if not rows:
         return ""
+    import meshhealth.wire.values  # noqa: F401 (every value's table: TIME_FIELD_NAMES)
+
     # keys and values are anyone's who can write etcd: escaped before they are aligned
     width = max(len("KEY"), *(len(escape(row.key)) for row in rows))
     lines = [f"{'KEY':<{width}}  VALUE"]
     for row in rows:
-        shown = f"ERROR: {row.error}" if row.error is not None else _text_value(row.value or {})
-        lines.append(f"{escape(row.key):<{width}}  {escape(shown)}")
+        if row.error is not None:
+            lines.append(f"{escape(row.key):<{width}}  {escape(f'ERROR: {row.error}')}")
+            continue
+        first, below = _text_lines(row.value or {})
+        lines.append(f"{escape(row.key):<{width}}  {escape(first)}".rstrip())
+        lines += [f"{'':<{width}}  {escape(line)}" for line in below]
     return "".join(line + "\n" for line in lines)
 
 

@@ -117,6 +117,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="members of each cluster's etcd (odd, up to 5); more than 1: each in a "
         "namespace of its own, TLS with client certificates of a CA the lab makes",
     )
+    up.add_argument(
+        "--etcd-auth",
+        action="store_true",
+        help="etcd authentication on, and every agent with its own etcd user that may "
+        "write only its node's entries (meshhealth etcd-roles; one cluster)",
+    )
     family = up.add_mutually_exclusive_group()
     family.add_argument(
         "--dual-stack",
@@ -226,6 +232,7 @@ def run_up(args: argparse.Namespace) -> int:
             say=_say,
             etcd_member_count=args.etcd_members,
             ip_mode=args.ip_mode,
+            with_etcd_auth=args.etcd_auth,
         )
     except _errors() as exc:
         return _err(str(exc))

@@ -14,6 +14,7 @@ import argparse
 import importlib
 import os
 import sys
+from collections.abc import Sequence
 from typing import NoReturn
 
 from meshhealth import __version__
@@ -26,10 +27,13 @@ COMMAND_MODULES: tuple[str, ...] = (
     "diagnose_cmd",
     "watch_cmd",
     "inspect_cmd",
+    "etcd_roles_cmd",
     "responder_cmd",
     "probe_cmd",
     "lab_cmd",
 )
+
+TOP_PROG = "meshhealth"
 
 EPILOG = """examples:
   meshhealth status                      what this node sees (cilium-health status)
@@ -40,10 +44,23 @@ EPILOG = """examples:
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
-    """Usage errors as one line (what, and where to look), exit 2: no usage dump."""
+    """Usage errors as one line (what, and where to look), exit 2: no usage dump.
+
+    A command's parser (and a sub-command's) reports the arguments it does not know
+    itself, so the line names the help that has the answer (`meshhealth probe --help`),
+    not the top level's."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and self.prog != TOP_PROG:
+            # (a command's parser takes the rest of the line: what it left is its own)
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
 
     def _get_formatter(self) -> argparse.HelpFormatter:
         # argparse asks shutil for the width, and shutil loads bz2, lzma and zlib: half
@@ -78,8 +95,41 @@ def chosen_command(argv: list[str]) -> str | None:
         if arg == "--":
             return None
         if not arg.startswith("-"):
-            module = f"{arg}_cmd"
+            module = f"{arg.replace('-', '_')}_cmd"
             return module if module in COMMAND_MODULES else None
+    return None
+
+
+def option_owners(parser: argparse.ArgumentParser, option: str) -> list[str]:
+    """The commands (`meshhealth probe`) whose parser knows `option`. Pure."""
+    owners: list[str] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, command in action.choices.items():
+                if option.split("=", 1)[0] in command._option_string_actions:
+                    owners.append(f"{parser.prog} {name}")
+    return owners
+
+
+def misplaced_option(argv: Sequence[str], parser: argparse.ArgumentParser) -> str | None:
+    """The error line for an option given before any command that belongs to one
+    (`meshhealth -c 3 10.0.0.2`): which command has it, and its help. None otherwise."""
+    for arg in argv:
+        if arg == "--" or not arg.startswith("-"):
+            return None  # a command (or not an option) comes first: argparse tells
+        if arg.split("=", 1)[0] in parser._option_string_actions:
+            continue
+        owners = option_owners(parser, arg)
+        if not owners:
+            return None
+        if len(owners) == 1:
+            where, helps = owners[0], f"{owners[0]} --help"
+        else:
+            names = ", ".join(owner.rsplit(" ", 1)[1] for owner in owners)
+            where, helps = f"the commands {names}", f"{parser.prog} COMMAND --help"
+        return (
+            f"{parser.prog}: {arg} is an option of {where}: put it after the command (see {helps})"
+        )
     return None
 
 
@@ -87,7 +137,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser; with `argv`, only the command it names is registered (when it names
     one of ours), so only that command's module is imported."""
     parser = OneLineErrorParser(
-        prog="meshhealth",
+        prog=TOP_PROG,
         description="Node-to-node connectivity health prober coordinated through etcd.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -105,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     parser = build_parser(argv)
+    misplaced = misplaced_option(argv, parser)
+    if misplaced is not None:
+        print(misplaced, file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
     if func is None:

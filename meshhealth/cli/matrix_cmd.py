@@ -110,7 +110,7 @@ def read_matrix_from_args(args: argparse.Namespace, command: str) -> Matrix | in
     import trio
 
     from meshhealth.kvstore import open_etcd
-    from meshhealth.matrix_source import MatrixSource, read_matrix
+    from meshhealth.matrix_source import MatrixRead, MatrixSource, ignored_line, read_matrix
 
     try:
         wanted = _sources(args)
@@ -120,7 +120,7 @@ def read_matrix_from_args(args: argparse.Namespace, command: str) -> Matrix | in
     if not timeout_s > 0:
         return usage_error(command, "--timeout must be > 0")
 
-    async def fetch() -> tuple[Matrix, int]:
+    async def fetch() -> MatrixRead:
         async with AsyncExitStack() as stack:
             sources = [
                 MatrixSource(
@@ -131,13 +131,18 @@ def read_matrix_from_args(args: argparse.Namespace, command: str) -> Matrix | in
                 )
                 for cluster, urls in wanted
             ]
-            return await read_matrix(sources, now=time.time(), timeout_s=timeout_s)
+            return await read_matrix(
+                sources, now=time.time(), timeout_s=timeout_s, registered_only=True
+            )
 
-    matrix, skipped = trio.run(fetch)
-    if skipped:
+    read = trio.run(fetch)
+    matrix = read.matrix
+    if read.skipped:
         print_error(
-            command, f"skipped {skipped} health entries that do not decode (see the log above)"
+            command, f"skipped {read.skipped} health entries that do not decode (see the log above)"
         )
+    if read.ignored:
+        print_error(command, ignored_line(read.ignored))
     if len(matrix.unavailable) == len(wanted):
         print_error(command, "; ".join(matrix.unavailable.values()))
         return EXIT_UNAVAILABLE

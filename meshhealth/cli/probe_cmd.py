@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from meshhealth import defaults, model
+
+if TYPE_CHECKING:
+    from meshhealth.cli.probe_session import ProbeSession
 
 PROG = "meshhealth probe"
 NO_RAW_SOCKET = f"{PROG}: ICMP needs root or CAP_NET_RAW; use --http to probe without it"
@@ -28,23 +32,32 @@ examples:
   meshhealth probe --icmp --count 1 -f hosts.txt -o json
   printf '10.0.0.2\\n10.0.0.3\\n' | meshhealth probe -f -
 
-fping habits:
-  meshhealth probe --icmp -q --count 5 10.0.0.2 10.0.0.9     (like fping -q -c 5)
+fping habits (-c, -C, -p, -t in fping's units: -p and -t in milliseconds):
+  meshhealth probe --icmp -q -c 5 10.0.0.2 10.0.0.9          (like fping -q -c 5)
       10.0.0.2  icmp : xmt/rcv/%loss = 5/5/0%, min/avg/max = 0.041/0.052/0.078
       10.0.0.9  icmp : xmt/rcv/%loss = 5/0/100%
+  meshhealth probe --icmp -q -C 3 10.0.0.2                    (like fping -q -C 3)
+      10.0.0.2  icmp : 0.041 - 0.047
+  meshhealth probe --icmp -c 3 -p 100 -t 500 10.0.0.2   (3 requests 100 ms apart)
   meshhealth probe --icmp --loop 10.0.0.2        (like fping -l; Ctrl-C: final summary)
-  meshhealth probe --icmp --count 100 --interval 0 -f hosts.txt -q   (a burst)
+      [1 2026-11-27T05:40:01Z] 10.0.0.2  icmp  OK  rtt=412.5µs loss=0%
+  meshhealth probe --icmp -c 100 -p 0 -f hosts.txt -q   (a burst)
 
-With --count N, --loop or -q, a summary line per target and protocol follows (-q: only
-the summaries): requests sent / replies / loss, and min/avg/max RTT in milliseconds as
-fping prints them. --loop runs a round every --period seconds (one request per target
-unless --count says more), prints a summary every --summary-every seconds and a final
-one when interrupted (Ctrl-C, SIGINT). With -o json the summaries go to stderr.
+With -c/--count N, -C N, --loop or -q, a summary line per target and protocol follows
+on stderr, as fping's (-q: only the summaries): requests sent / replies / loss, and
+min/avg/max RTT in milliseconds as fping prints them; -C N lists every request's RTT
+instead (`-` for no reply). --loop runs a round every --period seconds (one request per
+target unless --count says more), starts each line with the round and its start time
+(UTC), prints a summary every --summary-every seconds and a final one when interrupted
+(Ctrl-C, SIGINT). -p MS is fping's period: the time between two requests to one target
+(--interval, and --period with --loop). fping's -i (a pause between any two packets)
+has no equivalent: a round sends to every target at once.
 
 JSON (-o json) is a list of objects, one per line of text output, with the fields
 ip, protocol ("icmp"|"http"), status (ok, timeout, refused, reset, unreachable,
 http_error, invalid, error), text (as in the text output), detail, rtt_s (mean, null
-without reply), rtts_s, sent, received, loss (0..1), started_at (unix seconds). With
+without reply), rtts_s, sent, received, loss (0..1), started_at (ISO 8601, UTC),
+started_at_unix (the same in unix seconds). With
 --loop, one such list per round.
 ICMP needs root or CAP_NET_RAW.
 """
@@ -117,6 +130,46 @@ def _port(text: str) -> int:
     return value
 
 
+def _no_fping_interval(text: str) -> float:
+    raise argparse.ArgumentTypeError(
+        "fping's pause between any two packets is not supported: a round sends to every "
+        "target at once; -p MS sets the time between two requests to one target"
+    )
+
+
+def build_session(args: argparse.Namespace) -> ProbeSession:
+    """The session the parsed options ask for: fping's short forms (-c, -C, -p, -t)
+    folded into the long ones. Pure. Raises ValueError for a combination that makes no
+    sense."""
+    from meshhealth.cli.probe_session import ProbeSession
+
+    count: int | None = args.count
+    if args.vcount is not None:
+        if args.loop:
+            raise ValueError("-C lists every request: not with --loop (use -c)")
+        if count is not None and count != args.vcount:
+            raise ValueError(f"-C {args.vcount} and --count {count} disagree")
+        count = args.vcount
+    interval_s, period_s = args.interval, args.period
+    if args.period_ms is not None:
+        interval_s = period_s = args.period_ms / 1000.0
+    timeout_s = args.timeout if args.timeout_ms is None else args.timeout_ms / 1000.0
+    return ProbeSession(
+        protocols=chosen_protocols(args.icmp, args.http),
+        port=args.port,
+        timeout_s=timeout_s,
+        count=count if count is not None else (1 if args.loop else defaults.ICMP_COUNT),
+        interval_s=interval_s,
+        loop=args.loop,
+        period_s=period_s,
+        summary_every_s=args.summary_every,
+        summaries=count is not None or args.loop or args.quiet,
+        per_request=args.vcount is not None,
+        quiet=args.quiet,
+        json=args.output == "json",
+    )
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "probe",
@@ -140,6 +193,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="per probe; ICMP: after the last request (default %(default)s)",
     )
     parser.add_argument(
+        "-c",
         "--count",
         type=_positive_int,
         default=None,
@@ -152,6 +206,40 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=defaults.ICMP_INTERVAL_S,
         metavar="SECONDS",
         help="between a target's ICMP requests; 0: a burst (default %(default)s)",
+    )
+    parser.add_argument(
+        "-C",
+        "--vcount",
+        type=_positive_int,
+        default=None,
+        metavar="COUNT",
+        help="like --count, and the summaries list every request's RTT in ms "
+        "('-': no reply), as fping -C; not with --loop",
+    )
+    parser.add_argument(
+        "-p",
+        type=_non_negative_float,
+        default=None,
+        metavar="MS",
+        dest="period_ms",
+        help="fping's period, in milliseconds: the time between two requests to one "
+        "target (sets --interval, and --period with --loop)",
+    )
+    parser.add_argument(
+        "-t",
+        type=_positive_float,
+        default=None,
+        metavar="MS",
+        dest="timeout_ms",
+        help="fping's timeout, in milliseconds (sets --timeout)",
+    )
+    parser.add_argument(
+        "-i",
+        type=_no_fping_interval,
+        metavar="MS",
+        dest="fping_interval",
+        help="fping's pause between any two packets: not supported (a round sends to "
+        "every target at once); -p MS sets one target's period",
     )
     parser.add_argument(
         "-l",
@@ -216,9 +304,13 @@ def _read_words(args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     import trio
 
-    from meshhealth.cli.probe_session import ProbeSession
     from meshhealth.probe.icmp import PingerPermissionError
 
+    try:
+        session = build_session(args)
+    except ValueError as exc:
+        print(f"{PROG}: {exc} (see {PROG} --help)", file=sys.stderr)
+        return 2
     try:
         words = _read_words(args)
     except ValueError as exc:
@@ -227,19 +319,6 @@ def run(args: argparse.Namespace) -> int:
     from meshhealth.gc_tuning import tune_gc_for_probing
 
     tune_gc_for_probing()  # thousands of targets from -f: see docs/performance.md
-    session = ProbeSession(
-        protocols=chosen_protocols(args.icmp, args.http),
-        port=args.port,
-        timeout_s=args.timeout,
-        count=args.count if args.count is not None else (1 if args.loop else defaults.ICMP_COUNT),
-        interval_s=args.interval,
-        loop=args.loop,
-        period_s=args.period,
-        summary_every_s=args.summary_every,
-        summaries=args.count is not None or args.loop or args.quiet,
-        quiet=args.quiet,
-        json=args.output == "json",
-    )
     try:
         return trio.run(session.run, words)
     except (OSError, ExceptionGroup) as exc:

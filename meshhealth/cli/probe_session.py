@@ -4,7 +4,8 @@ The options come parsed from meshhealth.cli.probe_cmd; the text comes from the p
 formatters of meshhealth.cli.format_probe. With `loop`, rounds start every `period_s`
 (at once when a round took longer) until SIGINT, which ends the round in progress,
 prints the final summary and exits with the usual status (0: every probe of every round
-OK, 1: any was not).
+OK, 1: any was not). Results go to stdout, summaries to stderr (as fping's do), so
+stdout stays parseable; each line of a loop round starts with `[ROUND TIME] `.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TextIO
 
 import trio
 
@@ -25,10 +25,12 @@ from meshhealth.cli.format_probe import (
     format_probe_json,
     format_probe_text,
     format_summary,
+    loop_prefix,
 )
 from meshhealth.probe.icmp import Pinger, open_pinger
 from meshhealth.probe.resolve import ResolvedTarget, ResolveError, resolve_targets
 from meshhealth.probe.scheduler import run_round
+from meshhealth.timefmt import iso_time
 
 PROG = "meshhealth probe"
 
@@ -49,6 +51,7 @@ class ProbeSession:
     period_s: float
     summary_every_s: float
     summaries: bool  # print summary lines (--count, --loop, -q)
+    per_request: bool  # summaries list every request's RTT (-C), fping -C's form
     quiet: bool  # no line per probe
     json: bool
 
@@ -61,16 +64,16 @@ class ProbeSession:
             return 2
         labels = target_labels(targets)
         ips = [t.ip for t in targets]
-        book = SummaryBook()
+        book = SummaryBook(per_request=self.per_request)
         async with self._pinger(ips) as pinger:
             if not self.loop:
-                await self._one_round(pinger, ips, labels, book)
+                await self._one_round(pinger, ips, labels, book, prefix="")
             else:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._stop_on_sigint, nursery.cancel_scope)
                     await self._rounds(pinger, ips, labels, book)
         if self.summaries:
-            self._write(format_summary(book, labels), summary=True)
+            self._summary(format_summary(book, labels, per_request=self.per_request))
         return 0 if book.not_ok == 0 else 1
 
     async def _stop_on_sigint(self, scope: trio.CancelScope) -> None:
@@ -87,18 +90,24 @@ class ProbeSession:
         next_summary = start + self.summary_every_s
         rounds = 0
         while True:
-            await self._one_round(pinger, ips, labels, book)
+            prefix = loop_prefix(rounds + 1, time.time())
+            await self._one_round(pinger, ips, labels, book, prefix=prefix)
             rounds += 1
             now = trio.current_time()
             if self.summaries and now >= next_summary:
-                stamp = time.strftime("%H:%M:%S")
-                self._write(f"[{stamp}] after {rounds} rounds\n", summary=True)
-                self._write(format_summary(book, labels), summary=True)
+                self._summary(f"[{iso_time(time.time())}] after {rounds} rounds\n")
+                self._summary(format_summary(book, labels))
                 next_summary = now + self.summary_every_s
             await trio.sleep_until(start + rounds * self.period_s)
 
     async def _one_round(
-        self, pinger: Pinger | None, ips: list[str], labels: dict[str, str], book: SummaryBook
+        self,
+        pinger: Pinger | None,
+        ips: list[str],
+        labels: dict[str, str],
+        book: SummaryBook,
+        *,
+        prefix: str,
     ) -> None:
         targets = [model.Target("", ip, ip) for ip in ips]
         report = await run_round(
@@ -115,7 +124,7 @@ class ProbeSession:
             if self.json:
                 self._write(format_probe_json(report.paths))
             else:
-                self._write(format_probe_text(report.paths, labels))
+                self._write(format_probe_text(report.paths, labels, prefix))
 
     @asynccontextmanager
     async def _pinger(self, ips: Sequence[str]) -> AsyncIterator[Pinger | None]:
@@ -128,7 +137,12 @@ class ProbeSession:
                 pinger.open_socket_for(ip)
             yield pinger
 
-    def _write(self, text: str, *, summary: bool = False) -> None:
-        out: TextIO = sys.stderr if summary and self.json else sys.stdout
-        out.write(text)
-        out.flush()
+    def _write(self, text: str) -> None:
+        """Results: stdout."""
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    def _summary(self, text: str) -> None:
+        """Summaries: stderr, as fping's (stdout keeps the results alone)."""
+        sys.stderr.write(text)
+        sys.stderr.flush()

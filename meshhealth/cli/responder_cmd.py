@@ -56,6 +56,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="exit when the parent process dies (the agent starts its health endpoint's "
         "responder so: a SIGKILLed agent leaves no responder holding the port)",
     )
+    parser.add_argument(
+        "--user",
+        metavar="NAME",
+        help="once the sockets are open, run as this user (its primary group, no "
+        "supplementary groups), without capabilities and with no_new_privs; a user "
+        "with uid 0 stays root without capabilities (docs/security.md)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -67,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             return usage_error("responder", f"bad --listen: {exc}")
     parent_pid = os.getppid() if args.exit_with_parent else None
-    return serve_until_signal(addresses, args.passive, args.node_name, parent_pid)
+    return serve_until_signal(addresses, args.passive, args.node_name, parent_pid, args.user)
 
 
 def serve_until_signal(
@@ -75,9 +82,12 @@ def serve_until_signal(
     passive: bool,
     node_name: str,
     parent_pid: int | None = None,
+    user: str | None = None,
 ) -> int:
     """Serve /hello on every (ip, port) until SIGTERM or SIGINT (or, with `parent_pid`,
-    until that parent exits). One thread, no trio: meshhealth.probe.hello_server."""
+    until that parent exits). One thread, no trio: meshhealth.probe.hello_server.
+    With `user`, the process drops to it once the listeners are open and before
+    anything else (one thread: capset acts on the calling thread only)."""
     from meshhealth.probe.hello_server import HelloServer, open_listener
 
     with contextlib.ExitStack() as stack:
@@ -89,6 +99,16 @@ def serve_until_signal(
                 where = format_address(ip, port)
                 print_error("responder", f"cannot listen on {where}: {_reason(exc)}")
                 return 2
+        as_user = ""
+        if user is not None:
+            from meshhealth.privileges import PrivilegeError, drop_to_user
+
+            try:
+                dropped = drop_to_user(user)
+            except PrivilegeError as exc:
+                print_error("responder", str(exc))
+                return 2
+            as_user = f" as {user} (uid {dropped.uids[1]}, gid {dropped.gids[1]})"
         wake = _StopSignals(stack)
         stop_fds = [wake.fileno()]
         parent_fd = _watch_parent(parent_pid, stack) if parent_pid is not None else None
@@ -99,7 +119,7 @@ def serve_until_signal(
             format_address(ip, listener.getsockname()[1])
             for (ip, _), listener in zip(addresses, listeners, strict=True)
         )
-        print(f"responder listening on {bound}{mode}", flush=True)
+        print(f"responder listening on {bound}{mode}{as_user}", flush=True)
         server = HelloServer(
             listeners[0],
             node_name=node_name,

@@ -165,8 +165,10 @@ def run(args: argparse.Namespace) -> int:
                     print_error("watch", text)
 
             trio.run(source, lambda changes: None, warn)
+            # the terminal's own width: a wider frame would be wrapped by the terminal,
+            # mid-word (a pipe: 120 columns, or $COLUMNS)
             width = shutil.get_terminal_size((120, 40)).columns
-            sys.stdout.write(frame_text(state, now=time.time(), width=max(width, 100)))
+            sys.stdout.write(frame_text(state, now=time.time(), width=width))
             return 0
         if args.plain or not sys.stdout.isatty():
             trio.run(run_plain, state, source)

@@ -8,7 +8,11 @@ polled. The list view aggregates what every source sees of each node; the header
 meshhealth.documents.matrix. Both are rebuilt from the reports held in
 memory every `rebuild_s` as well, so a report that stops being refreshed turns stale
 on screen. A value that does not decode is skipped, counted in the header and reported
-once (a line in the plain output; one line on stderr with `--once`).
+once (a line in the plain output; one line on stderr with `--once`). Only registered
+nodes' reports are shown (the ip and node entries, followed too, name the node:
+meshhealth.matrix_source.registered_reports, the aggregator's rule); the others are
+ignored and said in one line (`ignored N health reports from unregistered nodes: ...`)
+each time that set changes.
 """
 
 from __future__ import annotations
@@ -33,7 +37,16 @@ from meshhealth.documents.matrix_json import matrix_document
 from meshhealth.kvstore import Etcd, EtcdError, open_etcd
 from meshhealth.kvstore.endpoints import parse_endpoints
 from meshhealth.kvstore.etcd_config import EtcdAccess
-from meshhealth.matrix_source import HealthReports, InvalidValue, list_reports
+from meshhealth.matrix_source import (
+    HealthReports,
+    InvalidValue,
+    RegisteredNodes,
+    ignored_line,
+    list_registrations,
+    list_reports,
+    registered_nodes,
+    registered_reports,
+)
 from meshhealth.model import HealthReport
 
 
@@ -73,6 +86,9 @@ async def read_once(state: WatchState, urls: str | EtcdAccess, notify: Notify, w
             found, invalid, _ = await list_reports(
                 etcd, None, timeout_s=defaults.MATRIX_READ_TIMEOUT_S
             )
+            registrations = await list_registrations(
+                etcd, None, timeout_s=defaults.MATRIX_READ_TIMEOUT_S
+            )
         except EtcdError as exc:
             raise WatchError(str(exc)) from None
         except trio.TooSlowError:
@@ -80,8 +96,12 @@ async def read_once(state: WatchState, urls: str | EtcdAccess, notify: Notify, w
         for value in invalid:
             warn(f"skipped invalid health entry {value}")
         state.invalid_values = len(invalid)
+        registered = registered_nodes(registrations)
+        reports, ignored = registered_reports(found.values(), registered)
+        if ignored:
+            warn(ignored_line(ignored))
         _connected(state, etcd, lambda text: None)
-        show_reports(state, list(found.values()), notify)
+        show_reports(state, reports, notify)
 
 
 async def run_etcd(
@@ -108,9 +128,19 @@ async def run_etcd(
             state.invalid_values = reports.invalid_values
             event(f"skipping invalid health entry {value}")
 
+        said: set[tuple[str, str]] = set()
+
         def on_change() -> None:
+            if not (reports.listed.is_set() and registered.listed.is_set()):
+                return
             _connected(state, etcd, event)
-            show_reports(state, reports.reports(), notify)
+            kept, ignored = registered_reports(reports.reports(), registered.nodes)
+            now_ignored = {(r.cluster, r.node) for r in ignored}
+            if now_ignored - said:
+                event(ignored_line(ignored))
+            said.clear()
+            said.update(now_ignored)
+            show_reports(state, kept, notify)
 
         def on_unavailable(why: str) -> None:
             _disconnected(state, why, event)
@@ -119,9 +149,12 @@ async def run_etcd(
         reports = HealthReports(
             etcd, on_change=on_change, on_invalid=on_invalid, on_unavailable=on_unavailable
         )
+        registered = RegisteredNodes(etcd, on_change=on_change)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(reports.follow)
+            nursery.start_soon(registered.follow)
             await reports.listed.wait()
+            await registered.listed.wait()
             while True:
                 # etcd's health (the watch resumes by itself once etcd is back), and the
                 # age of the reports, shown every `rebuild_s`.

@@ -90,7 +90,8 @@ async def run_live(
             if keys_ok:
                 nursery.start_soon(read_keys, stdin, on_key)
             while True:
-                live.update(render_frame(state, now=time.time()), refresh=True)
+                frame = render_frame(state, now=time.time(), width=console.width)
+                live.update(frame, refresh=True)
                 with trio.move_on_after(1.0):
                     await dirty.wait()
                 dirty = trio.Event()

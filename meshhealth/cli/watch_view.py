@@ -25,7 +25,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from meshhealth.cli.format_findings import finding_line
+from meshhealth.cli.format_findings import finding_lines
 from meshhealth.cli.format_status import summary_verdict_text
 from meshhealth.cli.watch_state import PATH_NAMES, Change, NodeView, PathView, WatchState
 from meshhealth.documents.cluster_health import SOURCE_LOCAL, SOURCE_REPORTS, is_alone
@@ -143,7 +143,7 @@ def _node_label(node: NodeView) -> Text:
     return label
 
 
-def header(state: WatchState, *, now: float) -> Text:
+def header(state: WatchState, *, now: float, width: int) -> Text:
     reachable, total = state.health
     text = Text()
     text.append("meshhealth watch ", style="bold")
@@ -187,8 +187,9 @@ def header(state: WatchState, *, now: float) -> Text:
         label = f"Cluster health {escape(verdict['cluster'])}" if named else "Cluster health"
         text.append(f"\n{label}: ")
         text.append(escape(summary_verdict_text(verdict, now)), style="green" if good else "red")
-    for finding in state.findings:  # the banner: whose fault it is
-        text.append(f"\n{finding_line(finding)}", style="bold red")
+    for finding in state.findings:  # the banner: whose fault it is, wrapped at words
+        for line in finding_lines(finding, width):
+            text.append(f"\n{line}", style="bold red")
     if state.note:
         text.append(f"\n{escape(state.note)}", style="yellow")
     return text
@@ -262,17 +263,18 @@ def matrix_view(state: WatchState) -> list[RenderableType]:
     return [title, table, legend, *lines]
 
 
-def render_frame(state: WatchState, *, now: float) -> RenderableType:
+def render_frame(state: WatchState, *, now: float, width: int) -> RenderableType:
+    """The whole view for a screen `width` columns wide."""
     body = matrix_view(state) if state.mode == "matrix" else list_view(state, now=now)
     keys = Text("q quit   m list/matrix", style="grey50")
-    return Group(header(state, now=now), Text(""), *body, Text(""), keys)
+    return Group(header(state, now=now, width=width), Text(""), *body, Text(""), keys)
 
 
 def frame_text(state: WatchState, *, now: float, width: int = 120) -> str:
     """The frame as plain text (no colour codes), as `--once` prints it."""
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, color_system=None, force_terminal=False)
-    console.print(render_frame(state, now=now))
+    console.print(render_frame(state, now=now, width=width))
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
 
 

@@ -20,7 +20,7 @@ class IndirectDocument(TypedDict):
     probes, docs/indirect-probes.md). Nodes are "<cluster>/<node>"."""
 
     conclusion: str  # path-broken | target-down | no-answer | no-helper
-    detail: str  # "reachable via node5, node7: path from this node broken"
+    detail: str  # "reachable via lab1/node5, lab1/node7: path from this node broken"
     reachable_via: list[str]  # helpers that reach the path
     failed_via: list[str]  # helpers that answered and fail it too
     checked_at: str | None

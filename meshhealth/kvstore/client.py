@@ -59,10 +59,8 @@ from meshhealth.kvstore.messages import (
     op_message,
     to_bytes,
 )
-from meshhealth.kvstore.transport import LIVENESS_KEY, EtcdTransport
+from meshhealth.kvstore.transport import EtcdTransport
 from meshhealth.kvstore.watch import PrefixWatch
-
-__all__ = ["LIVENESS_KEY", "MAX_WATCHES", "Etcd", "open_etcd"]
 
 MAX_WATCHES = defaults.ETCD_MAX_WATCHES
 

@@ -10,12 +10,20 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from meshhealth import defaults
-from meshhealth.lab import etcd_members, etcd_proc, neigh_table, netns_ops, proc_sys, processes
+from meshhealth.lab import (
+    etcd_auth,
+    etcd_members,
+    etcd_proc,
+    neigh_table,
+    netns_ops,
+    proc_sys,
+    processes,
+)
 from meshhealth.lab import plan as P
 from meshhealth.lab import state as S
 
@@ -85,6 +93,8 @@ def start_agent(st: S.LabState, plan: P.LabPlan, node: P.NodePlan) -> S.ProcessR
     argv = P.agent_argv(plan, node, sys.executable, st.interval_s)
     if st.etcd_members > 1:
         argv = etcd_members.agent_argv(argv, st, plan, node)
+    if st.etcd_auth:
+        argv += etcd_auth.agent_args(plan, node)
     rec = processes.start_detached(node.netns, argv, node.log, agent_env())
     st.processes[f"agent/{node.qualified}"] = rec
     S.save(st)
@@ -148,11 +158,17 @@ def up(
     root: Path = P.LAB_ROOT,
     etcd_member_count: int = 1,
     ip_mode: str = "ipv4",
+    with_etcd_auth: bool = False,
 ) -> tuple[S.LabState, P.LabPlan]:
     """Build the lab. On any failure the half-built lab is removed and LabError raised."""
     plan = P.make_plan(prefix, nodes, clusters, root, ip_mode)
     if ip_mode == "ipv6" and etcd_member_count > 1:
         raise LabError("--ipv6 runs a one-member etcd per cluster (--etcd-members 1)")
+    if with_etcd_auth and (etcd_member_count > 1 or clusters > 1):
+        raise LabError(
+            "--etcd-auth builds one cluster with a one-member etcd (--clusters 1 "
+            "--etcd-members 1): agents read a meshed cluster's etcd without a user"
+        )
     if lab_exists(prefix, root):
         raise LabError(f"lab {prefix} already exists; run `meshhealth lab down` first")
     if agents:
@@ -172,6 +188,7 @@ def up(
         agents=agents,
         etcd_members=etcd_members.validate_count(etcd_member_count),
         ip_mode=ip_mode,
+        etcd_auth=with_etcd_auth,
     )
     started = time.monotonic()
     try:
@@ -274,6 +291,13 @@ def _build(st: S.LabState, plan: P.LabPlan, say: Say) -> None:
         )
     if st.etcd_members == 1:
         say(f"  etcd answering: {', '.join(c.etcd_url for c in plan.clusters)}")
+    if st.etcd_auth:
+        users = etcd_auth.enable(plan)
+        say(
+            f"  etcd authentication on: {users} node user(s), passwords in "
+            f"{etcd_auth.password_dir(plan)}"
+        )
+        _hook("etcd-auth")
     if st.agents:
         for node in plan.nodes:
             start_agent(st, plan, node)
@@ -296,8 +320,15 @@ def _build(st: S.LabState, plan: P.LabPlan, say: Say) -> None:
 class DownReport:
     found: bool = False
     processes: list[int] = field(default_factory=list)
+    # every lab namespace that existed and is gone: the ones `down` deleted and the
+    # health endpoints' (`-ep`), which their agents remove as they stop
     namespaces: list[str] = field(default_factory=list)
     dir_removed: bool = False
+
+
+def namespaces_removed(present: Sequence[str], exists: Callable[[str], bool]) -> list[str]:
+    """Of the namespaces `present` at the start, those that no longer exist. Pure."""
+    return [name for name in present if not exists(name)]
 
 
 def endpoint_names_taken(plan: P.LabPlan) -> list[str]:
@@ -358,6 +389,7 @@ def down(prefix: str, say: Say, root: Path = P.LAB_ROOT) -> DownReport:
     # Endpoint namespaces are found through the agents' veths: look before the agents
     # stop (a clean shutdown removes them, a failed one may leave half of them).
     names = lab_names()
+    present = [n for n in names if netns_ops.netns_exists(n)]
     if st is not None:
         st.phase = "removing"
         S.save(st)
@@ -372,7 +404,9 @@ def down(prefix: str, say: Say, root: Path = P.LAB_ROOT) -> DownReport:
         # Agents first: a clean shutdown deregisters them and removes their endpoints.
         report.processes += processes.stop(agents)
         report.processes += processes.stop(others)
-    names += [n for n in lab_names() if n not in names]
+    found_later = [n for n in lab_names() if n not in names]
+    names += found_later
+    present += [n for n in found_later if netns_ops.netns_exists(n)]
     # Whatever still runs inside the lab's namespaces was started by the lab (endpoint
     # responders of a killed agent, a restarted agent): stop it by PID.
     leftover = {
@@ -388,9 +422,9 @@ def down(prefix: str, say: Say, root: Path = P.LAB_ROOT) -> DownReport:
         if netns_ops.netns_exists(n):
             try:
                 netns_ops.del_netns(n)
-                report.namespaces.append(n)
             except netns_ops.CommandError as exc:
                 errors.append(str(exc))
+    report.namespaces = namespaces_removed(present, netns_ops.netns_exists)
     if errors:
         # Keep the state file: `lab down` again retries what is left.
         raise LabError(f"lab {prefix} only partly removed: {'; '.join(errors)}")

@@ -61,6 +61,8 @@ class LabState:
     etcd_members: int = 1
     # address families: ipv4 | dual | ipv6 (meshhealth.lab.plan.IP_MODES)
     ip_mode: str = "ipv4"
+    # etcd authentication on, one etcd user per agent (meshhealth.lab.etcd_auth)
+    etcd_auth: bool = False
     version: int = STATE_VERSION
 
     @property

@@ -31,6 +31,10 @@ instead of a CancelScope + Event per probe. Cookies are cut from one os.urandom(
 (meshhealth.probe.icmp_payload), replies are matched from the raw bytes, and a batch's
 timer entry is just (deadline, token): an early end drops the only reference to the
 batch at once.
+
+**RTTs** run from just before a request's `sendto` to the kernel's receive time stamp
+of its reply (SO_TIMESTAMPNS, read with `recvmsg_into`), moved onto the pinger's clock:
+the wait for the receiver task is not part of them (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -58,9 +62,12 @@ from meshhealth.probe.icmp_payload import (
 )
 from meshhealth.probe.icmp_socket import (
     PERMISSION_MESSAGE,
+    TIMESTAMP_CMSG_SPACE,
     PingerPermissionError,
+    enable_kernel_timestamps,
     open_dont_fragment_socket,
     open_raw_socket,
+    receive_delay_s,
     route_mtu,
 )
 
@@ -70,8 +77,8 @@ log = logging.getLogger(__name__)
 
 RECV_BATCH = 256  # datagrams handled per wake-up before letting other tasks run
 MAX_DATAGRAM = 65_536  # an IPv4 datagram or an ICMPv6 message: up to 65,535 bytes
-# Let the kernel drop ICMP types we never use. The matcher checks types anyway (tests
-# turn this off to prove it).
+# Let the kernel drop ICMP types we never use, and replies and errors without our
+# identifier (icmp_bpf). The matcher checks both anyway (tests turn this off to prove it).
 KERNEL_ICMP_FILTER = True
 TOO_MANY_IN_FLIGHT = "too many ICMP requests in flight"
 
@@ -82,10 +89,13 @@ _UNREACHABLE_ERRNOS = frozenset({errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EM
 class _FamilySocket:
     """A raw socket of one family and its matcher."""
 
-    __slots__ = ("df_sock", "ipv6", "matcher", "sock")
+    __slots__ = ("df_sock", "ipv6", "matcher", "sock", "stamped")
 
     def __init__(self, sock: socket.socket, *, ipv6: bool, identifier: int) -> None:
         self.sock = sock
+        # The kernel stamps each reply with its arrival (SO_TIMESTAMPNS): RTTs without
+        # the wait for the receiver task, as fping measures them.
+        self.stamped = enable_kernel_timestamps(sock)
         # Sends the don't-fragment probes (opened on first use); their replies come in
         # through `sock`, matched by the one matcher.
         self.df_sock: socket.socket | None = None
@@ -279,13 +289,17 @@ class Pinger:
                 address = (probe.target, 0)
                 sock = fs.df_sock if probe.size_bytes else fs.sock
                 assert sock is not None  # (opened with the probe's payload)
+                # The send time is taken before the send, as fping does: the reply's
+                # kernel time stamp (on loopback, stamped inside sendto) is after it.
+                sent_at = now()
                 try:
                     sock.sendto(packet, address)
                 except OSError as exc:
                     probe.local_error = await self._send_slowly(sock, packet, address, exc)
                     if probe.local_error is not None:
                         continue
-                probe.send_times[index] = sent_at = now()
+                    sent_at = now()  # (sent after waiting for buffer space)
+                probe.send_times[index] = sent_at
                 probe.deadlines[index] = probe.last_deadline = sent_at + probe_timeout_s
                 probe.outstanding += 1  # (EchoProbe.mark_sent, inlined)
 
@@ -328,24 +342,34 @@ class Pinger:
         fs = self._sockets.get(family)
         if fs is None:
             ipv6 = family == socket.AF_INET6
-            sock = open_raw_socket(ipv6=ipv6, netns=self._netns, kernel_filter=KERNEL_ICMP_FILTER)
+            sock = open_raw_socket(
+                ipv6=ipv6,
+                netns=self._netns,
+                kernel_filter=KERNEL_ICMP_FILTER,
+                identifier=self.identifier,
+            )
             fs = self._sockets[family] = _FamilySocket(sock, ipv6=ipv6, identifier=self.identifier)
             name = f"icmp-receiver-v{6 if ipv6 else 4}"
             self._nursery.start_soon(self._receive_loop, fs, name=name)
         return fs
 
     async def _receive_loop(self, fs: _FamilySocket) -> None:
-        """Read every datagram (until EAGAIN, at most RECV_BATCH per wake-up) and match
-        it. IPv4: `recv_into` one preallocated buffer, the source from the IP header;
-        IPv6 (no header on a raw socket): `recvfrom_into` the same buffer."""
+        """Read every datagram (until EAGAIN, at most RECV_BATCH per wake-up) into one
+        preallocated buffer with `recvmsg_into` and match it (IPv4: the source from the
+        IP header; IPv6, no header on a raw socket: from the address). A datagram's
+        arrival is the kernel's time stamp (`fs.stamped`), moved onto the pinger's
+        clock: the pinger's clock now, less how long ago (wall clock) the kernel
+        received it; without a stamp, the pinger's clock now."""
         sock = fs.sock
-        recv_into = sock.recv_into
-        recvfrom_into = sock.recvfrom_into
+        recvmsg_into = sock.recvmsg_into
         buffer = bytearray(MAX_DATAGRAM)
+        buffers = [buffer]
+        ancillary = TIMESTAMP_CMSG_SPACE if fs.stamped else 0
         ipv6 = fs.ipv6
         match = fs.matcher.match
         match_ipv4 = fs.matcher.match_ipv4
         now = self._now
+        wall = time.time
         wake = self.parking.wake
         probe: EchoProbe | None = None
         batch: Batch | None = None
@@ -354,19 +378,22 @@ class Pinger:
             await trio.lowlevel.wait_readable(sock)
             for _ in range(RECV_BATCH):
                 try:
-                    if ipv6:
-                        nbytes, address = recvfrom_into(buffer)
-                    else:
-                        nbytes = recv_into(buffer)
+                    nbytes, ancdata, _, address = recvmsg_into(buffers, ancillary)
                 except (BlockingIOError, InterruptedError):
                     break
                 except OSError as exc:  # e.g. ENOBUFS: nothing to do but carry on
                     log.warning("icmp: receive failed: %s", exc)
                     break
-                if ipv6:
-                    probe = match(bytes(buffer[:nbytes]), address[0], now())
+                if ancdata:  # the wall clock first: a pause between the two readings
+                    # can only make the arrival later, never earlier than the send
+                    wall_now = wall()
+                    arrived = now() - receive_delay_s(ancdata, wall_now)
                 else:
-                    probe = match_ipv4(buffer, nbytes, now())
+                    arrived = now()
+                if ipv6:
+                    probe = match(bytes(buffer[:nbytes]), address[0], arrived)
+                else:
+                    probe = match_ipv4(buffer, nbytes, arrived)
                 if probe is not None and not probe.outstanding:
                     batch = probe.batch
                     if not batch.sending:

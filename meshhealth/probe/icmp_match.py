@@ -107,8 +107,16 @@ class EchoProbe:
             status, detail = ProbeStatus.UNREACHABLE, self.errors[0]
         else:
             status, detail = ProbeStatus.TIMEOUT, ""
+        sent = len(self.sequences)
         return ProbeResult(
-            status, started_at, rtts, len(self.sequences), len(rtts), detail, self.size_bytes
+            status,
+            started_at,
+            rtts,
+            sent,
+            len(rtts),
+            detail,
+            self.size_bytes,
+            tuple(self.rtts[:sent]),
         )
 
 
@@ -196,7 +204,7 @@ class ReplyMatcher:
 
     def match_ipv4(self, buffer: bytearray, nbytes: int, now: float) -> EchoProbe | None:
         """`match` for an IPv4 datagram in the first `nbytes` of `buffer` (as
-        `recv_into` leaves it), its source read from its IP header, which is where
+        `recvmsg_into` leaves it), its source read from its IP header, which is where
         recvfrom() takes it from: the same rules, without a bytes object, an address
         tuple and its text per datagram. Anything but an echo reply goes to `match`."""
         if nbytes < 28 or buffer[0] >> 4 != 4 or buffer[9] != IPPROTO_ICMP:

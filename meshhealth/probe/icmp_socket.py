@@ -1,4 +1,5 @@
-"""Opening the pinger's raw ICMP sockets: privileges, buffers, kernel-side type filter."""
+"""Opening the pinger's raw ICMP sockets: privileges, buffers, kernel-side filters,
+and the kernel's receive time stamps (SO_TIMESTAMPNS)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import socket
 import struct
 
 from meshhealth.netns import socket_in_netns
+from meshhealth.probe import icmp_bpf
 from meshhealth.probe.icmp_packet import (
     ICMP_DEST_UNREACH,
     ICMP_ECHO_REPLY,
@@ -21,18 +23,29 @@ ICMP_FILTER = 1  # linux/icmp.h: a set bit blocks that ICMP type
 ICMP6_FILTER = 1  # linux/icmpv6.h: a set bit blocks that ICMPv6 type
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
+# asm-generic/socket.h (x86, arm, ...); Python 3.11 does not name it. The control
+# message carrying the time stamp has the option's number (SCM_TIMESTAMPNS).
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_TIMESPEC = struct.Struct("=qq")  # struct timespec on a 64-bit kernel: tv_sec, tv_nsec
+TIMESTAMP_CMSG_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)  # ancillary buffer: one stamp
+# A receive delay past this is not a delay but the wall clock stepped (NTP): ignored.
+MAX_RECEIVE_DELAY_S = 10.0
 
 
 class PingerPermissionError(PermissionError):
     """No raw socket: the process lacks root / CAP_NET_RAW."""
 
 
-def open_raw_socket(*, ipv6: bool, netns: str | None, kernel_filter: bool) -> socket.socket:
+def open_raw_socket(
+    *, ipv6: bool, netns: str | None, kernel_filter: bool, identifier: int | None = None
+) -> socket.socket:
     """A non-blocking raw ICMP (or ICMPv6) socket in `netns` (None: ours).
 
     With `kernel_filter` the kernel drops every ICMP type but echo reply and
     destination unreachable before they reach us (our own requests on loopback, other
-    tools' traffic). Raises PingerPermissionError without root / CAP_NET_RAW.
+    tools' traffic), and with `identifier` also those that do not carry it (a BPF
+    program: meshhealth.probe.icmp_bpf). Raises PingerPermissionError without root /
+    CAP_NET_RAW.
     """
     family = socket.AF_INET6 if ipv6 else socket.AF_INET
     proto = socket.IPPROTO_ICMPV6 if ipv6 else socket.IPPROTO_ICMP
@@ -46,6 +59,8 @@ def open_raw_socket(*, ipv6: bool, netns: str | None, kernel_filter: bool) -> so
         _set_buffer(sock, socket.SO_SNDBUF, SO_SNDBUFFORCE)
         if kernel_filter:
             _install_filter(sock, ipv6=ipv6)
+            if identifier is not None:
+                icmp_bpf.attach(sock, icmp_bpf.program(identifier, ipv6=ipv6))
     except OSError:
         sock.close()
         raise
@@ -118,3 +133,27 @@ def route_mtu(ip: str, *, ipv6: bool, netns: str | None) -> int:
         if ipv6:
             return int(sock.getsockopt(socket.IPPROTO_IPV6, IPV6_MTU))
         return int(sock.getsockopt(socket.IPPROTO_IP, IP_MTU))
+
+
+def enable_kernel_timestamps(sock: socket.socket) -> bool:
+    """Ask the kernel to stamp each datagram `sock` receives with its arrival time
+    (SO_TIMESTAMPNS, wall clock, nanoseconds); whether it agreed."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def receive_delay_s(ancdata: list[tuple[int, int, bytes]], wall_now: float) -> float:
+    """How long ago (seconds, by the wall clock `wall_now`) the kernel received the
+    datagram whose control messages are `ancdata`: what to take off the time the reader
+    saw it, so an RTT does not count the wait for the receiving task. 0.0 without a
+    stamp, or when the wall clock stepped (a negative delay, or one past
+    MAX_RECEIVE_DELAY_S). Pure."""
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+            seconds, nanoseconds = _TIMESPEC.unpack_from(data)
+            delay = wall_now - (seconds + nanoseconds * 1e-9)
+            return delay if 0.0 <= delay <= MAX_RECEIVE_DELAY_S else 0.0
+    return 0.0

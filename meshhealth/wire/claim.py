@@ -20,6 +20,6 @@ class AggregatorClaim:
     since: float
 
 
-FIELDS = (Field("cluster", f.cluster_name), Field("node", f.node_name), Field("since", f.seconds))
+FIELDS = (Field("cluster", f.cluster_name), Field("node", f.node_name), f.time_field("since"))
 CLAIM = Codec.of("aggregator claim", AggregatorClaim, FIELDS)
 encode_claim, decode_claim = CLAIM.encode, CLAIM.decode

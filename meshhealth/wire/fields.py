@@ -3,6 +3,8 @@
 every value is checked the same way and every error names the field's place
 (`targets[0].paths["node/icmp"].loss`). Checks are small combinators over untrusted,
 already-unpacked msgpack data; the limits they take are named in the value's module.
+Every string field is read by `string`, which refuses control and bidi characters
+(`clean_text`): a value that holds one does not decode.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass, is_dataclass
 from enum import Enum
 from typing import Any
 
+from meshhealth import terminal_text
 from meshhealth.wire import keys
 
 MAX_TEXT_CHARS = 256  # version, labels, capabilities
@@ -175,11 +178,46 @@ def number(value: object, where: str) -> float:
     return value_f
 
 
-string = typed(lambda v: isinstance(v, str), "a string")
+_UNSAFE_CHAR = re.compile(
+    "[" + "".join(re.escape(chr(c)) for c in sorted(terminal_text.UNSAFE_CODES)) + "]"
+)
+
+
+def clean_text(value: str, where: str) -> str:
+    """`value` unless it holds a control character (C0, DEL, C1), a bidi control
+    (embedding, override, isolate, mark) or a line separator: every character
+    `terminal_text.escape` would show escaped. The one rule for every string of every
+    value, so nothing read from etcd can steer a terminal or reorder what users read."""
+    found = _UNSAFE_CHAR.search(value)
+    if found is not None:
+        raise DecodeError(
+            f"field '{where}': holds the control or bidi character "
+            f"{terminal_text.escape(found.group())} at position {found.start()}"
+        )
+    return value
+
+
+def string(value: object, where: str) -> str:
+    """A string (every string field is one): clean text, see `clean_text`."""
+    if not isinstance(value, str):
+        raise DecodeError(f"field '{where}': must be a string, got {type_name(value)}")
+    return clean_text(value, where)
+
+
 boolean = typed(lambda v: isinstance(v, bool), "true or false")
 fraction = rule(number, lambda v: 0.0 <= v <= 1.0, "must be 0..1, got {got}")  # loss, confidence
 seconds = rule(number, lambda v: v >= 0, "must not be negative, got {got}")  # a time or duration
 positive_seconds = rule(seconds, lambda v: v > 0, "must be > 0, got {got}")
+
+# The names of the fields that hold a point in time (unix seconds on the wire), as
+# `time_field` declares them: readers for people (`inspect -o text`) show them in ISO 8601.
+TIME_FIELD_NAMES: set[str] = set()
+
+
+def time_field(name: str, *, allow_nil: bool = False, default: Any = _REQUIRED) -> Field:
+    """A field holding a point in time: unix seconds (a float) on the wire."""
+    TIME_FIELD_NAMES.add(name)
+    return Field(name, nullable(seconds) if allow_nil else seconds, default)
 
 
 def text(max_chars: int = MAX_TEXT_CHARS, *, allow_empty: bool = False) -> Check:

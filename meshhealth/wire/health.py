@@ -84,7 +84,7 @@ PATH_FIELDS = (
     Field("rtt_s", f.nullable(f.seconds)),
     Field("loss", f.fraction),
     Field("state", _verdict, default=None),  # optional (suspicion)
-    Field("state_since", f.seconds, default=None),
+    f.time_field("state_since", default=None),
 )
 _path = f.record(PATH_FIELDS, PathHealth)
 
@@ -154,7 +154,7 @@ def _targets(r: HealthReport) -> list[dict[str, object]]:
 FIELDS = (
     Field("node", f.node_name),
     Field("cluster", f.cluster_name),
-    Field("probe_time", f.seconds),
+    f.time_field("probe_time"),
     Field("interval_s", f.positive_seconds),
     Field("targets", f.list_of(f.a_map, MAX_TARGETS, of=dict), get=_targets),
     # The family most targets' secondary paths are, once (a target of another says its own).
@@ -162,7 +162,7 @@ FIELDS = (
     Field("plan", f.record(PLAN_FIELDS, PlanInfo), default=None),
     # Local health awareness: only from an agent that is not well.
     Field("health_score", f.integer(0, MAX_HEALTH_SCORE), default=0),
-    Field("degraded_since", f.seconds, default=None),
+    f.time_field("degraded_since", default=None),
     Field(
         "degraded_reasons",
         f.list_of(

@@ -27,7 +27,7 @@ FIELDS = (
     Field("cidrs", f.list_of(f.cidr, MAX_CIDRS)),
     Field("health_port", f.integer(MIN_PORT, MAX_PORT)),
     Field("version", f.text(allow_empty=True)),
-    Field("started_at", f.seconds),
+    f.time_field("started_at"),
     Field("node_ip_secondary", f.ip, default=None),
     Field("health_ip_secondary", f.ip, default=None),
 )

@@ -8,10 +8,9 @@ from __future__ import annotations
 from meshhealth.model import RetainedNode
 from meshhealth.wire import fields as f
 from meshhealth.wire.envelope import Codec
-from meshhealth.wire.fields import Field
 from meshhealth.wire.node import NODE
 
-FIELDS = (Field("down_since", f.nullable(f.seconds)),)
+FIELDS = (f.time_field("down_since", allow_nil=True),)
 RETAINED = Codec(
     "retained node",
     lambda m: RetainedNode(NODE.read(m), **f.read(m, FIELDS)),

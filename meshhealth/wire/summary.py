@@ -117,7 +117,7 @@ FINDING_FIELDS = (
     Field("kind", _kind),
     Field("nodes", _node_list),
     Field("confidence", f.fraction),
-    Field("since", f.seconds),
+    f.time_field("since"),
     Field("evidence", f.text(MAX_EVIDENCE_CHARS, allow_empty=True)),
     Field("groups", _groups, default=()),
 )
@@ -137,7 +137,7 @@ DISCOUNTED_FIELDS = (
 FIELDS = (
     Field("cluster", f.cluster_name),
     Field("aggregator", f.node_name),
-    Field("generated_at", f.seconds),
+    f.time_field("generated_at"),
     Field("nodes", f.record(COUNT_FIELDS, NodeCounts)),
     Field(
         "observers",

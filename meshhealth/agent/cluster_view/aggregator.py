@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 
 import trio
 
@@ -39,7 +39,7 @@ from meshhealth.diagnosis.diagnose import diagnose
 from meshhealth.diagnosis.from_matrix import matrix_view
 from meshhealth.documents.matrix import build_matrix, stale_after_s
 from meshhealth.kvstore import Backoff, Etcd, EtcdError, LeaseIs, Put
-from meshhealth.matrix_source import HealthReports
+from meshhealth.matrix_source import HealthReports, registered_reports
 from meshhealth.model import HealthReport
 from meshhealth.wire import keys
 from meshhealth.wire.summary import ClusterSummary, encode_summary
@@ -64,23 +64,13 @@ def summarise(
     return summary, min(turns_stale, default=math.inf)
 
 
-def registered_reports(
-    reports: Sequence[HealthReport], registered: Collection[tuple[str, str]]
-) -> tuple[list[HealthReport], list[HealthReport]]:
-    """(the reports of registered (cluster, node)s, the others). Pure."""
-    kept: list[HealthReport] = []
-    ignored: list[HealthReport] = []
-    for report in reports:
-        is_registered = (report.cluster, report.node) in registered
-        (kept if is_registered else ignored).append(report)
-    return kept, ignored
-
-
 class Aggregator:
     """Publishes the cluster's summary while `election.leading`.
 
     `written` is the newest summary written (None before the first, and after this
-    agent stopped leading); `writes`, `write_errors` and `evaluations` count.
+    agent stopped leading); `evaluations` counts summaries built. Writes, their bytes
+    and failed writes are counted once, in `metrics` (key_kind=summary); `writes` reads
+    them back.
     """
 
     def __init__(
@@ -105,13 +95,15 @@ class Aggregator:
         self.metrics = metrics if metrics is not None else WriteCounters()
         self.reports: HealthReports | None = None  # while leading
         self.written: ClusterSummary | None = None
-        self.writes = 0
-        self.write_errors = 0
         self.evaluations = 0
         self._wake = trio.Event()
         self.registered = registered  # None: every report counts (tests of the summary)
         self.ignored: tuple[tuple[str, str], ...] = ()  # unregistered reporters, last time
         self._ignored_said: set[tuple[str, str]] = set()
+
+    @property
+    def writes(self) -> int:
+        return int(self.metrics.writes.value)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Aggregate while leading, wait while not; until cancelled."""
@@ -195,14 +187,13 @@ class Aggregator:
                 [LeaseIs(self.election.key, lease_id)], [Put(self.key, value, lease_id)]
             )
         except EtcdError as error:
-            self.write_errors += 1
+            self.metrics.count_error()
             log.warning("publishing %s: %s (retrying)", self.key, error)
             return False
         if not result.succeeded:  # the claim is not ours any more: the election will say
             log.info("not publishing %s: the aggregator claim moved", self.key)
             return True
         self.written = summary
-        self.writes += 1
         self.metrics.count(len(value))
         log.debug("published %s (%d bytes)", self.key, len(value))
         return True

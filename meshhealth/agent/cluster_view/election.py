@@ -27,6 +27,7 @@ from typing import Protocol
 import trio
 
 from meshhealth import defaults
+from meshhealth.agent.membership.lease_holder import LeaseHolder
 from meshhealth.change_count import ChangeCount
 from meshhealth.kvstore import (
     Backoff,
@@ -46,20 +47,6 @@ from meshhealth.wire.claim import AggregatorClaim, decode_claim, encode_claim
 from meshhealth.wire.fields import DecodeError
 
 log = logging.getLogger(__name__)
-
-
-class LeaseHolder(Protocol):
-    """What the election needs of the registrar: the node's lease, and word of a new one."""
-
-    @property
-    def lease_id(self) -> int | None: ...
-
-    @property
-    def changes(self) -> int: ...
-
-    async def wait_changed(self, seen: int) -> int:
-        """Return (the new change count) once the lease or the registration changed."""
-        ...
 
 
 class Fitness(Protocol):

@@ -63,11 +63,15 @@ class SummaryFollower:
         self.recheck_s = recheck_s
         self._summaries: dict[str, ClusterSummary] = {}
         self._tasks: dict[tuple[str, int], trio.CancelScope] = {}
-        self.invalid_values = 0
         self._invalid_metric = invalid_metric if invalid_metric is not None else CounterSeries()
         self._changes = ChangeCount()
 
     # --- what readers ask ------------------------------------------------------------
+
+    @property
+    def invalid_values(self) -> int:
+        """Values skipped as invalid: read from its metric series, the one count."""
+        return int(self._invalid_metric.value)
 
     def summary(self, cluster: str) -> ClusterSummary | None:
         return self._summaries.get(cluster)
@@ -132,7 +136,6 @@ class SummaryFollower:
         try:
             decoded = decode_cluster_value(key, value)
         except DecodeError as error:
-            self.invalid_values += 1
             self._invalid_metric.inc()
             log.warning("skipping invalid cluster summary %s: %s", key, error)
             return None

@@ -12,7 +12,8 @@ What `build_endpoint` makes (node ns = the namespace the agent runs in):
     node ns                                       endpoint ns (e.g. mh-health-lab1-node1)
     lxc_health (no address, proxy_arp=1)  <-veth->  eth0: HealthIP/32
     route HealthIP/32 dev lxc_health               lo up
-    net.ipv4.ip_forward=1                           default dev eth0 (on-link)
+    forwarding on lxc_health and the NodeIP's       default dev eth0 (on-link)
+    interface (net.ipv4.conf.IFACE.forwarding=1)
 
 The endpoint resolves every next hop on eth0 by ARP; the node answers for it (proxy ARP,
 no delay), so the endpoint needs no gateway address and the node needs no extra one.
@@ -22,11 +23,14 @@ the IPv6 way, since NDP has no proxy for a whole prefix:
 
     lxc_health: fe80::1/64 (the endpoint's gateway)    eth0: HealthIP6/128
     route HealthIP6/128 dev lxc_health                   default via fe80::1 dev eth0
-    net.ipv6.conf.all.forwarding=1
+    net.ipv6.conf.all.forwarding=1 (accept_ra 1 -> 2 where it was 1)
 
 with duplicate address detection off on both veth ends, so the addresses work at once.
 Each family's plumbing (sysctls included) is only made when the endpoint has an address
 of that family.
+Forwarding is set as narrowly as the kernel allows and recorded in a `SysctlLedger`
+(meshhealth.agent.health_endpoint.forwarding), which puts the values back when the
+agent removes its endpoint.
 The host-side veth carries the alias `meshhealth:<endpoint ns>`: only an interface with
 that alias is ever deleted, so an `lxc_health` that is not ours is never touched.
 """
@@ -45,6 +49,12 @@ import time
 from dataclasses import dataclass
 
 from meshhealth import defaults
+from meshhealth.agent.health_endpoint.forwarding import (
+    SysctlLedger,
+    forwarding_plan,
+    read_accept_ra,
+    read_uplinks,
+)
 from meshhealth.agent.health_endpoint.ip_command import (
     NOT_FOUND_MARKERS,
     PlumbingError,
@@ -99,6 +109,8 @@ class EndpointNetns:
     node_netns: str | None = None  # the agent's namespace; None: the calling process's
     host_iface: str = DEFAULT_HOST_IFACE
     health_ip_secondary: str | None = None  # dual stack: the other family's address
+    # the node's NodeIPs: IPv4 forwarding is set on their interfaces; (): host-wide
+    node_ips: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         netns_path(self.netns)  # raises ValueError on a bad name
@@ -280,8 +292,10 @@ def _refuse_node_netns(spec: EndpointNetns) -> None:
         )
 
 
-def build_endpoint(spec: EndpointNetns) -> BuiltEndpoint:
-    """Make namespace, veth, addresses, routes and sysctls from scratch.
+def build_endpoint(spec: EndpointNetns, ledger: SysctlLedger) -> BuiltEndpoint:
+    """Make namespace, veth, addresses, routes and sysctls from scratch; the node's
+    forwarding sysctls are changed through `ledger` (`ledger.restore()` in the node's
+    namespace puts them back).
 
     A namespace of that name that already exists is re-used (emptied of our veth first);
     a host-side veth left over from an earlier run is deleted and made again.
@@ -295,14 +309,15 @@ def build_endpoint(spec: EndpointNetns) -> BuiltEndpoint:
 
     if _link(spec.netns, ENDPOINT_IFACE) is not None:  # left by an earlier run
         _delete_link(spec.netns, ENDPOINT_IFACE)
-    host_index = _build_node_side(spec)
+    host_index = _build_node_side(spec, ledger)
     _build_endpoint_side(spec)
     return BuiltEndpoint(netns_inode=inode, host_ifindex=host_index)
 
 
-def _build_node_side(spec: EndpointNetns) -> int:
+def _build_node_side(spec: EndpointNetns, ledger: SysctlLedger) -> int:
     """The host-side veth (its peer goes straight into the endpoint namespace), its
-    sysctls and the routes to the HealthIPs. Returns the veth's ifindex."""
+    sysctls, the node's forwarding and the routes to the HealthIPs. Returns the veth's
+    ifindex."""
     node, iface = spec.node_netns, spec.host_iface
     _delete_host_iface(spec)
     ip_batch(
@@ -313,6 +328,7 @@ def _build_node_side(spec: EndpointNetns) -> int:
         ],
     )
     versions = {_version(ip) for ip in spec.addresses}
+    uplinks = read_uplinks(node, spec.node_ips) if 4 in versions else None
 
     def sysctls() -> None:
         if 6 in versions:
@@ -321,9 +337,14 @@ def _build_node_side(spec: EndpointNetns) -> int:
         if 4 in versions:
             _write_sysctl(f"net.ipv4.conf.{iface}.proxy_arp", "1")
             _write_sysctl(f"net.ipv4.neigh.{iface}.proxy_delay", "0")
-            _write_sysctl("net.ipv4.ip_forward", "1")
-        if 6 in versions:
-            _write_sysctl("net.ipv6.conf.all.forwarding", "1")
+        plan = forwarding_plan(
+            ipv4=4 in versions,
+            ipv6=6 in versions,
+            host_iface=iface,
+            uplinks=uplinks,
+            accept_ra=read_accept_ra() if 6 in versions else {},
+        )
+        ledger.apply(plan)
 
     call_in_netns(node, sysctls)
     commands = [f"address replace {GATEWAY6}/64 dev {iface}"] if 6 in versions else []

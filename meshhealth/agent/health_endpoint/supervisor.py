@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import ipaddress
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -41,8 +42,10 @@ from meshhealth.agent.health_endpoint.child import (
     stderr_logger,
     stop_process,
 )
+from meshhealth.agent.health_endpoint.forwarding import SysctlLedger
 from meshhealth.agent.health_endpoint.ip_command import PlumbingError
 from meshhealth.backoff import Backoff
+from meshhealth.netns import call_in_netns
 
 if TYPE_CHECKING:
     from meshhealth.agent.config import AgentConfig
@@ -101,7 +104,11 @@ class HealthEndpoint:
     """Supervisor of the health endpoint. Construct, then `await nursery.start(ep.run)`.
 
     `node_netns` (netns mode) names the namespace the node side lives in; None (the agent)
-    means the agent's own namespace. Tests pass a namespace they made.
+    means the agent's own namespace. Tests pass a namespace they made. `user`: the
+    responder drops to it once its sockets are open (`meshhealth responder --user`);
+    None keeps the agent's user and capabilities. `node_ips` (netns mode): IPv4
+    forwarding is switched on for their interfaces and the veth only; () sets it
+    host-wide. Forwarding changed in the node's namespace is put back on teardown.
     """
 
     def __init__(
@@ -115,6 +122,8 @@ class HealthEndpoint:
         netns: str | None = None,
         host_iface: str = defaults.ENDPOINT_HOST_IFACE,
         node_netns: str | None = None,
+        user: str | None = None,
+        node_ips: tuple[str, ...] = (),
         python: str = sys.executable,
         check_interval_s: float = defaults.ENDPOINT_CHECK_INTERVAL_S,
         ready_timeout_s: float = defaults.ENDPOINT_READY_TIMEOUT_S,
@@ -134,6 +143,7 @@ class HealthEndpoint:
                 )
         secondary_ip = None if secondary is None else str(secondary)
         self._spec: endpoint_netns.EndpointNetns | None = None
+        self._sysctls = SysctlLedger()
         if mode == "netns":
             if netns is None:
                 raise ValueError("netns mode needs the endpoint namespace name (netns=...)")
@@ -145,12 +155,14 @@ class HealthEndpoint:
                 node_netns=node_netns,
                 host_iface=host_iface,
                 health_ip_secondary=secondary_ip,
+                node_ips=node_ips,
             )
         # --exit-with-parent: if the agent is SIGKILLed, its responder must not live on
         # holding HealthIP:port (the restarted agent's endpoint would find it in use).
         argv = responder_argv(python, str(address), port, node_name, secondary_ip)
         at = argv.index("--listen")
-        self._argv = [*argv[:at], "--exit-with-parent", *argv[at:]]
+        run_as = [] if user is None else ["--user", user]
+        self._argv = [*argv[:at], "--exit-with-parent", *run_as, *argv[at:]]
         if self._spec is not None:
             self._argv = ["ip", "netns", "exec", self._spec.netns, *self._argv]
         self._check_interval_s = check_interval_s
@@ -316,7 +328,7 @@ class HealthEndpoint:
             if self._built is None:
                 # A responder may still run in a namespace that lost its name: stop it.
                 await self._thread(endpoint_netns.kill_netns_processes, spec.netns)
-                self._built = await self._thread(endpoint_netns.build_endpoint, spec)
+                self._built = await self._thread(endpoint_netns.build_endpoint, spec, self._sysctls)
                 log.info(
                     "health endpoint: built %s (veth %s, %s/32)",
                     spec.netns,
@@ -353,6 +365,16 @@ class HealthEndpoint:
             await self._thread(endpoint_netns.destroy_endpoint, self._spec)
         except (PlumbingError, OSError) as exc:
             log.warning("health endpoint: removing %s: %s", self._spec.netns, exc)
+        try:
+            restored, problems = await self._thread(
+                call_in_netns, self._spec.node_netns, self._sysctls.restore
+            )
+        except OSError as exc:
+            restored, problems = [], [f"entering the node's namespace: {exc}"]
+        for problem in problems:
+            log.warning("health endpoint: %s", problem)
+        if restored:
+            log.info("health endpoint: put back %s", ", ".join(restored))
 
     async def _thread(self, fn: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
@@ -364,7 +386,8 @@ def endpoint_from_config(
     """The endpoint an agent with `config` runs; None for mode `none` or no HealthIP.
 
     netns mode names the namespace `endpoint_netns_name(cluster, node)` unless `netns`
-    is given.
+    is given. A root agent's responder drops to `config.endpoint_user`; another user
+    cannot switch users, so its responder keeps that user.
     """
     if config.health_mode == "none" or config.health_ip is None:
         return None
@@ -378,4 +401,6 @@ def endpoint_from_config(
         health_ip_secondary=config.health_ip_secondary,
         netns=netns,
         node_netns=node_netns,
+        user=config.endpoint_user if os.geteuid() == 0 else None,
+        node_ips=tuple(ip for ip in (config.node_ip, config.node_ip_secondary) if ip),
     )

@@ -6,10 +6,14 @@
     targets = discovery.targets()
     diffs = discovery.subscribe()                   # ProbeSetDiff per change
 
-For each cluster: list `meshhealth/state/ip/v1/<cluster>/`, then watch it from the
-list's revision + 1. The watch resumes by itself after etcd restarts; when it cannot
-(compacted, or etcd's revision went back) the prefix is listed again and the probe set
-is replaced by the diff against what we had, so no target is lost or repeated.
+For each cluster: list `meshhealth/state/ip/v1/<cluster>/` and the node entries
+(`.../nodes/v1/<cluster>/`), then watch each from its list's revision + 1. An ip entry
+counts only when its node entry vouches for it (meshhealth.probe_set.vouched_entries:
+the node entry lists the address); the others are left out, and logged once per entry
+when their node's entry is there but does not list them.
+The watch resumes by itself after etcd restarts; when it cannot (compacted, or etcd's
+revision went back) the prefix is listed again and the probe set is replaced by the
+diff against what we had, so no target is lost or repeated.
 
 Values are untrusted: one that does not decode is skipped (its key counts as absent),
 logged once per key and revision, and counted in `invalid_values` (and in the
@@ -34,9 +38,15 @@ from meshhealth.change_count import ChangeCount
 from meshhealth.kvstore import KV, Etcd, EventKind, WatchEvent
 from meshhealth.kvstore.follow import follow_prefix
 from meshhealth.metrics import Counter, CounterSeries
-from meshhealth.model import IPEntry, Target
+from meshhealth.model import IPEntry, Node, Target
 from meshhealth.node_address_policy import NodeAddressPolicy, RefusedAddress, screen_targets
-from meshhealth.probe_set import ProbeSetDiff, TargetKey, build_probe_set, diff_probe_sets
+from meshhealth.probe_set import (
+    ProbeSetDiff,
+    TargetKey,
+    build_probe_set,
+    diff_probe_sets,
+    vouched_entries,
+)
 from meshhealth.wire import keys
 from meshhealth.wire.fields import DecodeError
 from meshhealth.wire.values import decode_value
@@ -69,12 +79,15 @@ class Discovery:
         self._entries: dict[str, dict[str, IPEntry]] = {c: {} for c, _ in self._sources}
         self._invalid: dict[str, dict[str, int]] = {c: {} for c, _ in self._sources}
         self._listed: set[str] = set()
+        self._nodes: dict[str, dict[str, Node]] = {c: {} for c, _ in self._sources}
+        self._nodes_listed: set[str] = set()
+        self.unvouched: tuple[tuple[str, IPEntry], ...] = ()  # of the last probe set built
+        self._unvouched_said: set[tuple[str, IPEntry]] = set()
         self._probe_set: dict[TargetKey, Target] = {}
         self._subscribers: list[trio.MemorySendChannel[ProbeSetDiff]] = []
         self.synced = trio.Event()
         self._versions = ChangeCount()
         self.updates = 0
-        self.invalid_values = 0
         self._invalid_metric = invalid_metric if invalid_metric is not None else CounterSeries()
         self.resyncs = 0
         self.dropped_subscribers = 0
@@ -84,6 +97,11 @@ class Discovery:
         self._refusals_said: set[RefusedAddress] = set()
 
     # --- reading ---------------------------------------------------------------------
+
+    @property
+    def invalid_values(self) -> int:
+        """Values skipped as invalid: read from its metric series, the one count."""
+        return int(self._invalid_metric.value)
 
     def probe_set(self) -> dict[TargetKey, Target]:
         """A copy of the current probe set, keyed by (cluster, node)."""
@@ -123,6 +141,7 @@ class Discovery:
             async with trio.open_nursery() as nursery:
                 for cluster, etcd in self._sources:
                     nursery.start_soon(self._follow, cluster, etcd)
+                    nursery.start_soon(self._follow_nodes, cluster, etcd)
                 task_status.started()
         finally:
             for send in self._subscribers:
@@ -147,6 +166,47 @@ class Discovery:
             on_error=failed,
         )
 
+    async def _follow_nodes(self, cluster: str, etcd: Etcd) -> None:
+        held = self._nodes[cluster]
+
+        def node_of(key: str, value: bytes) -> Node | None:
+            try:
+                node = decode_value(key, value)
+            except DecodeError:
+                return None  # peer nodes warns about it (meshhealth_kvstore_invalid_values)
+            return node if isinstance(node, Node) else None
+
+        def listed(kvs: Sequence[KV]) -> None:
+            held.clear()
+            for kv in kvs:
+                node = node_of(kv.key, kv.value)
+                if node is not None:
+                    held[kv.key] = node
+            self._nodes_listed.add(cluster)
+            self._publish()
+            self._note_synced()
+
+        def changed(events: Sequence[WatchEvent]) -> None:
+            for event in events:
+                held.pop(event.key, None)
+                node = None if event.kind is EventKind.DELETE else node_of(event.key, event.value)
+                if node is not None:
+                    held[event.key] = node
+            self._publish()
+
+        await follow_prefix(
+            etcd,
+            keys.nodes_prefix(cluster),
+            what=f"discovery of the nodes of cluster {cluster}",
+            on_list=listed,
+            on_events=changed,
+        )
+
+    def _note_synced(self) -> None:
+        every = {c for c, _ in self._sources}
+        if self._listed == every and self._nodes_listed == every:
+            self.synced.set()
+
     # --- state changes (trio thread only) ----------------------------------------------
 
     def _decode(self, cluster: str, key: str, value: bytes, revision: int) -> IPEntry | None:
@@ -158,7 +218,6 @@ class Discovery:
             invalid = self._invalid[cluster]
             if invalid.get(key) != revision:
                 invalid[key] = revision
-                self.invalid_values += 1
                 self._invalid_metric.inc()
                 log.warning("skipping invalid value of %s (revision %d): %s", key, revision, error)
             return None
@@ -180,8 +239,7 @@ class Discovery:
         self._entries[cluster] = entries
         self._listed.add(cluster)
         self._publish()
-        if len(self._listed) == len(self._sources):
-            self.synced.set()
+        self._note_synced()
 
     def _apply(self, cluster: str, events: Iterable[WatchEvent]) -> None:
         entries = self._entries[cluster]
@@ -211,12 +269,36 @@ class Discovery:
             if self._refused_metric is not None:
                 self._refused_metric.labels(reason=item.code).inc()
 
+    def _note_unvouched(self) -> None:
+        """Warn once per entry whose node entry exists but does not list it (an entry
+        whose node entry is not there yet may be a registration half seen: its node
+        entry comes in the same transaction, on the other watch)."""
+        nodes = {(c, n.name): n for c, held in self._nodes.items() for n in held.values()}
+        for cluster, entry in self.unvouched:
+            if (cluster, entry.node) not in nodes or (cluster, entry) in self._unvouched_said:
+                continue
+            self._unvouched_said.add((cluster, entry))
+            log.warning(
+                "discovery: ignoring the ip entry %s/%s of node %s: that node's entry does "
+                "not list it (NodeIP %s)",
+                cluster,
+                entry.ip,
+                entry.node,
+                nodes[(cluster, entry.node)].node_ip,
+            )
+
     def _publish(self) -> None:
-        new = build_probe_set(
-            (cluster, entry)
-            for cluster, entries in self._entries.items()
-            for entry in entries.values()
+        believed, unvouched = vouched_entries(
+            (
+                (cluster, entry)
+                for cluster, entries in self._entries.items()
+                for entry in entries.values()
+            ),
+            (node for nodes in self._nodes.values() for node in nodes.values()),
         )
+        self.unvouched = tuple(unvouched)
+        self._note_unvouched()
+        new = build_probe_set(believed)
         for key in self.exclude:
             new.pop(key, None)
         new, self.refused = screen_targets(new, self.address_policy)

@@ -49,11 +49,15 @@ class PeerNodes:
         self._on_nodes = on_nodes
         self._sources_check_s = sources_check_s
         self.by_cluster: dict[str, dict[str, Node]] = {}
-        self.invalid_values = 0
         self.lists = 0  # whole-prefix reads (one per cluster, again only to resync)
         self._invalid_metric = invalid_metric if invalid_metric is not None else CounterSeries()
         self._warned: set[str] = set()
         self._dirty = trio.Event()
+
+    @property
+    def invalid_values(self) -> int:
+        """Values skipped as invalid: read from its metric series, the one count."""
+        return int(self._invalid_metric.value)
 
     def nodes(self) -> list[Node]:
         return [node for nodes in self.by_cluster.values() for node in nodes.values()]
@@ -118,7 +122,6 @@ class PeerNodes:
         for line in errors:
             if line not in self._warned:
                 self._warned.add(line)
-                self.invalid_values += 1
                 self._invalid_metric.inc()
                 log.warning("skipping invalid node entry %s", line)
         return nodes

@@ -31,12 +31,12 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 import trio
 
 from meshhealth import defaults
 from meshhealth.agent.agent_metrics import WriteCounters
+from meshhealth.agent.membership.lease_holder import LeaseHolder
 from meshhealth.documents.status import NO_VERDICTS, Verdicts
 from meshhealth.kvstore import Backoff, Etcd, EtcdError
 from meshhealth.model import (
@@ -251,28 +251,15 @@ class PublishPolicy:
 # --- the I/O part ------------------------------------------------------------------------
 
 
-class LeaseHolder(Protocol):
-    """What the publisher needs of the registrar: the lease, and word when it changes."""
-
-    @property
-    def lease_id(self) -> int | None: ...
-
-    @property
-    def registrations(self) -> int: ...
-
-    async def wait_changed(self, seen: int) -> int:
-        """Return (the new change count) once lease_id or registrations changed."""
-        ...
-
-
 class Publisher:
     """Writes this node's HealthReport when `PublishPolicy` says so.
 
-    Counters: `writes`, `write_bytes`, `write_errors`, `writes_by_reason`, `settled`
-    (times the writer found nothing due and went to wait: a test waits on it to know a
-    round or a new lease was considered); `last_written` is the newest report written.
-    Each write also counts in `metrics` (meshhealth_kvstore_writes_total and
-    meshhealth_kvstore_write_bytes_total {key_kind=health}).
+    Writes, their bytes and failed writes are counted once, in `metrics`
+    (meshhealth_kvstore_writes_total, _write_bytes_total and _write_errors_total
+    {key_kind=health}), and read back as `writes`, `write_bytes`, `write_errors`;
+    `writes_by_reason` (first, change, refresh, ...) and `settled` (times the writer
+    found nothing due and went to wait: when a round or a new lease was considered) are
+    the publisher's own; `last_written` is the newest report written.
     """
 
     def __init__(
@@ -299,12 +286,21 @@ class Publisher:
         self._round: tuple[RoundReport, Mapping[PathKey, PathSummary], LocalHealthMark] | None
         self._round = None
         self._wake = trio.Event()
-        self.writes = 0
-        self.write_bytes = 0
-        self.write_errors = 0
         self.writes_by_reason: dict[str, int] = {}
         self.settled = 0
         self.last_written: HealthReport | None = None
+
+    @property
+    def writes(self) -> int:
+        return int(self.metrics.writes.value)
+
+    @property
+    def write_bytes(self) -> int:
+        return int(self.metrics.write_bytes.value)
+
+    @property
+    def write_errors(self) -> int:
+        return int(self.metrics.write_errors.value)
 
     def note_round(
         self,
@@ -340,7 +336,7 @@ class Publisher:
 
     def _registration(self) -> tuple[int, int] | None:
         lease_id = self.registrar.lease_id
-        return None if lease_id is None else (lease_id, self.registrar.registrations)
+        return None if lease_id is None else (lease_id, self.registrar.changes)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Write when due, until cancelled. etcd errors are retried with back-off."""
@@ -385,12 +381,10 @@ class Publisher:
         try:
             await self.etcd.put(self.key, value, lease_id=registration[0])
         except EtcdError as error:
-            self.write_errors += 1
+            self.metrics.count_error()
             log.warning("publishing %s: %s (retrying)", self.key, error)
             return False
         self.policy.written(change_signature(report), report.probe_time, trio.current_time())
-        self.writes += 1
-        self.write_bytes += len(value)
         self.writes_by_reason[reason] = self.writes_by_reason.get(reason, 0) + 1
         self.last_written = report
         self.metrics.count(len(value))

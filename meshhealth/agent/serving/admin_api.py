@@ -6,8 +6,8 @@
                            (504 after `probe_timeout_s`; the round itself goes on)
     GET /v1/matrix         the cluster-wide matrix (docs/clustermesh.md), read from etcd
 
-Errors: unknown path 404, wrong method 405 (with `Allow`), malformed request 400, a body
-too large 413, all `{"error": "..."}`.
+Errors: unknown path 404, wrong method 405 (with `Allow`) (route_table.py), malformed
+request 400, a body too large 413, all `{"error": "..."}`.
 
 The socket exists from the moment `serve_admin_api` has started (before etcd or the
 first round): the lesson of cilium-health's `dial unix ...: no such file or directory`.
@@ -26,20 +26,13 @@ from typing import Protocol
 import trio
 
 from meshhealth import defaults
+from meshhealth.agent.serving.route_table import Route, RouteTable
 from meshhealth.agent.serving.unix_socket import unix_listener
 from meshhealth.documents.matrix_json import MatrixDocument
 from meshhealth.documents.status_schema import HealthzDocument, StatusDocument
 from meshhealth.http_server import HttpRequest, HttpResponse, ServerLimits, serve_http
 
 JSON = "application/json"
-
-# path -> {method: action}
-ROUTES: dict[str, dict[str, str]] = {
-    "/v1/healthz": {"GET": "healthz"},
-    "/v1/status": {"GET": "status"},
-    "/v1/status/probe": {"PUT": "probe"},
-    "/v1/matrix": {"GET": "matrix"},
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,41 +80,34 @@ def json_error(status_code: int, message: str) -> HttpResponse:
     return json_response(status_code, {"error": message})
 
 
-def route(method: str, path: str) -> str | HttpResponse:
-    """The action for a request (`healthz`, `status`, `probe`), or the error answer."""
-    methods = ROUTES.get(path.rstrip("/") or "/")
-    if methods is None:
-        return json_error(404, f"no such endpoint: {path} (try GET /v1/status)")
-    action = methods.get(method)
-    if action is None:
-        allowed = ", ".join(methods)
-        return json_response(
-            405,
-            {"error": f"method {method} not allowed on {path} (allowed: {allowed})"},
-            (("Allow", allowed),),
-        )
-    return action
+def admin_routes(handler: AdminHandler, *, probe_timeout_s: float) -> RouteTable:
+    """The admin API's endpoints (the module's docstring lists them)."""
 
-
-async def answer(
-    request: HttpRequest, handler: AdminHandler, *, probe_timeout_s: float
-) -> HttpResponse:
-    action = route(request.method, request.path)
-    if isinstance(action, HttpResponse):
-        return action
-    if action == "healthz":
+    async def healthz(_: HttpRequest) -> HttpResponse:
         return json_response(200, handler.healthz())
-    if action == "status":
+
+    async def status(_: HttpRequest) -> HttpResponse:
         return json_response(200, handler.status())
-    if action == "matrix":
+
+    async def matrix(_: HttpRequest) -> HttpResponse:
         return json_response(200, await handler.matrix())
-    with trio.move_on_after(probe_timeout_s):
-        return json_response(200, await handler.probe_now())
-    return json_error(
-        504,
-        f"the probe round did not finish within {probe_timeout_s:g}s; "
-        "GET /v1/status shows the last results",
-    )
+
+    async def probe(_: HttpRequest) -> HttpResponse:
+        with trio.move_on_after(probe_timeout_s):
+            return json_response(200, await handler.probe_now())
+        return json_error(
+            504,
+            f"the probe round did not finish within {probe_timeout_s:g}s; "
+            "GET /v1/status shows the last results",
+        )
+
+    routes = [
+        Route("/v1/healthz", "GET", healthz),
+        Route("/v1/status", "GET", status),
+        Route("/v1/status/probe", "PUT", probe),
+        Route("/v1/matrix", "GET", matrix),
+    ]
+    return RouteTable("admin API", routes, error=json_error, hint="try GET /v1/status")
 
 
 async def serve_admin_api(
@@ -138,14 +124,12 @@ async def serve_admin_api(
     socket accepts connections. AdminSocketError (before `started`) when the path is in
     use or cannot be bound."""
 
-    async def handle(request: HttpRequest) -> HttpResponse:
-        return await answer(request, handler, probe_timeout_s=probe_timeout_s)
-
+    table = admin_routes(handler, probe_timeout_s=probe_timeout_s)
     async with unix_listener(socket_path, mode) as listener:
         task_status.started(socket_path)
         await serve_http(
             listener,
-            handle,
+            table.answer,
             json_error,
             ServerLimits(max_connections=max_connections, read_timeout_s=read_timeout_s),
             name=f"admin API {socket_path}",

@@ -18,6 +18,12 @@ each client has its own task that sends from its queue, so a slow or stuck clien
 ever delays itself. A client that falls too far behind gets one `lagging` message and
 is disconnected (after `lagging_grace_s` at most, whether it reads or not).
 
+On TCP (`--feed-listen`) an upgrade that carries an `Origin` (a browser page) is refused
+(403, no WebSocket) unless the origin is allowed by the web page's rule
+(meshhealth.agent.serving.web_access: this address and port, or another agent's NodeIP
+on it); `meshhealth watch --url` sends none and is served. The unix socket checks
+nothing (its mode does).
+
 trio-websocket's `serve_websocket` only listens on TCP; both listeners here accept trio
 streams themselves and hand each to `trio_websocket.wrap_server_stream`, so the unix
 socket and TCP share one code path. trio-websocket (and wsproto under it: 3.6 MB) is
@@ -30,7 +36,7 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -38,6 +44,7 @@ import trio
 
 from meshhealth import defaults
 from meshhealth.agent.serving.unix_socket import unix_listener
+from meshhealth.agent.serving.web_access import WebAccess
 from meshhealth.documents.feed import (
     FEED_PATH,
     ROUND_KEY,
@@ -86,6 +93,7 @@ class FeedStats:
     connected_total: int = 0
     lagging_total: int = 0
     rejected_total: int = 0
+    origin_refused_total: int = 0  # upgrades from a page whose Origin is not allowed
     messages_built: int = 0  # snapshot, path and round messages (none while nobody watches)
 
 
@@ -232,8 +240,21 @@ async def _load_websocket_library() -> None:
         )
 
 
-async def handle_feed_stream(stream: trio.abc.Stream, hub: FeedHub, name: str) -> None:
-    """One connection: the opening handshake, then the client's queue until it ends."""
+OriginCheck = Callable[[str | None], bool]
+
+
+def _origin(headers: Sequence[tuple[bytes, bytes]]) -> str | None:
+    for name, value in headers:
+        if name.lower() == b"origin":
+            return value.decode("latin-1")
+    return None
+
+
+async def handle_feed_stream(
+    stream: trio.abc.Stream, hub: FeedHub, name: str, *, origin_allowed: OriginCheck | None = None
+) -> None:
+    """One connection: the opening handshake, then the client's queue until it ends.
+    With `origin_allowed`, an upgrade whose `Origin` it refuses gets 403."""
     await _load_websocket_library()
     from trio_websocket import ConnectionClosed, HandshakeError, wrap_server_stream
 
@@ -241,7 +262,14 @@ async def handle_feed_stream(stream: trio.abc.Stream, hub: FeedHub, name: str) -
         try:
             with trio.fail_after(hub.limits.handshake_timeout_s):
                 request = await wrap_server_stream(nursery, stream)
-                if request.path.split("?", 1)[0] != FEED_PATH:
+                origin = _origin(request.headers)
+                if origin_allowed is not None and not origin_allowed(origin):
+                    hub.stats.origin_refused_total += 1
+                    log.warning("%s: refused a feed upgrade from a page of %r", name, origin)
+                    body = f"the feed is not served to pages of {origin!r}\n".encode()
+                    await request.reject(403, body=body)
+                    ws = None
+                elif request.path.split("?", 1)[0] != FEED_PATH:
                     await request.reject(404, body=f"the feed is at {FEED_PATH}\n".encode())
                     ws = None
                 elif len(hub.clients) >= hub.limits.max_clients:
@@ -276,7 +304,13 @@ async def handle_feed_stream(stream: trio.abc.Stream, hub: FeedHub, name: str) -
             nursery.cancel_scope.cancel()
 
 
-async def serve_feed(listener: trio.abc.Listener[Any], hub: FeedHub, where: str) -> None:
+async def serve_feed(
+    listener: trio.abc.Listener[Any],
+    hub: FeedHub,
+    where: str,
+    *,
+    origin_allowed: OriginCheck | None = None,
+) -> None:
     """Accept connections on `listener` until cancelled; each in its own task. At most
     FEED_MAX_CONNECTIONS at once, handshakes included, and FEED_MAX_PER_SOURCE from one
     address (TCP): a flood of half-open connections cannot hold the agent's tasks."""
@@ -285,7 +319,7 @@ async def serve_feed(listener: trio.abc.Listener[Any], hub: FeedHub, where: str)
     async def serve_one(stream: trio.abc.Stream) -> None:
         nonlocal counter
         counter += 1
-        await handle_feed_stream(stream, hub, f"{where}#{counter}")
+        await handle_feed_stream(stream, hub, f"{where}#{counter}", origin_allowed=origin_allowed)
 
     await accept_connections(
         listener,
@@ -315,15 +349,25 @@ async def serve_feed_tcp(
     port: int,
     hub: FeedHub,
     *,
+    node_ips: Sequence[str | None] = (),
+    peer_ips: Callable[[], Sequence[str | None]] = lambda: (),
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The feed on TCP `host:port` (port 0: any free port; `started` gives the port)."""
+    """The feed on TCP `host:port` (port 0: any free port; `started` gives the port).
+    A browser page may open it only from an origin the web page's rule allows
+    (`node_ips`: this node's addresses; `peer_ips()`: other agents')."""
     listeners = await trio.open_tcp_listeners(port, host=host, backlog=defaults.FEED_LISTEN_BACKLOG)
     listener = listeners[0]
     bound_port: int = listener.socket.getsockname()[1]
+    access = WebAccess.for_listen(host, bound_port, node_ips=node_ips)
     try:
         task_status.started(bound_port)
-        await serve_feed(listener, hub, f"{host}:{bound_port}")
+        await serve_feed(
+            listener,
+            hub,
+            f"{host}:{bound_port}",
+            origin_allowed=lambda origin: access.origin_allowed(origin, peer_ips()),
+        )
     finally:
         for each in listeners:
             each.socket.close()

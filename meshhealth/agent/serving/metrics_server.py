@@ -2,8 +2,8 @@
 
     port = await nursery.start(serve_metrics, "127.0.0.1", 9962, registry)
 
-`GET /metrics` (and `GET /`) -> 200 `text/plain; version=0.0.4`; HEAD is not needed by
-Prometheus and answered 405 like other methods; other paths -> 404.
+`GET /metrics` (and `GET /`) -> 200 `text/plain; version=0.0.4` (HEAD: its head); other
+methods 405, other paths 404 (route_table.py).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import trio
 
 from meshhealth import defaults
+from meshhealth.agent.serving.route_table import Route, RouteTable
 from meshhealth.http_server import (
     HttpRequest,
     HttpResponse,
@@ -24,13 +25,14 @@ from meshhealth.metrics import CONTENT_TYPE, Registry
 TEXT = "text/plain; charset=utf-8"
 
 
-def metrics_response(request: HttpRequest, registry: Registry) -> HttpResponse:
-    """The answer to one request. Pure apart from reading the registry."""
-    if request.path not in ("/metrics", "/"):
-        return text_error(404, f"not found: {request.path} (try /metrics)")
-    if request.method != "GET":
-        return HttpResponse(405, b"method not allowed\n", TEXT, headers=(("Allow", "GET"),))
-    return HttpResponse(200, registry.expose().encode(), CONTENT_TYPE)
+def metrics_routes(registry: Registry) -> RouteTable:
+    """`GET /metrics` and `GET /`: the registry's exposition."""
+
+    async def expose(_: HttpRequest) -> HttpResponse:
+        return HttpResponse(200, registry.expose().encode(), CONTENT_TYPE)
+
+    routes = [Route("/metrics", "GET", expose), Route("/", "GET", expose)]
+    return RouteTable("metrics", routes, error=text_error, hint="try /metrics")
 
 
 def text_error(status_code: int, message: str) -> HttpResponse:
@@ -51,13 +53,11 @@ async def serve_metrics(
     listener = await open_tcp_listener(host, port)  # ValueError for a name, OSError
     port_bound = bound_port(listener)
 
-    async def handle(request: HttpRequest) -> HttpResponse:
-        return metrics_response(request, registry)
-
+    table = metrics_routes(registry)
     task_status.started(port_bound)
     await serve_http(
         listener,
-        handle,
+        table.answer,
         text_error,
         ServerLimits(max_connections=max_connections, read_timeout_s=read_timeout_s),
         name=f"metrics {host}:{port_bound}",

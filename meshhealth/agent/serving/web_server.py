@@ -17,17 +17,17 @@ One TCP port serves everything the page needs, all from the package (no CDN):
     GET /v1/feed (Upgrade: websocket)   the live feed of `meshhealth watch`
 
 The matrix is read from etcd at most once per `max_age_s` whatever the number of viewers
-(`MatrixCache`, single flight). Only GET (and HEAD for the assets) is served; the page
-is read-only. A request whose `Host` does not name this page is refused (421, DNS
-rebinding), and so is a WebSocket upgrade from a foreign page's `Origin` (403);
-`/v1/web/cell` names another agent's page of the mesh in `Access-Control-Allow-Origin`
-(never `*`), so that a page opened on one agent can show the history another agent
-keeps of its own paths (web_access.py).
+(`MatrixCache`, single flight). Only GET (and HEAD) is served, from one route table
+(route_table.py); the page is read-only. A request whose `Host` does not name this page
+is refused (421, DNS rebinding), and so is a WebSocket upgrade from a foreign page's
+`Origin` (403); `/v1/web/cell` names another agent's page of the mesh in
+`Access-Control-Allow-Origin` (never `*`), so that a page opened on one agent can show
+the history another agent keeps of its own paths (web_access.py).
 
 A connection's first request head is read here: a WebSocket upgrade to the feed goes,
-with the bytes already read, to the feed's handler (`ReplayStream`); anything else to an
-h11 loop. The server's own limits (connections, read timeout) are those of
-meshhealth.http_server.
+with the bytes already read, to the feed's handler (`ReplayStream`); anything else to
+the agent's one HTTP connection loop (meshhealth.http_server.serve_connection), with its
+limits (connections, read timeout).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ import trio
 from meshhealth import defaults
 from meshhealth.agent.path_history import PathHistory
 from meshhealth.agent.serving.feed_server import FeedHub, handle_feed_stream
+from meshhealth.agent.serving.route_table import Route, RouteTable
 from meshhealth.agent.serving.web_access import WebAccess, is_wildcard
 from meshhealth.agent.serving.web_views import (
     cell_document,
@@ -59,12 +60,13 @@ from meshhealth.http_server import (
     ClientGoneError,
     HttpRequest,
     HttpResponse,
-    RequestRejectedError,
+    ServerLimits,
     accept_connections,
     bound_port,
     open_tcp_listener,
     read_request,
     send_response,
+    serve_connection,
 )
 from meshhealth.model import REACHABILITY_PROTOCOLS, PathKey, Target, TargetType, path_name
 
@@ -176,37 +178,45 @@ class WebApp:
         self.matrix = MatrixCache(data.read_matrix, max_age_s)
         # The compact document of the cached matrix, encoded once for every viewer.
         self._compact: tuple[Matrix, bytes] | None = None
+        self.routes = RouteTable(
+            "web",
+            [
+                *(Route(path, "GET", self._asset) for path in ASSETS),
+                Route("/v1/web/status", "GET", self._status),
+                Route("/v1/web/matrix", "GET", self._compact_matrix),
+                Route("/v1/web/cell", "GET", self._cell),
+                Route(FEED_PATH, "GET", self._feed_without_upgrade),
+            ],
+            error=text_error,
+            hint="the page is at /",
+        )
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
         host = header(request.headers, "host")
         if not self.access.host_allowed(host):
             return text_error(421, f"web: Host {host!r} is not this page's address")
-        if request.method not in ("GET", "HEAD"):
-            return HttpResponse(405, b"method not allowed\n", TEXT, headers=(("Allow", "GET"),))
-        asset = ASSETS.get(request.path)
-        if asset is not None:
-            name, content_type = asset
-            return HttpResponse(
-                200,
-                self.assets[name],
-                content_type,
-                headers=(
-                    ("Cache-Control", "no-cache"),
-                    ("Content-Security-Policy", CONTENT_SECURITY_POLICY),
-                    ("X-Content-Type-Options", "nosniff"),
-                ),
-            )
-        if request.path == "/v1/web/status":
-            return _json_response(self.data.status())
-        if request.path == "/v1/web/matrix":
-            return await self._compact_matrix()
-        if request.path == "/v1/web/cell":
-            return await self._cell(request.query, header(request.headers, "origin"))
-        if request.path == FEED_PATH:
-            return text_error(400, f"{FEED_PATH} is a WebSocket: connect with Upgrade: websocket")
-        return text_error(404, f"not found: {request.path}")
+        return await self.routes.answer(request)
 
-    async def _compact_matrix(self) -> HttpResponse:
+    async def _asset(self, request: HttpRequest) -> HttpResponse:
+        name, content_type = ASSETS[request.path]
+        return HttpResponse(
+            200,
+            self.assets[name],
+            content_type,
+            headers=(
+                ("Cache-Control", "no-cache"),
+                ("Content-Security-Policy", CONTENT_SECURITY_POLICY),
+                ("X-Content-Type-Options", "nosniff"),
+            ),
+        )
+
+    async def _status(self, _: HttpRequest) -> HttpResponse:
+        return _json_response(self.data.status())
+
+    async def _feed_without_upgrade(self, _: HttpRequest) -> HttpResponse:
+        return text_error(400, f"{FEED_PATH} is a WebSocket: connect with Upgrade: websocket")
+
+    async def _compact_matrix(self, _: HttpRequest) -> HttpResponse:
         matrix = await self.matrix.get()
         if self._compact is None or self._compact[0] is not matrix:
             document = compact_matrix_document(matrix, self.data.nodes())
@@ -214,8 +224,9 @@ class WebApp:
             self._compact = (matrix, body)
         return HttpResponse(200, self._compact[1], JSON, headers=(("Cache-Control", "no-store"),))
 
-    async def _cell(self, query: str, origin: str | None) -> HttpResponse:
-        params = parse_qs(query)
+    async def _cell(self, request: HttpRequest) -> HttpResponse:
+        origin = header(request.headers, "origin")
+        params = parse_qs(request.query)
         try:
             source = parse_node_ref(params.get("source", [""])[0])
             target = parse_node_ref(params.get("target", [""])[0])
@@ -299,33 +310,6 @@ def is_feed_upgrade(head: bytes) -> bool:
     return False
 
 
-async def _serve_http(stream: trio.abc.Stream, app: WebApp, read_timeout_s: float) -> None:
-    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=defaults.HTTP_SERVER_MAX_HEAD_BYTES)
-    while True:
-        try:
-            with trio.fail_after(read_timeout_s):
-                request = await read_request(stream, conn, max_body_bytes=0)
-        except trio.TooSlowError:
-            return
-        except RequestRejectedError as error:
-            response = text_error(error.status_code, str(error))
-            with trio.move_on_after(read_timeout_s):
-                await _send(stream, conn, response, head_only=False, close=True)
-            return
-        try:
-            response = await app.handle(request)
-        except Exception:  # one failing request must not stop the page: log, answer 500
-            log.exception("web: %s %s failed", request.method, request.path)
-            response = text_error(500, f"internal error answering {request.path}")
-        with trio.move_on_after(read_timeout_s) as write:
-            await _send(stream, conn, response, head_only=request.method == "HEAD", close=False)
-        if write.cancelled_caught:
-            return
-        if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
-            return
-        conn.start_next_cycle()
-
-
 async def _send(
     stream: trio.abc.Stream,
     conn: h11.Connection,
@@ -393,6 +377,7 @@ async def serve_web(
             where,
             ", ".join(sorted(access.hosts)),
         )
+    limits = ServerLimits(max_connections, read_timeout_s, max_body_bytes=0)
     counter = 0
 
     async def serve_one(stream: trio.abc.Stream) -> None:
@@ -410,7 +395,7 @@ async def serve_web(
                     return
                 await handle_feed_stream(replay, data.feed, f"{where}#{counter}")
             else:
-                await _serve_http(replay, app, read_timeout_s)
+                await serve_connection(replay, app.handle, text_error, limits, where)
         except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError):
             return
         except ClientGoneError:
