@@ -29,6 +29,8 @@ ROUND_SPREAD_FRACTION: Final = 0.2
 # ICMP echo requests per probe and their spacing: the same as Cilium 1.17+.
 ICMP_COUNT: Final = 3
 ICMP_INTERVAL_S: Final = 0.1
+# `meshhealth probe --trace`: the highest TTL tried, as traceroute's default.
+TRACE_MAX_HOPS: Final = 30
 # The don't-fragment MTU probe (one big echo per round to each NodeIP): its IP packet
 # size. MTU_PROBE_AUTO (the default) takes the MTU of the route to each target, so a
 # path that cannot carry full-size packets shows however the link is configured;
@@ -345,6 +347,23 @@ AGGREGATOR_UNFIT_GRACE_S: Final = 5.0
 # clustermesh remotes have no event); a new remote's summary is followed within this.
 SUMMARY_SOURCES_RECHECK_S: Final = 5.0
 
+# --- findings timeline (meshhealth.diagnosis.timeline, agent/cluster_view/timeline.py)
+# Closed events are kept this long: a week covers "what broke over the weekend" and the
+# usual incident review, and at one event per opened finding it stays small.
+EVENTS_MAX_AGE_S: Final = 7 * 24 * 3600.0
+# ... and at most this many events per cluster (the oldest closed ones go first): about
+# 3 MB in etcd at ~300 bytes an event, listed in one `meshhealth events` in well under a
+# second; a flapping cluster cannot fill etcd with its history.
+EVENTS_MAX_COUNT: Final = 10_000
+# An open event is written again while it lasts only when its confidence grew by this
+# much since it was written (at most 10 writes per event): its evidence at its strongest
+# reaches etcd without one write per round; the strongest of all is written when it
+# closes.
+EVENTS_STRONGER_STEP: Final = 0.1
+# Events written (or deleted) in one transaction at most: etcd refuses a transaction of
+# more than 128 operations (--max-txn-ops) and the claim check is one more.
+EVENTS_TXN_OPS: Final = 64
+
 # --- clustermesh (meshhealth.agent.membership.clustermesh) ----------------------------
 # A remote cluster refused (id clash, wrong name) or without a cluster-config entry yet
 # is checked again this often: fixing the remote needs no agent restart.
@@ -398,6 +417,11 @@ WEB_READ_TIMEOUT_S: Final = 10.0
 # The matrix the page shows is read from etcd at most once per this share of the probe
 # interval, however many viewers ask: viewers add no etcd load beyond that.
 WEB_MATRIX_MAX_AGE_FRACTION: Final = 0.5
+# The page's timeline strip shows the findings of the last day (the question after a
+# night's incident), read from etcd at most once per this long however many viewers ask:
+# events change when a finding opens or closes, a minute late is early enough.
+WEB_EVENTS_WINDOW_S: Final = 24 * 3600.0
+WEB_EVENTS_MAX_AGE_S: Final = 30.0
 
 # --- suspicion (meshhealth.diagnosis.suspicion, docs/diagnosis.md) --------------------
 # Shortest suspicion time, in probe intervals, scaled by max(1, log10(N)): half an interval
@@ -506,3 +530,20 @@ PLAN_FULL_MESH_MAX_NODES: Final = 16
 # The pair-coverage bound reported by docs and bench: every ordered pair is probed
 # within the bound but with this probability.
 PLAN_COVER_MISS_PROBABILITY: Final = 1e-6
+
+# --- per-pair roll-ups (meshhealth/agent/path_rollups.py, docs/report.md) --------------
+# 10-minute windows are kept a day: "what was broken at 03:12" is asked about last night.
+ROLLUP_KEEP_MINUTES10_S: Final = 24 * 3600
+# Hourly windows are kept a week: an SLA is read over days and weeks, and an hour costs
+# what a 10-minute window costs (about 12 bytes).
+ROLLUP_KEEP_HOURS_S: Final = 7 * 24 * 3600
+# The bound of one node's roll-up value (wire/rollup.py, about 12 bytes a window): 64 MB
+# of etcd at 1,000 nodes, 320 MB at 5,000 (etcd's default quota is 2 GiB). It holds a
+# day of 10-minute windows and a week of hours for 12 paths (a full mesh of 3 nodes);
+# past that the oldest windows go first, each kind keeping about half of the bytes: a
+# full mesh of 16 nodes keeps 7 h of 10-minute windows and 42 h of hours.
+ROLLUP_MAX_BYTES: Final = 64 * 1024
+# A node writes its value this node's share of this long after a window closed (a hash
+# of its name): N nodes write N / 600 values a second, evenly, instead of N at once
+# after each boundary; half the window, so a value is never more than 5 minutes late.
+ROLLUP_WRITE_SPREAD_S: Final = 300.0

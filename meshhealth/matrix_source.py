@@ -340,8 +340,8 @@ class RegisteredNodes:
             self._values[prefix] = {kv.key: kv.value for kv in kvs}
             self._listed_prefixes.add(prefix)
             if len(self._listed_prefixes) == len(self.prefixes):
+                self.listed.set()  # before on_change: it may wait for `listed`
                 self._update()
-                self.listed.set()
 
         await follow_prefix(
             self.etcd,

@@ -133,6 +133,9 @@ class ProbeResult:
     # ICMP from the pinger: one per request sent, in order, None for no reply (what
     # `probe -C` lists); empty when unknown. Not part of equality.
     request_rtts_s: tuple[float | None, ...] = field(default=(), compare=False)
+    # ICMP: the hop count of the newest reply, from its TTL (probe/hop_count.py); None
+    # without a reply, for HTTP, or when the TTL was not read
+    hops: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -6,6 +6,7 @@
     format_age_short(125)        '2m'        how long ago, one unit (narrow columns)
     iso_time(1795000000)         '2026-11-18T11:06:40Z'
     parse_iso_time('2026-11-18T11:06:40Z')   1795000000.0
+    parse_duration('1h30m')      5400.0      a duration users type (`--since 2h`)
 
 Durations are printed the way Go (and so cilium-health) prints them: like Go's
 `time.Duration.String()` (units ns, µs, ms, s; `1m30s`, `1h2m3s` past a minute; `0s` for
@@ -20,9 +21,13 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 
 _SIG_DIGITS = 4
 _ISO_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+_DURATION_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+_DURATION_RE = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?[dhms])+")
+_DURATION_PART_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([dhms])")
 
 
 def _trim(value: float, sig_digits: int = _SIG_DIGITS) -> str:
@@ -113,3 +118,13 @@ def parse_iso_time(text: str) -> float:
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=dt.UTC)
     return stamp.timestamp()
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of a duration such as `2h`, `90s`, `1h30m`, `7d`, `1.5h` (units d, h,
+    m, s). ValueError naming the text for anything else."""
+    if not _DURATION_RE.fullmatch(text):
+        raise ValueError(
+            f"invalid duration {text!r}: use a number and a unit, d, h, m or s (2h, 1h30m)"
+        )
+    return sum(float(n) * _DURATION_UNITS[unit] for n, unit in _DURATION_PART_RE.findall(text))

@@ -98,7 +98,9 @@ def _ok(path: PathKey, round_index: int, started_at: float) -> ProbeResult:
     if path.protocol is not Protocol.HTTP:
         rtts = (base * jitter, base * jitter, base * jitter)
         size = MTU_PROBE_BYTES if path.protocol is Protocol.ICMP_DF else 0
-        return ProbeResult(ProbeStatus.OK, started_at, rtts, 3, 3, size_bytes=size)
+        # Hops from the replies' TTL: the node on the same link, its endpoint behind it.
+        hops = 1 if path.target_type is TargetType.NODE else 2
+        return ProbeResult(ProbeStatus.OK, started_at, rtts, 3, 3, size_bytes=size, hops=hops)
     return ProbeResult(ProbeStatus.OK, started_at, (base * jitter,), sent=1, received=1)
 
 

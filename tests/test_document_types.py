@@ -127,3 +127,19 @@ def test_feed_messages_match_their_types() -> None:
     assert summary is not None
     assert_shape(feed.path_message(key, "10.1.0.2", summary, ["status"], 9), feed.PathMessage)
     assert RoundReport  # the round message is built from the status document, not a report
+
+
+def test_the_events_document_matches_its_type() -> None:
+    from meshhealth.documents import events
+    from meshhealth.wire.event import FindingEvent
+
+    t0 = matrix_stories.NOW
+    closed = FindingEvent(
+        "lab1", "1795000000000-0123456789ab", "partition", ("lab1/n2",), 1.0, "split", t0,
+        t0 + 60, (("lab1/n1",), ("lab1/n2",)), "n1", "n3",
+    )  # fmt: skip
+    still = FindingEvent("lab1", "1795000100000-0123456789ab", "path", ("lab1/a",), 0.5, "x", t0)
+    doc = events.events_document([closed, still], now=t0 + 120, since=t0 - 3600)
+    assert_shape(json.loads(json.dumps(doc)), events.EventsJSON)
+    assert doc["events"][1]["closed_at"] is None and doc["events"][1]["duration_s"] == 120.0
+    assert_shape(events.events_document([], now=t0, since=None), events.EventsJSON)

@@ -149,3 +149,16 @@ def test_fabric_rules_cover_every_family_of_the_lab(ip_mode: str) -> None:
     mtu = F.fabric_script("mtu", goal.target, plan, goal.groups, goal.size)
     assert "ip6 length > 1360 drop" in mtu  # IPv6's length leaves out its 40-byte header
     assert ("ip length > 1400 drop" in mtu) == (ip_mode == "dual")
+
+
+def test_link_drop_takes_one_rack_of_a_lab_with_racks() -> None:
+    from meshhealth.lab.fault_targets import parse_target
+
+    plan = P.make_plan("mh", 4, racks=2)
+    assert parse_target(plan, "link-drop", ["rack2"]).target == "rack2"
+    with pytest.raises(P.PlanError, match="needs one RACK"):
+        parse_target(plan, "link-drop", [])
+    with pytest.raises(P.PlanError, match="no rack 'rack3'"):
+        parse_target(plan, "link-drop", ["rack3"])
+    with pytest.raises(P.PlanError, match="racks: none"):
+        parse_target(P.make_plan("mh", 4), "link-drop", ["rack1"])

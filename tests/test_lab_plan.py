@@ -103,6 +103,8 @@ def test_plan_rejects(prefix: str, nodes: int, clusters: int, message: str) -> N
         ("mh-lab1-node1x", False),
         ("mh-lab1-node1-ep", True),
         ("mh2-lab1-node1-ep", False),
+        ("mh-router", True),
+        ("mh2-router", False),
     ],
 )
 def test_netns_pattern_is_this_prefix_only(name: str, matches: bool) -> None:
@@ -386,3 +388,131 @@ def test_lab_down_counts_every_namespace_that_went(
     present: list[str], left: set[str], removed: list[str]
 ) -> None:
     assert namespaces_removed(present, left.__contains__) == removed
+
+
+# --- racks ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("nodes", "racks", "expected"),
+    [
+        (4, 1, [1, 1, 1, 1]),
+        (4, 2, [1, 1, 2, 2]),
+        (5, 2, [1, 1, 1, 2, 2]),
+        (3, 3, [1, 2, 3]),
+        (7, 3, [1, 1, 1, 2, 2, 3, 3]),
+        (250, 8, None),
+    ],
+)
+def test_rack_of_splits_in_order_and_evenly(
+    nodes: int, racks: int, expected: list[int] | None
+) -> None:
+    got = [P.rack_of(i, nodes, racks) for i in range(1, nodes + 1)]
+    if expected is not None:
+        assert got == expected
+    assert got == sorted(got) and set(got) == set(range(1, racks + 1))
+    sizes = [got.count(r) for r in range(1, racks + 1)]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_plan_with_two_racks() -> None:
+    plan = P.make_plan("mh", 4, racks=2)
+    assert plan.router_netns == "mh-router"
+    assert plan.netns_names[:2] == ("mh-fabric", "mh-router")
+    assert [
+        (r.name, r.bridge, r.subnet, r.gateway, r.router_iface, r.veth_fabric) for r in plan.racks
+    ] == [
+        ("rack1", "rack1", "10.77.0.0/20", "10.77.0.254", "r1", "vr1"),
+        ("rack2", "rack2", "10.77.16.0/20", "10.77.16.254", "r2", "vr2"),
+    ]
+    rows = [
+        (
+            n.name,
+            None if n.rack is None else n.rack.name,
+            n.node_ip,
+            n.bridge,
+            n.prefixlen,
+            n.gateway,
+        )
+        for n in plan.nodes
+    ]
+    assert rows == [
+        ("node1", "rack1", "10.77.0.1", "rack1", 20, "10.77.0.254"),
+        ("node2", "rack1", "10.77.0.2", "rack1", 20, "10.77.0.254"),
+        ("node3", "rack2", "10.77.16.3", "rack2", 20, "10.77.16.254"),
+        ("node4", "rack2", "10.77.16.4", "rack2", 20, "10.77.16.254"),
+    ]
+    assert plan.etcd_addresses() == [("10.77.255.1", 24)]
+    assert plan.router_routes() == [(n.cidr, n.node_ip) for n in plan.nodes]
+    assert plan.rack("rack2").index == 2
+    for node in plan.nodes:  # each NodeIP in its rack's subnet, the gateway too
+        assert node.rack is not None
+        subnet = ipaddress.ip_network(node.rack.subnet)
+        assert ipaddress.ip_address(node.node_ip) in subnet
+        assert ipaddress.ip_address(node.rack.gateway) in subnet
+        assert ipaddress.ip_address(P.etcd_ip(1)) not in subnet
+    # The router's interfaces and the fabric's veths fit IFNAMSIZ.
+    assert all(len(r.veth_fabric) <= IFNAMSIZ and len(r.bridge) <= IFNAMSIZ for r in plan.racks)
+
+
+def test_plan_without_racks_is_unchanged() -> None:
+    plan = P.make_plan("mh", 4, 2)
+    assert plan.racks == () and plan.router_netns is None
+    assert plan.netns_names[0] == "mh-fabric" and "mh-router" not in plan.netns_names
+    assert [(n.bridge, n.prefixlen, n.gateway) for n in plan.nodes] == [("br0", 16, None)] * 8
+    assert [n.node_ip for n in plan.nodes[:2]] == ["10.77.0.1", "10.77.0.2"]
+    assert plan.etcd_addresses() == [("10.77.255.1", 16), ("10.77.255.2", 16)]
+    assert plan.router_routes() == []
+    with pytest.raises(P.PlanError, match=r"no rack 'rack1'.*lab up --racks N"):
+        plan.rack("rack1")
+
+
+def test_racks_and_clusters_keep_every_address_unique_and_off_the_core() -> None:
+    plan = P.make_plan("mh", 10, P.MAX_CLUSTERS, racks=P.MAX_RACKS)
+    ips = [n.node_ip for n in plan.nodes]
+    assert len(set(ips)) == len(ips)
+    core = ipaddress.ip_network("10.77.255.0/24")
+    subnets = [ipaddress.ip_network(r.subnet) for r in plan.racks]
+    assert not any(a.overlaps(b) for i, a in enumerate(subnets) for b in subnets[i + 1 :])
+    assert not any(s.overlaps(core) for s in subnets)
+    for node in plan.nodes:
+        assert node.rack is not None
+        assert ipaddress.ip_address(node.node_ip) in ipaddress.ip_network(node.rack.subnet)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "racks", "ip_mode", "message"),
+    [
+        (4, 0, "ipv4", "--racks must be 1..8"),
+        (4, 9, "ipv4", "--racks must be 1..8"),
+        (2, 3, "ipv4", "--racks 3 needs at least 3 nodes per cluster"),
+        (4, 2, "dual", "--racks builds an IPv4 lab"),
+        (4, 2, "ipv6", "--racks builds an IPv4 lab"),
+    ],
+)
+def test_racks_rejects(nodes: int, racks: int, ip_mode: str, message: str) -> None:
+    with pytest.raises(P.PlanError, match=message):
+        P.make_plan("mh", nodes, ip_mode=ip_mode, racks=racks)
+
+
+def test_state_round_trip_keeps_racks() -> None:
+    st = S.LabState(
+        prefix="mh", dir="/tmp/x", nodes=4, clusters=1, interval_s=2.0, agents=True, racks=2
+    )
+    assert S.state_from_json(st.to_json()).racks == 2
+    old = S.state_from_json(
+        S.LabState(prefix="mh", dir="/tmp/x", nodes=4, clusters=1, interval_s=2.0, agents=True)
+        .to_json()
+        .replace('"racks": 1,', "")
+    )
+    assert old.racks == 1  # a state file from before racks
+
+
+def test_link_drop_script_drops_both_ways_on_the_racks_router_link() -> None:
+    from meshhealth.lab import fabric_faults as F
+
+    plan = P.make_plan("mh", 4, racks=2)
+    script = F.link_drop_script(plan.rack("rack2"))
+    assert script.startswith(f"table inet {F.table_name('link-drop', 'rack2')} {{")
+    assert 'iifname "r2" drop' in script and 'oifname "r2" drop' in script
+    assert "hook forward" in script and '"r1"' not in script

@@ -61,9 +61,9 @@ def paths_seen(doc: dict[str, Any], target: str) -> Paths | None:
 
 
 class StoryLab:
-    def __init__(self, prefix: str, nodes: int, clusters: int) -> None:
+    def __init__(self, prefix: str, nodes: int, clusters: int, racks: int = 1) -> None:
         self.prefix = prefix
-        self.plan = P.make_plan(prefix, nodes, clusters)
+        self.plan = P.make_plan(prefix, nodes, clusters, racks=racks)
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return lab(*args[:1], "--prefix", self.prefix, *args[1:])

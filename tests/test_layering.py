@@ -26,6 +26,7 @@ FOUNDATION = frozenset(
         "wire",
         "addresses",
         "timefmt",
+        "log_format",
         "backoff",
         "netns",
         "metrics",

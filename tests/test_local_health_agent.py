@@ -136,6 +136,10 @@ class _Indirect:
         pass
 
 
+class _Rollups(_Indirect):
+    pass
+
+
 def test_a_degraded_agents_report_is_marked_and_its_suspicion_waits_longer() -> None:
     verdicts = PathVerdicts(
         interval_s=10.0, failing_observers=lambda cluster, node: 0, clock=lambda: NOW
@@ -152,6 +156,7 @@ def test_a_degraded_agents_report_is_marked_and_its_suspicion_waits_longer() -> 
         indirect=_Indirect(),
         feed=_Feed(),
         summaries=SummaryFollower(lambda: ()),
+        rollups=_Rollups(),
     )
     agent.on_round(_round(set()))
     assert publisher.reports[-1].degraded_since is None

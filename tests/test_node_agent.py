@@ -67,6 +67,10 @@ class IndirectRounds:
         self.rounds.append(report)
 
 
+class RolledRounds(IndirectRounds):
+    """Roll-ups that only remember the rounds they were told about."""
+
+
 class Rig:
     """An agent with real results, metrics and hub; a publisher and indirect probes that
     only remember."""
@@ -83,6 +87,7 @@ class Rig:
         self.published: list[tuple[RoundReport, Mapping[PathKey, PathSummary]]] = []
         self.verdicts_noted: list[Verdicts] = []
         self.indirect = IndirectRounds()
+        self.rolled = RolledRounds()
         self.agent = NodeAgent(
             self.results,
             PathHistory(),
@@ -92,6 +97,7 @@ class Rig:
             indirect=self.indirect,
             feed=self.hub,
             summaries=SummaryFollower(lambda: ()),
+            rollups=self.rolled,
         )
 
     def note_round(
@@ -164,6 +170,7 @@ def test_without_a_watcher_no_feed_message_is_built() -> None:
     summary = rig.results.summaries[KEY]
     assert summary.samples == 4  # the window, filled once per round (not twice)
     assert len(rig.published) == 5 and len(rig.indirect.rounds) == 5
+    assert len(rig.rolled.rounds) == 5
     assert "meshhealth_rounds_total 5" in rig.registry.expose()
 
 

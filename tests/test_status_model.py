@@ -234,7 +234,10 @@ def test_document_schema_of_a_story() -> None:
         "health_endpoint_state",
     }
     host_icmp = node2["host"]["primary_address"]["icmp"]
-    assert set(host_icmp) == PATH_FIELDS
+    assert set(host_icmp) == PATH_FIELDS | {"hops"}  # from the replies' TTL
+    assert host_icmp["hops"] == 1
+    assert set(ep_http := node2["health_endpoint"]["primary_address"]["http"]) == PATH_FIELDS
+    assert "hops" not in ep_http  # HTTP: no TTL read
     assert host_icmp["status"] == "ok"
     assert host_icmp["latency_s"] == pytest.approx(520e-6)
     ep_http = node2["health_endpoint"]["primary_address"]["http"]

@@ -386,3 +386,49 @@ def test_page_lists_the_node_ip_of_every_node() -> None:
         )
         assert "c1/node0007" in page.inner_text("#node-table tbody")
         assert errors == []
+
+
+# --- the findings timeline strip ------------------------------------------------------
+
+
+def test_page_draws_the_last_day_of_findings_as_a_strip() -> None:
+    """One bar per event of the last day, one lane per finding, an open one red and to
+    the right edge; the evidence (anyone's who can write etcd) stays text."""
+    import time as clock
+
+    from meshhealth.wire.event import FindingEvent
+
+    now = clock.time()
+    events = (
+        FindingEvent("c1", "1000000000000-000000000001", "node-down", ("c1/node0002",), 0.9,
+                     "nothing answers", now - 6 * 3600, now - 3 * 3600),
+        FindingEvent("c1", "1000000000000-000000000002", "node-down", ("c1/node0002",), 0.8,
+                     "again", now - 3600),
+        FindingEvent("c1", "1000000000000-000000000003", "path", ("c1/node0001", "c1/node0003"),
+                     0.5, "<img src=x onerror=alert(1)>", now - 2 * 86400, now - 12 * 3600),
+    )  # fmt: skip
+    with synthetic_web(3, events=events) as url, chromium() as browser:
+        page = browser.new_page(viewport=VIEWPORT)
+        errors = page_errors(page)
+        page.goto(url)
+        page.wait_for_selector("#timeline-section:not([hidden])")
+        bars = page.eval_on_selector_all(
+            "#timeline .bar",
+            """bars => bars.map(b => ({open: b.classList.contains('open'), title: b.title,
+                 left: parseFloat(b.style.left), width: parseFloat(b.style.width),
+                 top: b.style.top}))""",
+        )
+        assert len(bars) == 3  # all three held during the last day
+        path, first, again = bars  # oldest first
+        assert path["left"] == 0 and 45 < path["width"] < 55  # from the strip's start
+        assert 74 < first["left"] < 76 and 12 < first["width"] < 13
+        assert again["open"] and not first["open"] and 95 < again["left"] + again["width"] <= 100.01
+        assert first["top"] == again["top"] != path["top"]  # one lane per finding
+        assert again["title"].startswith("node-down c1/node0002: ")
+        assert "→ open (1h0m" in again["title"] and "confidence 80%" in again["title"]
+        assert path["title"].endswith("— <img src=x onerror=alert(1)>")  # text, not markup
+        assert page.locator("#timeline img").count() == 0
+        assert page.inner_text("#timeline-count") == "3 findings, 1 open"
+        shot = screenshot_dir() / "web-page-timeline.png"
+        page.locator("#summary").screenshot(path=str(shot))
+        assert errors == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -21,7 +22,7 @@ from meshhealth.agent.probe_results import ProbeResults
 from meshhealth.agent.serving.feed_server import FeedHub
 from meshhealth.agent.serving.web_access import WebAccess
 from meshhealth.agent.serving.web_server import (
-    MatrixCache,
+    ReadCache,
     ReplayStream,
     WebData,
     is_feed_upgrade,
@@ -36,6 +37,7 @@ from meshhealth.agent.serving.web_views import (
 )
 from meshhealth.documents.matrix import Matrix, build_matrix
 from meshhealth.documents.status import LocalNode, path_document
+from meshhealth.kvstore import EtcdError
 from meshhealth.model import (
     HealthReport,
     PathKey,
@@ -45,6 +47,7 @@ from meshhealth.model import (
     Target,
     TargetType,
 )
+from meshhealth.wire.event import FindingEvent
 from tests import matrix_stories
 
 LOCAL = ("lab1", "node1")
@@ -256,7 +259,7 @@ async def test_matrix_cache_reads_once_per_max_age() -> None:
         await trio.lowlevel.checkpoint()
         return story_matrix("healthy")
 
-    cache = MatrixCache(read, max_age_s=5.0, clock=lambda: clock[0])
+    cache = ReadCache(read, max_age_s=5.0, clock=lambda: clock[0])
     async with trio.open_nursery() as nursery:
         for _ in range(10):  # ten viewers at once: one read
             nursery.start_soon(cache.get)
@@ -285,6 +288,8 @@ def test_assets_come_from_the_package() -> None:
 class Served:
     def __init__(self) -> None:
         self.matrix_reads = 0
+        self.event_reads = 0
+        self.events_fail = False
         self.fail_status = False
         self.history = PathHistory()
         self.feed = FeedHub(
@@ -305,12 +310,26 @@ class Served:
         self.matrix_reads += 1
         return story_matrix("endpoint_forward_drop")
 
+    async def read_events(self) -> list[FindingEvent]:
+        self.event_reads += 1
+        if self.events_fail:
+            raise EtcdError("etcd http://127.0.0.1:9 unreachable: connection refused")
+        now = time.time()
+        old = FindingEvent("lab1", "1000000000000-000000000001", "path", ("lab1/node3",), 0.5,
+                           "x", now - 3 * 86400, now - 2 * 86400)  # fmt: skip
+        closed = FindingEvent("lab1", "1000000000000-000000000002", "node-down",
+                              ("lab1/node2",), 0.9, "y", now - 600, now - 60)  # fmt: skip
+        still = FindingEvent("lab1", "1000000000000-000000000003", "endpoint-down",
+                             ("lab1/node2",), 0.75, "<b>z</b>", now - 30)  # fmt: skip
+        return [still, old, closed]
+
     def data(self) -> WebData:
         return WebData(
             local=LOCAL,
             interval_s=60.0,
             status=self.status,
             read_matrix=self.read_matrix,
+            read_events=self.read_events,
             history=self.history,
             feed=self.feed,
             nodes=lambda: NODES,
@@ -358,6 +377,15 @@ async def test_server_answers_the_page_its_json_and_errors() -> None:
         status, headers, body = await fetch(port, "/v1/web/status")
         assert status == 200 and json.loads(body)["summary"]["total"] == 3
 
+        # The timeline strip: the last day's events, oldest first; read once per 30 s.
+        status, headers, body = await fetch(port, "/v1/web/events")
+        doc = json.loads(body)
+        assert status == 200 and headers["cache-control"] == "no-store"
+        assert [e["kind"] for e in doc["events"]] == ["node-down", "endpoint-down"]
+        assert doc["events"][1]["closed_at"] is None and doc["since"] is not None
+        await fetch(port, "/v1/web/events")
+        assert served.event_reads == 1
+
         status, headers, body = await fetch(
             port, "/v1/web/cell?source=lab1/node3&target=lab1/node2"
         )
@@ -383,6 +411,20 @@ async def test_server_answers_the_page_its_json_and_errors() -> None:
         served.fail_status = False
         status, _, _ = await fetch(port, "/v1/web/status")
         assert status == 200  # one failing request does not stop the server
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_timeline_says_when_etcd_cannot_be_read() -> None:
+    served = Served()
+    served.events_fail = True
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve_web, "127.0.0.1", 0, served.data())
+        status, _, body = await fetch(port, "/v1/web/events")
+        assert status == 503
+        assert body == (
+            b"the findings timeline cannot be read: etcd http://127.0.0.1:9 unreachable: "
+            b"connection refused\n"
+        )
         nursery.cancel_scope.cancel()
 
 

@@ -21,10 +21,18 @@ from meshhealth.model import (
 )
 from meshhealth.wire.claim import AggregatorClaim, decode_claim, encode_claim
 from meshhealth.wire.cluster_config import decode_cluster_config, encode_cluster_config
+from meshhealth.wire.event import FindingEvent, decode_event, encode_event
 from meshhealth.wire.health import decode_health_report, encode_health_report
 from meshhealth.wire.ip_entry import decode_ip_entry, encode_ip_entry
 from meshhealth.wire.node import decode_node, encode_node
 from meshhealth.wire.retained import decode_retained, encode_retained
+from meshhealth.wire.rollup import (
+    NodeRollups,
+    PathRollup,
+    Window,
+    decode_rollups,
+    encode_rollups,
+)
 from meshhealth.wire.summary import (
     ClusterSummary,
     DiscountedObserver,
@@ -103,6 +111,35 @@ VALUES = {
         ),
     ),
     "claim": ("claim", AggregatorClaim("c1", "n1", 1_700_000_000.75)),
+    "event_open": (
+        "event",
+        FindingEvent(
+            "c1",
+            "1700000000500-f2d381903abc",
+            "node-down",
+            ("c1/n2",),
+            0.9,
+            "4 of 4 fail",
+            1_700_000_000.5,
+            opened_by="n1",
+        ),
+    ),
+    "event_closed": (
+        "event",
+        FindingEvent(
+            "c1",
+            "1700000000000-0123456789ab",
+            "partition",
+            ("c1/n2",),
+            1,
+            "split",
+            1_700_000_000.0,
+            1_700_000_060.25,
+            (("c1/n2",), ("c1/n3",)),
+            "n1",
+            "n4",
+        ),
+    ),
     "summary_bare": ("summary", ClusterSummary("c1", "n1", 1_700_000_000.0, NodeCounts(), 0, 0.0)),
     "summary_full": (
         "summary",
@@ -132,6 +169,28 @@ VALUES = {
             },
         ),
     ),
+    "rollup_bare": ("rollup", NodeRollups("c1", "n1", 1_700_000_000.0)),
+    "rollup_full": (
+        "rollup",
+        NodeRollups(
+            "c1",
+            "n1",
+            1_700_001_000.5,
+            (
+                PathRollup(
+                    "c1",
+                    "n2",
+                    "node/icmp",
+                    (
+                        Window(1_699_999_800.0, 60, 0, 0.000123, 0.00045, 0.0021),
+                        Window(1_700_000_400.0, 59, 59, None, None, None),
+                    ),
+                    (Window(1_699_999_200.0, 360, 1, 0.0001, 0.0002, 0.5),),
+                ),
+                PathRollup("c2", "n3", "endpoint/tcp@secondary", (), ()),
+            ),
+        ),
+    ),
 }
 
 ENCODERS: dict[str, tuple[Callable[[Any], bytes], Callable[[bytes], Any]]] = {
@@ -142,6 +201,8 @@ ENCODERS: dict[str, tuple[Callable[[Any], bytes], Callable[[bytes], Any]]] = {
     "health": (encode_health_report, decode_health_report),
     "claim": (encode_claim, decode_claim),
     "summary": (encode_summary, decode_summary),
+    "event": (encode_event, decode_event),
+    "rollup": (encode_rollups, decode_rollups),
 }
 
 GOLDEN = {
@@ -221,6 +282,19 @@ GOLDEN = {
         "6465645f726561736f6e7392ab6370752d73746172766564a3782d31"
     ),
     "claim": ("84a17601a7636c7573746572a26331a46e6f6465a26e31a573696e6365cb41d954fc40300000"),
+    "event_open": (
+        "89a17601a7636c7573746572a26331a26964ba313730303030303030303530302d6632643338313930336162"
+        "63a46b696e64a96e6f64652d646f776ea56e6f64657391a563312f6e32aa636f6e666964656e6365cb3feccc"
+        "cccccccccda865766964656e6365ab34206f662034206661696ca96f70656e65645f6174cb41d954fc402000"
+        "00a96f70656e65645f6279a26e31"
+    ),
+    "event_closed": (
+        "8ca17601a7636c7573746572a26331a26964ba313730303030303030303030302d3031323334353637383961"
+        "62a46b696e64a9706172746974696f6ea56e6f64657391a563312f6e32aa636f6e666964656e6365cb3ff000"
+        "0000000000a865766964656e6365a573706c6974a96f70656e65645f6174cb41d954fc40000000a9636c6f73"
+        "65645f6174cb41d954fc4f100000a667726f7570739291a563312f6e3291a563312f6e33a96f70656e65645f"
+        "6279a26e31a9636c6f7365645f6279a26e34"
+    ),
     "summary_bare": (
         "8aa17601a7636c7573746572a26331aa61676772656761746f72a26e31ac67656e6572617465645f6174cb41"
         "d954fc40000000a56e6f64657384a9726561636861626c6500ab756e726561636861626c6500a77375737065"
@@ -243,6 +317,16 @@ GOLDEN = {
         "726561636865645f627900a96f627365727665727300a563312f6e3785a6726561736f6eae6567726573732d"
         "626c6f636b6564a56661696c7305a77461726765747306aa726561636865645f627900a96f62736572766572"
         "7304"
+    ),
+    "rollup_bare": (
+        "85a17601a7636c7573746572a26331a46e6f6465a26e31aa7772697474656e5f6174cb41d954fc40000000a5"
+        "706174687390"
+    ),
+    "rollup_full": (
+        "85a17601a7636c7573746572a26331a46e6f6465a26e31aa7772697474656e5f6174cb41d954fd3a200000a5"
+        "70617468739284a6746172676574a563312f6e32a470617468a96e6f64652f69636d70a36d31309cce002b3b"
+        "b53c007bcd01c2cd0834013b3bc0c0c0a2683196ce0007349ecd01680164ccc8ce0007a12084a67461726765"
+        "74a563322f6e33a470617468b6656e64706f696e742f746370407365636f6e64617279a36d313090a2683190"
     ),
 }
 

@@ -22,7 +22,7 @@ import queue
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from meshhealth.agent.serving.web_server import WebData, serve_web
 from meshhealth.documents.matrix import Cell, Matrix, Row
 from meshhealth.documents.status import LocalNode
 from meshhealth.model import Target
+from meshhealth.wire.event import FindingEvent
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -175,11 +176,12 @@ def synthetic_web(
     names: tuple[str, ...] | None = None,
     matrix: Matrix | None = None,
     direct: int | None = None,
+    events: Sequence[FindingEvent] = (),
 ) -> Iterator[str]:
     """The real web server (meshhealth.agent.serving.web_server) on 127.0.0.1, in a
     thread of its own, with `matrix` or a synthetic one (see synthetic_matrix); the
     status lists the first `direct` nodes (all by default), the agent follows them all
-    (synthetic_ip); yields the page's URL."""
+    (synthetic_ip); the findings timeline is `events`; yields the page's URL."""
     matrix = matrix or synthetic_matrix(nodes, clusters, names=names)
     status = synthetic_status(matrix, direct)
     followed = tuple(Target(c, n, synthetic_ip(i)) for i, (c, n) in enumerate(matrix.columns))
@@ -187,11 +189,15 @@ def synthetic_web(
     async def read_matrix() -> Matrix:
         return matrix
 
+    async def read_events() -> Sequence[FindingEvent]:
+        return events
+
     data = WebData(
         local=matrix.columns[0],
         interval_s=10.0,
         status=lambda: status,
         read_matrix=read_matrix,
+        read_events=read_events,
         history=PathHistory(),
         feed=FeedHub(
             ProbeResults(

@@ -23,6 +23,7 @@ port taken, name taken, a bad mesh configuration) is an AgentStartError: one lin
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 from collections.abc import Awaitable, Callable
@@ -33,6 +34,7 @@ import trio
 
 from meshhealth import defaults
 from meshhealth.addresses import format_address
+from meshhealth.agent.cluster_view.timeline import read_cluster_events
 from meshhealth.agent.components import AgentComponents, build_components
 from meshhealth.agent.config import AgentConfig
 from meshhealth.agent.etcd_access import agent_etcd_access
@@ -88,6 +90,9 @@ def web_data(parts: AgentComponents) -> WebData:
         interval_s=parts.config.interval_s,
         status=parts.status.document,
         read_matrix=parts.matrix.read,
+        read_events=functools.partial(
+            read_cluster_events, parts.aggregator.etcd, parts.config.cluster
+        ),
         history=parts.agent.history,
         feed=parts.feed,
         nodes=parts.members.nodes,
@@ -164,6 +169,7 @@ async def _start_membership(nursery: trio.Nursery, parts: AgentComponents) -> No
     await nursery.start(parts.retained.run)
     await nursery.start(parts.mesh.run)
     await nursery.start(parts.publisher.run)
+    await nursery.start(parts.rollups.run)
     if parts.routes is not None and parts.peer_nodes is not None:
         await nursery.start(parts.routes.run)
         await nursery.start(parts.peer_nodes.run)

@@ -64,9 +64,11 @@ from meshhealth.agent.membership.probe_targets import PlanSettings, ProbeTargets
 from meshhealth.agent.membership.publisher import Publisher
 from meshhealth.agent.membership.registrar import Registrar
 from meshhealth.agent.membership.retained_nodes import RetainedNodes
+from meshhealth.agent.membership.rollup_publisher import RollupPublisher
 from meshhealth.agent.metric_readings import read_at_scrape
 from meshhealth.agent.node_agent import NodeAgent
 from meshhealth.agent.path_history import PathHistory
+from meshhealth.agent.path_rollups import PathRollups
 from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.agent.probe_results import ProbeResults
 from meshhealth.agent.prober_loop import ProberLoop, RoundProgress
@@ -97,6 +99,7 @@ class AgentComponents:
     mesh: ClusterMesh
     members: ProbeTargets
     publisher: Publisher
+    rollups: RollupPublisher
     agent: NodeAgent
     status: StatusSource
     matrix: MatrixReader
@@ -293,6 +296,7 @@ def build_components(
         cluster=config.cluster,
         node=config.node,
         metrics=metrics.writes_of("summary"),
+        events_metrics=metrics.writes_of("events"),
         registered=discovery,  # only registered nodes' reports count
     )
     metrics.aggregating.labels().read_from(lambda: 1.0 if election.leading else 0.0)
@@ -307,6 +311,12 @@ def build_components(
     )
     results = ProbeResults(local, window=config.stats_window, verdicts=verdicts)
     history = PathHistory()
+    rollups = RollupPublisher(
+        etcd,
+        PathRollups(config.cluster, config.node),
+        metrics=metrics.writes_of("rollup"),
+        invalid_metric=metrics.invalid_values_of("rollup"),
+    )
     progress = RoundProgress()
     status = StatusSource(
         identity,
@@ -337,6 +347,7 @@ def build_components(
         indirect=indirect,
         feed=feed,
         summaries=summaries,
+        rollups=rollups,
     )
     probe_round = partial(
         run_round,
@@ -410,6 +421,7 @@ def build_components(
         mesh=mesh,
         members=members,
         publisher=publisher,
+        rollups=rollups,
         agent=agent,
         status=status,
         matrix=matrix,

@@ -2,7 +2,7 @@
 the state they leave.
 
     agent = NodeAgent(results, history, health, metrics=..., publisher=..., indirect=...,
-                      feed=..., summaries=...)
+                      feed=..., summaries=..., rollups=...)
     await run_round(targets, ..., on_result=agent.on_result)  # each result, as it ends
     agent.on_round(report)                                    # the round is over
     await nursery.start(agent.run)      # between rounds: the verdicts' timer, changes
@@ -17,7 +17,8 @@ Each result goes into the record and, when someone watches, onto the live feed. 
 finished round updates, in this order: the agent's own health (the suspicion time
 stretches with it), the record (nodes that left are forgotten, the summaries taken), the
 metrics, the publisher (it decides whether etcd needs a write), indirect probes (they
-ask peers about the round's failed paths), the history, and the feed (the `round`
+ask peers about the round's failed paths), the history, the roll-ups (10-minute and
+hourly windows per path, for `meshhealth report`), and the feed (the `round`
 message, built from the status document, which has the round by then).
 
 Between rounds (`run`), a verdict that changes (a confirmation, the timer) and a new
@@ -63,6 +64,13 @@ class RoundPublisher(Protocol):
         """Paths' verdicts changed between rounds."""
 
 
+class RoundRollups(Protocol):
+    """What the agent needs of the roll-ups (meshhealth.agent.membership.rollup_publisher)."""
+
+    def note_round(self, report: RoundReport) -> None:
+        """Add the round's results; the roll-ups' task writes when a window closed."""
+
+
 class RoundFeed(Protocol):
     """What the agent needs of the live feed (meshhealth.agent.serving.feed_server)."""
 
@@ -94,6 +102,7 @@ class NodeAgent:
         indirect: RoundIndirect,
         feed: RoundFeed,
         summaries: SummaryFollower,
+        rollups: RoundRollups,
     ) -> None:
         self.results = results
         self.history = history
@@ -103,6 +112,7 @@ class NodeAgent:
         self.indirect = indirect
         self.feed = feed
         self.summaries = summaries
+        self.rollups = rollups
         self.last_round: RoundReport | None = None
 
     @property
@@ -132,6 +142,7 @@ class NodeAgent:
         self.indirect.note_round(report)
         self.history.record_round(report)
         self.history.retain_targets(report.targets)
+        self.rollups.note_round(report)
         log.debug(
             "round of %d paths to %d nodes took %.3fs, %d failing",
             len(report.paths),

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 from collections.abc import Awaitable, Callable
 
 from meshhealth import defaults
 from meshhealth.agent.config import ENV_ETCD_PASSWORD, AgentConfig, ConfigError
 from meshhealth.agent.config_sources import add_agent_arguments, load_agent_config
 from meshhealth.cli.common import print_error, refuse_password_flag
+from meshhealth.log_format import LOG_FORMATS, configure_logging
 
 log = logging.getLogger("meshhealth.agent")
 
@@ -46,10 +46,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         choices=["debug", "info", "warning", "error"],
         help="log verbosity on stderr [MESHHEALTH_LOG_LEVEL; default: info]",
     )
+    parser.add_argument(
+        "--log-format",
+        default=os.environ.get("MESHHEALTH_LOG_FORMAT", "text"),
+        choices=["text", "json"],
+        help="log lines as text, or one JSON object per line with stable field names (ts, "
+        "level, logger, msg, cluster, node, event, ...) [MESHHEALTH_LOG_FORMAT; default: text]",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.log_format not in LOG_FORMATS:  # from MESHHEALTH_LOG_FORMAT: argparse never saw it
+        print_error("agent", f"MESHHEALTH_LOG_FORMAT: {args.log_format!r} is not one of text, json")
+        return 2
     try:
         config = load_agent_config(vars(args), os.environ)
     except ConfigError as exc:
@@ -57,10 +67,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # The password is in the config now: no child (`ip`, the health endpoint) inherits it.
     os.environ.pop(ENV_ETCD_PASSWORD, None)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format=f"%(asctime)s %(levelname)s {config.cluster}/{config.node} %(name)s: %(message)s",
-        stream=sys.stderr,
+    configure_logging(
+        args.log_format, level=args.log_level, cluster=config.cluster, node=config.node
     )
     from meshhealth.agent.app import run_agent_until_signal
     from meshhealth.agent.capability_needs import keep_only_needed

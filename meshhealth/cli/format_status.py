@@ -82,7 +82,7 @@ def _suspect_for(path: PathDocument, now: float | None) -> str:
 
 def path_line(path: PathDocument, *, verbose: bool, now: float | None) -> str:
     """`OK, RTT=412.5µs` or the failure text (`(suspect for 4s)` while the path is
-    suspect); verbose adds the window's figures."""
+    suspect); verbose adds the window's figures (and the hop count when known)."""
     head = str(path["text"]) + _suspect_for(path, now)
     if path["status"] == "ok" and path["latency_s"] is not None:
         head += f", RTT={format_duration(path['latency_s'])}"
@@ -92,6 +92,9 @@ def path_line(path: PathDocument, *, verbose: bool, now: float | None) -> str:
     if not verbose or path["last_probed"] is None:
         return head
     parts = [head]
+    hops = path.get("hops")
+    if hops is not None:  # ICMP: from the newest reply's TTL (1: the same link)
+        parts.append(f"hops={hops}")
     parts.append(f"loss={format_loss(path['loss'])}")
     for name, value in (("p50", path["rtt_p50_s"]), ("p95", path["rtt_p95_s"])):
         if value is not None:

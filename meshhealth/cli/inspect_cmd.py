@@ -49,19 +49,27 @@ class Row:
     error: str | None = None
 
 
+def _kind(key: str) -> keys.KeyKind | None:
+    try:
+        return keys.parse_key(key).kind
+    except keys.InvalidKey:
+        return None
+
+
 def _per_cluster(key: str) -> bool:
     """An aggregator claim or a cluster summary (meshhealth.wire.summary)."""
-    try:
-        kind = keys.parse_key(key).kind
-    except keys.InvalidKey:
-        return False
-    return kind in (keys.KeyKind.AGGREGATOR, keys.KeyKind.SUMMARY)
+    return _kind(key) in (keys.KeyKind.AGGREGATOR, keys.KeyKind.SUMMARY)
 
 
 def decode_rows(items: Sequence[tuple[str, bytes]]) -> list[Row]:
     """Decode (key, value) pairs. Pure."""
     from meshhealth.wire.fields import DecodeError
-    from meshhealth.wire.values import decode_cluster_value, decode_value, to_jsonable
+    from meshhealth.wire.values import (
+        decode_cluster_value,
+        decode_event_value,
+        decode_value,
+        to_jsonable,
+    )
 
     rows = []
     for key, data in items:
@@ -69,6 +77,8 @@ def decode_rows(items: Sequence[tuple[str, bytes]]) -> list[Row]:
             if _per_cluster(key):
                 decoded = decode_cluster_value(key, data)
                 rows.append(Row(key, value=to_jsonable(decoded)))
+            elif _kind(key) is keys.KeyKind.EVENT:
+                rows.append(Row(key, value=to_jsonable(decode_event_value(key, data))))
             else:
                 rows.append(Row(key, value=to_jsonable(decode_value(key, data))))
         except DecodeError as error:

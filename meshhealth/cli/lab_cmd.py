@@ -60,7 +60,9 @@ port 4240, to NodeIP and HealthIP; etcd traffic is never dropped unless said so)
   kill-etcd-member N|labK/N   (--etcd-members 3) SIGKILL member N of the cluster's etcd
   start-etcd-member N|labK/N  start it again on its data dir
   partition-etcd-member N|labK/N  take member N's link down (`fault clear` restores it)
-  clear [NODE|CLUSTER]        undo every fault (of NODE / CLUSTER only; a fault between
+  link-drop RACK              (lab up --racks N) the router drops everything it forwards
+                              to or from RACK: a dead link behind the router
+  clear [NODE|CLUSTER|RACK]   undo every fault (of NODE / CLUSTER / RACK only; a fault between
                               nodes is undone when any of its nodes is named)
 
 examples:
@@ -69,6 +71,7 @@ examples:
   meshhealth lab fault path-drop node1 node3
   meshhealth lab fault partition node1,node2 node3,node4
   meshhealth lab fault mtu node2 1400
+  meshhealth lab fault link-drop rack2
   meshhealth lab fault clear node2
 """
 
@@ -122,6 +125,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="etcd authentication on, and every agent with its own etcd user that may "
         "write only its node's entries (meshhealth etcd-roles; one cluster)",
+    )
+    up.add_argument(
+        "--racks",
+        type=int,
+        default=1,
+        metavar="R",
+        help="split each cluster's nodes into R racks (a bridge and subnet each) joined by "
+        "a router namespace; etcd behind the router (IPv4, one etcd member; docs/lab.md)",
     )
     family = up.add_mutually_exclusive_group()
     family.add_argument(
@@ -214,7 +225,7 @@ def run_up(args: argparse.Namespace) -> int:
     from meshhealth.lab import build
 
     try:
-        P.make_plan(args.prefix, args.nodes, args.clusters, ip_mode=args.ip_mode)
+        P.make_plan(args.prefix, args.nodes, args.clusters, ip_mode=args.ip_mode, racks=args.racks)
         if args.interval is None:
             args.interval = P.lab_interval(args.nodes * args.clusters)
         if not args.interval > defaults.PROBE_TIMEOUT_S:
@@ -233,6 +244,7 @@ def run_up(args: argparse.Namespace) -> int:
             etcd_member_count=args.etcd_members,
             ip_mode=args.ip_mode,
             with_etcd_auth=args.etcd_auth,
+            racks=args.racks,
         )
     except _errors() as exc:
         return _err(str(exc))
@@ -391,7 +403,7 @@ def run_fault(args: argparse.Namespace) -> int:
         st, plan = _load(args.prefix)
         if args.kind == "clear":
             if len(args.args) > 1:
-                return _err("fault clear takes one NODE or CLUSTER at most")
+                return _err("fault clear takes one NODE, CLUSTER or RACK at most")
             lines = control.clear_faults(st, plan, args.args[0] if args.args else None)
         else:
             lines = [control.apply_fault(st, plan, args.kind, list(args.args))]

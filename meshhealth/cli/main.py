@@ -25,6 +25,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "status_cmd",
     "matrix_cmd",
     "diagnose_cmd",
+    "events_cmd",
+    "report_cmd",
     "watch_cmd",
     "inspect_cmd",
     "etcd_roles_cmd",
@@ -38,6 +40,8 @@ TOP_PROG = "meshhealth"
 EPILOG = """examples:
   meshhealth status                      what this node sees (cilium-health status)
   meshhealth diagnose                    whose fault it is (reads etcd)
+  meshhealth events --since 2h           what was broken, when, for how long
+  meshhealth report --since 24h          least available pairs and nodes (reads etcd)
   meshhealth inspect --etcd http://127.0.0.1:2379
   meshhealth probe 127.0.0.1 --icmp      one-shot probe, fping-like
 """

@@ -85,7 +85,7 @@ def add_matrix_source_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _sources(args: argparse.Namespace) -> list[tuple[str | None, EtcdAccess]]:
+def etcd_sources_from_args(args: argparse.Namespace) -> list[tuple[str | None, EtcdAccess]]:
     """(cluster or None, etcd) to read; ValueError with a one-line message. `--mesh`
     clusters use the same TLS files and user as the local one."""
     from meshhealth.wire.keys import validate_cluster_name
@@ -113,7 +113,7 @@ def read_matrix_from_args(args: argparse.Namespace, command: str) -> Matrix | in
     from meshhealth.matrix_source import MatrixRead, MatrixSource, ignored_line, read_matrix
 
     try:
-        wanted = _sources(args)
+        wanted = etcd_sources_from_args(args)
     except ValueError as error:
         return usage_error(command, str(error))
     timeout_s: float = args.timeout

@@ -43,6 +43,15 @@ fping habits (-c, -C, -p, -t in fping's units: -p and -t in milliseconds):
       [1 2026-11-27T05:40:01Z] 10.0.0.2  icmp  OK  rtt=412.5µs loss=0%
   meshhealth probe --icmp -c 100 -p 0 -f hosts.txt -q   (a burst)
 
+traceroute:
+  meshhealth probe --trace 10.77.16.3            (which hop answers on the way)
+       1  10.77.0.254  0.081 ms  0.044 ms  0.040 ms
+       2  10.77.16.3  0.120 ms  0.091 ms  0.088 ms
+  --trace sends --count ICMP echo requests per hop (default 3) with TTL 1, 2, ... up to
+  --max-hops (default 30), and waits --timeout for each hop's answers. Exit status: 0
+  when the target answered, 1 when not (the last line says after which hop it stops).
+  With -o json: one object (docs/probe.md).
+
 With -c/--count N, -C N, --loop or -q, a summary line per target and protocol follows
 on stderr, as fping's (-q: only the summaries): requests sent / replies / loss, and
 min/avg/max RTT in milliseconds as fping prints them; -C N lists every request's RTT
@@ -180,6 +189,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "targets", nargs="*", metavar="TARGET", help="IPv4 or IPv6 address, or host name"
     )
+    parser.add_argument(
+        "--trace",
+        metavar="TARGET",
+        help="traceroute to TARGET over ICMP echo: which hop answers on the way",
+    )
+    parser.add_argument(
+        "--max-hops",
+        type=_positive_int,
+        default=defaults.TRACE_MAX_HOPS,
+        metavar="N",
+        help="with --trace: the highest TTL tried (default %(default)s, at most 64)",
+    )
     parser.add_argument("--icmp", action="store_true", help="probe over ICMP (only)")
     parser.add_argument("--http", action="store_true", help="probe over HTTP (only)")
     parser.add_argument(
@@ -301,7 +322,32 @@ def _read_words(args: argparse.Namespace) -> list[str]:
     return words
 
 
+# Options --trace does not take (each a different kind of run).
+_NOT_WITH_TRACE = (
+    ("targets", "TARGET arguments"),
+    ("file", "-f"),
+    ("http", "--http"),
+    ("loop", "--loop"),
+    ("quiet", "-q"),
+    ("vcount", "-C"),
+)
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.trace is not None:
+        for name, flag in _NOT_WITH_TRACE:
+            if getattr(args, name):
+                print(f"{PROG}: --trace takes one TARGET, not {flag}", file=sys.stderr)
+                return 2
+        from meshhealth.cli.probe_trace import run_trace
+
+        return run_trace(
+            args.trace,
+            max_hops=args.max_hops,
+            count=args.count if args.count is not None else defaults.ICMP_COUNT,
+            timeout_s=args.timeout if args.timeout_ms is None else args.timeout_ms / 1000.0,
+            as_json=args.output == "json",
+        )
     import trio
 
     from meshhealth.probe.icmp import PingerPermissionError

@@ -17,7 +17,9 @@ each time that set changes.
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Sequence
 
 import trio
 
@@ -34,9 +36,10 @@ from meshhealth.documents.cluster_health import (
 )
 from meshhealth.documents.matrix import build_matrix
 from meshhealth.documents.matrix_json import matrix_document
-from meshhealth.kvstore import Etcd, EtcdError, open_etcd
+from meshhealth.kvstore import KV, Etcd, EtcdError, EventKind, WatchEvent, open_etcd
 from meshhealth.kvstore.endpoints import parse_endpoints
 from meshhealth.kvstore.etcd_config import EtcdAccess
+from meshhealth.kvstore.follow import follow_prefix
 from meshhealth.matrix_source import (
     HealthReports,
     InvalidValue,
@@ -48,6 +51,10 @@ from meshhealth.matrix_source import (
     registered_reports,
 )
 from meshhealth.model import HealthReport
+from meshhealth.wire import keys
+from meshhealth.wire.event import FindingEvent
+from meshhealth.wire.fields import DecodeError
+from meshhealth.wire.values import decode_event_value
 
 
 def show_reports(state: WatchState, reports: list[HealthReport], notify: Notify) -> None:
@@ -63,6 +70,28 @@ def show_reports(state: WatchState, reports: list[HealthReport], notify: Notify)
     ]
     state.findings = [finding_document(summary_finding(f)) for f in findings]
     notify(apply_health_reports(state, reports, now=now, matrix=matrix_document(matrix)))
+
+
+def _event(key: str, value: bytes) -> FindingEvent | None:
+    try:
+        return decode_event_value(key, value)
+    except DecodeError:  # `meshhealth events` names it; the view leaves it out
+        return None
+
+
+def list_events(state: WatchState, kvs: Sequence[KV]) -> None:
+    """Hold the findings timeline of every cluster (the view shows its last events)."""
+    found = ((kv.key, _event(kv.key, kv.value)) for kv in kvs)
+    state.events = {key: event for key, event in found if event is not None}
+
+
+def apply_events(state: WatchState, changes: Sequence[WatchEvent]) -> None:
+    for change in changes:
+        event = _event(change.key, change.value) if change.kind is EventKind.PUT else None
+        if event is None:
+            state.events.pop(change.key, None)
+        else:
+            state.events[change.key] = event
 
 
 def _connected(state: WatchState, etcd: Etcd, event: Event) -> None:
@@ -95,6 +124,12 @@ async def read_once(state: WatchState, urls: str | EtcdAccess, notify: Notify, w
             raise WatchError(f"etcd {etcd.description}: no answer in time") from None
         for value in invalid:
             warn(f"skipped invalid health entry {value}")
+        try:
+            kvs, _ = await etcd.get_prefix(keys.events_prefix())
+        except EtcdError as exc:
+            warn(f"the findings timeline was not read: {exc}")
+        else:
+            list_events(state, kvs)
         state.invalid_values = len(invalid)
         registered = registered_nodes(registrations)
         reports, ignored = registered_reports(found.values(), registered)
@@ -149,10 +184,30 @@ async def run_etcd(
         reports = HealthReports(
             etcd, on_change=on_change, on_invalid=on_invalid, on_unavailable=on_unavailable
         )
+
         registered = RegisteredNodes(etcd, on_change=on_change)
+
+        def on_events_listed(kvs: Sequence[KV]) -> None:
+            list_events(state, kvs)
+            notify([])
+
+        def on_event_changes(changes: Sequence[WatchEvent]) -> None:
+            apply_events(state, changes)
+            notify([])
+
         async with trio.open_nursery() as nursery:
             nursery.start_soon(reports.follow)
             nursery.start_soon(registered.follow)
+            nursery.start_soon(
+                functools.partial(
+                    follow_prefix,
+                    etcd,
+                    keys.events_prefix(),
+                    what="watch: the findings timeline",
+                    on_list=on_events_listed,
+                    on_events=on_event_changes,
+                )
+            )
             await reports.listed.wait()
             await registered.listed.wait()
             while True:

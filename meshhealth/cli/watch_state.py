@@ -44,6 +44,7 @@ from meshhealth.model import (
 )
 from meshhealth.naming import node_order
 from meshhealth.timefmt import parse_iso_time
+from meshhealth.wire.event import FindingEvent
 
 NodeRef = tuple[str, str]  # (cluster, node)
 PATH_NAMES: tuple[str, ...] = tuple(
@@ -112,6 +113,9 @@ class WatchState:
     # (an agent from before cluster summaries sends none).
     cluster_health: list[ClusterHealthDocument] = field(default_factory=list)
     findings: list[FindingDocument] = field(default_factory=list)
+    # The findings timeline's events (--etcd: read from etcd, followed), every cluster's;
+    # the view shows the last few.
+    events: dict[str, FindingEvent] = field(default_factory=dict)
     # The agent probes a subset of the nodes (the probe plan, from its status snapshot):
     # `nodes` are its direct targets, not the cluster.
     subset_plan: bool = False

@@ -25,10 +25,13 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from meshhealth.cli.format_events import timeline_line
 from meshhealth.cli.format_findings import finding_lines
 from meshhealth.cli.format_status import summary_verdict_text
 from meshhealth.cli.watch_state import PATH_NAMES, Change, NodeView, PathView, WatchState
+from meshhealth.diagnosis.timeline import latest
 from meshhealth.documents.cluster_health import SOURCE_LOCAL, SOURCE_REPORTS, is_alone
+from meshhealth.documents.events import events_document
 from meshhealth.documents.matrix import stale_after_s
 from meshhealth.model import ProbeStatus
 from meshhealth.naming import natural_key
@@ -263,11 +266,27 @@ def matrix_view(state: WatchState) -> list[RenderableType]:
     return [title, table, legend, *lines]
 
 
+RECENT_EVENTS = 5  # the findings timeline's last events under the view
+
+
+def recent_events(state: WatchState, *, now: float) -> list[RenderableType]:
+    """`Recent events:` and one line per event, the latest change last (none: nothing)."""
+    if not state.events:
+        return []
+    doc = events_document(latest(state.events.values(), RECENT_EVENTS), now=now, since=None)
+    lines = [
+        Text(timeline_line(e), style="red" if e["closed_at"] is None else "grey50")
+        for e in doc["events"]
+    ]
+    return [Text(""), Text("Recent events (meshhealth events):", style="bold"), *lines]
+
+
 def render_frame(state: WatchState, *, now: float, width: int) -> RenderableType:
     """The whole view for a screen `width` columns wide."""
     body = matrix_view(state) if state.mode == "matrix" else list_view(state, now=now)
     keys = Text("q quit   m list/matrix", style="grey50")
-    return Group(header(state, now=now, width=width), Text(""), *body, Text(""), keys)
+    events = recent_events(state, now=now)
+    return Group(header(state, now=now, width=width), Text(""), *body, *events, Text(""), keys)
 
 
 def frame_text(state: WatchState, *, now: float, width: int = 120) -> str:

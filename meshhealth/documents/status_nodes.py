@@ -99,6 +99,8 @@ def path_document(
         "state": state,
         "state_since": None if state == "unknown" or verdict is None else iso_time(verdict.since),
     }
+    if summary is not None and summary.last is not None and summary.last.hops is not None:
+        doc["hops"] = summary.last.hops
     if indirect is not None and status not in (ProbeStatus.OK, ProbeStatus.UNKNOWN):
         doc["indirect"] = indirect
     return doc

@@ -45,6 +45,9 @@ class PathDocument(TypedDict):
     consecutive_failures: int
     state: Reachability  # reachable, suspect, unreachable, unknown (the agent's verdict)
     state_since: str | None  # when the path entered `state` (None: unknown)
+    # ICMP: hops to the target (1: same link), guessed from the newest reply's TTL / hop
+    # limit (probe/hop_count.py); absent when not known (no reply yet, HTTP)
+    hops: NotRequired[int]
     indirect: NotRequired[IndirectDocument]
 
 

@@ -16,6 +16,7 @@ import trio
 
 from meshhealth import defaults
 from meshhealth.backoff import Backoff
+from meshhealth.log_format import event_fields
 
 if TYPE_CHECKING:
     from meshhealth.kvstore.client import Etcd
@@ -46,13 +47,21 @@ async def _check_forever(etcd: Etcd, backoff: Backoff) -> None:
             delay_s = fresh_s
         elif (error := await etcd.check_liveness()) is None:
             if not health.up:
-                log.info("etcd %s is up", etcd.description)
+                log.info(
+                    "etcd %s is up",
+                    etcd.description,
+                    extra=event_fields("etcd-up", etcd=etcd.description),
+                )
             health.set_up()
             backoff.reset()
             delay_s = etcd.liveness_interval_s
         else:
             if health.up or health.changes == 0:
-                log.warning("%s", error)
+                log.warning(
+                    "%s",
+                    error,
+                    extra=event_fields("etcd-down", etcd=etcd.description, error=str(error)),
+                )
             health.set_down(error)
             delay_s = backoff.next_delay_s()
         with trio.move_on_after(delay_s):

@@ -65,7 +65,9 @@ def load_state(prefix: str, root: Path = P.LAB_ROOT) -> S.LabState | None:
 
 
 def plan_of(st: S.LabState) -> P.LabPlan:
-    return P.make_plan(st.prefix, st.nodes, st.clusters, Path(st.dir).parent, st.ip_mode)
+    return P.make_plan(
+        st.prefix, st.nodes, st.clusters, Path(st.dir).parent, st.ip_mode, racks=st.racks
+    )
 
 
 def _hook(step: str) -> None:
@@ -159,9 +161,12 @@ def up(
     etcd_member_count: int = 1,
     ip_mode: str = "ipv4",
     with_etcd_auth: bool = False,
+    racks: int = 1,
 ) -> tuple[S.LabState, P.LabPlan]:
     """Build the lab. On any failure the half-built lab is removed and LabError raised."""
-    plan = P.make_plan(prefix, nodes, clusters, root, ip_mode)
+    plan = P.make_plan(prefix, nodes, clusters, root, ip_mode, racks=racks)
+    if racks > 1 and etcd_member_count > 1:
+        raise LabError("--racks runs a one-member etcd per cluster (--etcd-members 1)")
     if ip_mode == "ipv6" and etcd_member_count > 1:
         raise LabError("--ipv6 runs a one-member etcd per cluster (--etcd-members 1)")
     if with_etcd_auth and (etcd_member_count > 1 or clusters > 1):
@@ -189,6 +194,7 @@ def up(
         etcd_members=etcd_members.validate_count(etcd_member_count),
         ip_mode=ip_mode,
         etcd_auth=with_etcd_auth,
+        racks=racks,
     )
     started = time.monotonic()
     try:
@@ -238,7 +244,8 @@ def _build(st: S.LabState, plan: P.LabPlan, say: Say) -> None:
     S.save(st)
     total = len(plan.nodes)
     say(f"building lab {plan.prefix}: {len(plan.clusters)} cluster(s) x {st.nodes} node(s)")
-    say(f"  fabric namespace {plan.fabric_netns}, bridge {P.BRIDGE} ({P.FABRIC_SUBNET})")
+    subnet = f"{P.ROUTER_CORE_IP}/{P.CORE_PREFIXLEN}, core" if plan.racks else P.FABRIC_SUBNET
+    say(f"  fabric namespace {plan.fabric_netns}, bridge {P.BRIDGE} ({subnet})")
     _size_neigh_table(st, total, say)
     if proc_sys.read_only():
         st.proc_sys_net_mounted = True  # recorded first: a crash right after still undoes it
@@ -253,7 +260,14 @@ def _build(st: S.LabState, plan: P.LabPlan, say: Say) -> None:
     st.add_namespace(plan.fabric_netns)
     S.save(st)
     netns_ops.add_netns(plan.fabric_netns)
-    netns_ops.make_fabric(plan.fabric_netns, [(c.etcd_ip, c.etcd_prefixlen) for c in plan.clusters])
+    netns_ops.make_fabric(plan.fabric_netns, plan.etcd_addresses())
+    if plan.router_netns is not None:
+        st.add_namespace(plan.router_netns)
+        S.save(st)
+        netns_ops.add_netns(plan.router_netns)
+        netns_ops.make_racks(plan)
+        racks = ", ".join(f"{r.bridge} ({r.subnet})" for r in plan.racks)
+        say(f"  router namespace {plan.router_netns} joins {racks} and {P.BRIDGE}")
     _hook("fabric")
     if st.etcd_members > 1:
         etcd_members.build_members(st, plan, say)

@@ -64,6 +64,12 @@ def apply_fault(st: S.LabState, plan: P.LabPlan, kind: str, args: list[str]) -> 
         return _start_etcd(st, plan, where)
     if st.fault(kind, where):
         return f"fault {kind} on {where} is already active"
+    if kind == faults.LINK_DROP:
+        assert plan.router_netns is not None  # (a rack was found)
+        st.faults.append(S.FaultRecord(kind=kind, target=where, since=time.time()))
+        S.save(st)
+        faults.apply_fabric(plan.router_netns, F.link_drop_script(plan.rack(where)))
+        return f"fault {kind} on {where}: {faults.FAULT_KINDS[kind].shows}"
     if kind in faults.NFT_KINDS:
         faults.apply_nft(kind, plan.node(where))
     elif kind in faults.FABRIC_KINDS:
@@ -138,10 +144,34 @@ def _start_etcd(st: S.LabState, plan: P.LabPlan, cluster_name: str) -> str:
     return msg
 
 
+def _clear_link_drops(st: S.LabState, plan: P.LabPlan, rack: str | None) -> list[str]:
+    """Delete the link-drop tables (of `rack`, or all, and any a crash left unrecorded)
+    in the router namespace."""
+    router = plan.router_netns
+    if router is None:
+        return []
+    lines = []
+    for fault in [f for f in st.faults if f.kind == faults.LINK_DROP]:
+        if rack is None or fault.target == rack:
+            if faults.clear_router(router, F.table_name(fault.kind, fault.target)):
+                lines.append(f"cleared {fault.kind} on {fault.target}")
+            st.faults.remove(fault)
+    if rack is None:
+        for table in faults.router_tables(router):
+            if faults.clear_router(router, table):
+                lines.append(f"cleared router table {table}")
+    S.save(st)
+    if rack is not None and not lines:
+        lines.append("no faults to clear")
+    return lines
+
+
 def clear_faults(st: S.LabState, plan: P.LabPlan, target: str | None) -> list[str]:
-    """Undo recorded faults (all, or those of one node / cluster) and delete the lab's
-    nft table in the matching node namespaces."""
+    """Undo recorded faults (all, or those of one node / cluster / rack) and delete the
+    lab's nft table in the matching node namespaces."""
     lines: list[str] = []
+    if target is not None and target.startswith("rack"):
+        return _clear_link_drops(st, plan, plan.rack(target).name)
     if target is None:
         nodes = list(plan.nodes)
         clusters = {c.name for c in plan.clusters}
@@ -170,6 +200,8 @@ def clear_faults(st: S.LabState, plan: P.LabPlan, target: str | None) -> list[st
             if faults.clear_fabric(plan.fabric_netns, table):
                 lines.append(f"cleared fabric table {table}")
     lines += etcd_members.clear_member_faults(st, plan, clusters)
+    if target is None:
+        lines += _clear_link_drops(st, plan, None)
     for fault in list(st.faults):
         if fault.kind == faults.STOP_ETCD and fault.target in clusters:
             lines.append(_start_etcd(st, plan, fault.target))

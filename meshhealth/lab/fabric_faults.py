@@ -33,6 +33,7 @@ INGRESS_DROP: Final = "ingress-drop"
 PATH_DROP: Final = "path-drop"
 PARTITION: Final = "partition"
 MTU: Final = "mtu"
+LINK_DROP: Final = "link-drop"  # racks: in the router namespace, not on a bridge
 
 FABRIC_KINDS: Final = (EGRESS_DROP, INGRESS_DROP, PATH_DROP, PARTITION, MTU)
 MIN_MTU: Final = 68  # the smallest IPv4 MTU (RFC 791)
@@ -166,3 +167,20 @@ def fabric_script(
     else:
         raise ValueError(f"{kind!r} is not a fabric fault (have {', '.join(FABRIC_KINDS)})")
     return _table(kind, target, rules)
+
+
+def link_drop_script(rack: P.RackPlan) -> str:
+    """The nft script (for `nft -f -` in the router namespace) that drops every packet
+    the router would forward to or from `rack` (`lab fault link-drop RACK`): a dead link
+    behind the router. Packets whose TTL ends at the router are answered before the
+    forward hook, so a trace from another rack still sees the router, then nothing.
+    One `table inet` per rack (`table_name(LINK_DROP, rack)`), deleted by `fault clear`."""
+    link = f'"{rack.router_iface}"'
+    return (
+        f"table inet {table_name(LINK_DROP, rack.name)} {{\n"
+        "  chain forward_drop {\n"
+        "    type filter hook forward priority filter; policy accept;\n"
+        f"    iifname {link} drop\n"
+        f"    oifname {link} drop\n"
+        "  }\n}\n"
+    )

@@ -2,7 +2,8 @@
 
 The target is recorded in the state file as one string, the arguments with every node
 qualified: `lab1/node2`, `lab1/node1 lab1/node2` (path-drop SRC DST), `lab1/node2 1400`
-(mtu NODE SIZE), `lab1/node1,lab1/node2 lab1/node3` (partition GROUP...), `lab1` (etcd).
+(mtu NODE SIZE), `lab1/node1,lab1/node2 lab1/node3` (partition GROUP...), `lab1` (etcd),
+`rack2` (link-drop RACK).
 So `lab down` and `fault clear` can rebuild it after a crash.
 """
 
@@ -20,6 +21,7 @@ _USAGE = {
     "path": "SRC DST",
     "groups": "GROUP... (a group: node1,node2)",
     "node-size": "NODE SIZE",
+    "rack": "RACK (rack1, rack2, ...; lab up --racks N)",
 }
 
 
@@ -69,6 +71,13 @@ def parse_target(plan: P.LabPlan, kind: str, args: list[str]) -> FaultTarget:
         if not F.MIN_MTU <= size <= F.MAX_MTU:
             raise _bad(kind, f"SIZE must be {F.MIN_MTU}..{F.MAX_MTU}")
         return FaultTarget(f"{node.qualified} {size}", ((node,),), size)
+    if spec.target == "rack":
+        if len(args) != 1:
+            raise _bad(kind, "needs one RACK (e.g. rack2)")
+        try:
+            return FaultTarget(plan.rack(args[0]).name)
+        except P.PlanError as exc:
+            raise _bad(kind, str(exc)) from exc
     # groups
     if not args:
         raise _bad(kind, "needs at least one GROUP")

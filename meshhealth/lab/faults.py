@@ -24,6 +24,7 @@ EGRESS_DROP: Final = F.EGRESS_DROP
 INGRESS_DROP: Final = F.INGRESS_DROP
 PATH_DROP: Final = F.PATH_DROP
 MTU: Final = F.MTU
+LINK_DROP: Final = F.LINK_DROP
 KILL_AGENT: Final = "kill-agent"
 STARVE: Final = "starve"
 STOP_ETCD: Final = "stop-etcd"
@@ -34,7 +35,7 @@ START_ETCD: Final = "start-etcd"
 class FaultKind:
     name: str
     # what it takes: "node", "cluster" (optional, default lab1), "path" (SRC DST),
-    # "groups" (GROUP...), "node-size" (NODE SIZE)
+    # "groups" (GROUP...), "node-size" (NODE SIZE), "rack" (RACK of a lab with racks)
     target: str
     shows: str  # what the other nodes' `meshhealth status` shows
     finding: str = ""  # the finding `meshhealth diagnose` names (kind), when there is one
@@ -86,6 +87,12 @@ FAULT_KINDS: Final[dict[str, FaultKind]] = {
             "node-size",
             "small probes pass; IP packets longer than SIZE to or from the node are lost",
             "mtu-blackhole",
+        ),
+        FaultKind(
+            LINK_DROP,
+            "rack",
+            "every path between RACK and the other racks times out (etcd too, for RACK's "
+            "nodes); a trace from another rack stops after the router",
         ),
         FaultKind(
             KILL_AGENT,
@@ -182,6 +189,18 @@ def apply_fabric(netns: str, script: str) -> None:
 def clear_fabric(netns: str, table: str) -> bool:
     """Delete one fault's bridge table in the fabric namespace; False when it was gone."""
     return _nft(netns, ["delete", "table", "bridge", table]).returncode == 0
+
+
+def clear_router(netns: str, table: str) -> bool:
+    """Delete one link-drop table in the router namespace; False when it was gone."""
+    return _nft(netns, ["delete", "table", "inet", table]).returncode == 0
+
+
+def router_tables(netns: str) -> list[str]:
+    """The lab's link-drop tables in the router namespace."""
+    done = _nft(netns, ["list", "tables", "inet"])
+    names = [line.split()[-1] for line in done.stdout.splitlines() if line.startswith("table ")]
+    return [n for n in names if n.startswith(f"{P.NFT_TABLE}_")]
 
 
 def fabric_tables(netns: str) -> list[str]:

@@ -23,9 +23,18 @@ class CommandError(RuntimeError):
     """A plumbing command failed: the message names the command and its stderr."""
 
 
-def run(argv: list[str], check: bool = True, timeout_s: float = 30.0) -> str:
+def run(
+    argv: list[str], check: bool = True, timeout_s: float = 30.0, input_text: str | None = None
+) -> str:
     try:
-        done = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout_s)
+        done = subprocess.run(
+            argv,
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            input=input_text,
+        )
     except subprocess.TimeoutExpired as exc:
         raise CommandError(f"`{' '.join(argv)}` took more than {timeout_s:g}s") from exc
     if check and done.returncode != 0:
@@ -76,6 +85,37 @@ def make_fabric(netns: str, etcd_ips: list[tuple[str, int]]) -> None:
     run(["ip", "-n", netns, "link", "set", P.BRIDGE, "up"])
 
 
+def make_racks(plan: P.LabPlan) -> None:
+    """A bridge per rack in the fabric namespace and the router namespace joining them
+    and the core bridge `br0` (etcd): a veth to each, forwarding on, a route to each
+    node's CIDR via its NodeIP; the fabric namespace (etcd's answers) routes the racks'
+    subnets through the router."""
+    fabric, router = plan.fabric_netns, plan.router_netns
+    assert router is not None
+    sysctl(router, "net.ipv4.ip_forward", "1")
+    # Between two nodes of one rack it forwards out the link it came in on: no
+    # redirects (set before its links exist: they copy `default`), so the nodes keep
+    # routing through it as planned.
+    for key in ("all", "default"):
+        sysctl(router, f"net.ipv4.conf.{key}.send_redirects", "0")
+    links = [(P.ROUTER_CORE_IFACE, "vr0", P.BRIDGE, P.ROUTER_CORE_IP, P.CORE_PREFIXLEN)]
+    for rack in plan.racks:
+        run(["ip", "-n", fabric, "link", "add", rack.bridge, "type", "bridge"])
+        run(["ip", "-n", fabric, "link", "set", rack.bridge, "up"])
+        links.append(
+            (rack.router_iface, rack.veth_fabric, rack.bridge, rack.gateway, P.RACK_PREFIXLEN)
+        )
+    for router_iface, veth_fabric, bridge, ip, prefixlen in links:
+        run(["ip", "-n", fabric, "link", "add", veth_fabric, "type", "veth", "peer", "name",
+             router_iface, "netns", router])  # fmt: skip
+        run(["ip", "-n", fabric, "link", "set", veth_fabric, "master", bridge, "up"])
+        add_address(router, router_iface, ip, prefixlen)
+        run(["ip", "-n", router, "link", "set", router_iface, "up"])
+    commands = [f"route add {cidr} via {via}" for cidr, via in plan.router_routes()]
+    run(["ip", "-n", router, "-batch", "-"], input_text="\n".join(commands) + "\n")
+    run(["ip", "-n", fabric, "route", "add", P.FABRIC_SUBNET, "via", P.ROUTER_CORE_IP])
+
+
 def add_address(netns: str, iface: str, ip: str, prefixlen: int) -> None:
     """`ip addr add`; an IPv6 address without duplicate address detection, so it works
     at once (nobody else on the lab's fabric has it)."""
@@ -103,11 +143,13 @@ def attach_node(fabric_ns: str, node: P.NodePlan) -> None:
             node.netns,
         ]
     )
-    run(["ip", "-n", fabric_ns, "link", "set", node.veth_fabric, "master", P.BRIDGE, "up"])
+    run(["ip", "-n", fabric_ns, "link", "set", node.veth_fabric, "master", node.bridge, "up"])
     for ip in node.node_ips:
-        prefixlen = P.FABRIC_PREFIXLEN6 if ":" in ip else P.FABRIC_PREFIXLEN
+        prefixlen = P.FABRIC_PREFIXLEN6 if ":" in ip else node.prefixlen
         add_address(node.netns, P.NODE_IFACE, ip, prefixlen)
     run(["ip", "-n", node.netns, "link", "set", P.NODE_IFACE, "up"])
+    if node.gateway is not None:  # racks: off the rack through the router
+        run(["ip", "-n", node.netns, "route", "add", "default", "via", node.gateway])
     sysctl(node.netns, "net.ipv4.ip_forward", "1")
     if any(":" in ip for ip in node.node_ips):
         # The node routes to its endpoint's and to peers' IPv6 CIDRs (the agent sets

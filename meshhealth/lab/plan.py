@@ -25,6 +25,22 @@ IPv6 (ULA, `--dual-stack` and `--ipv6`; k and i in hex):
 
 `--dual-stack`: IPv4 primary, IPv6 secondary (etcd stays on IPv4); `--ipv6`: the IPv6
 addresses alone, etcd included.
+
+Racks (`--racks R`, R >= 2, IPv4 with a one-member etcd): the nodes of each cluster are
+split into R racks in order (`--nodes 4 --racks 2`: node1-2 in rack1, node3-4 in
+rack2). Each rack is a bridge of its own in the fabric namespace and a subnet of its
+own; a router namespace joins them and the core bridge `br0`, where etcd lives, and
+routes every node's CIDR to its NodeIP. Nodes route everything off their rack through
+the router (default route), so a path between racks is two hops: router, then node.
+
+| what (rack r = 1..R)      | value                         | example (r=2, k=1, i=3)|
+|---------------------------|-------------------------------|------------------------|
+| rack subnet (bridge rackR)| 10.77.16(r-1).0/20            | 10.77.16.0/20          |
+| NodeIP                    | 10.77.(16(r-1)+k-1).i/20      | 10.77.16.3             |
+| router on rack r (gateway)| 10.77.16(r-1).254             | 10.77.16.254           |
+| core subnet (bridge br0)  | 10.77.255.0/24: etcd .k, router .254 |                 |
+
+Rack 1 keeps the addresses of a lab without racks.
 """
 
 from __future__ import annotations
@@ -60,6 +76,13 @@ FABRIC_SUBNET6: Final = "fd77::/64"
 FABRIC_PREFIXLEN6: Final = 64
 # Address families of a lab: IPv4 only (the default), dual stack, IPv6 only.
 IP_MODES: Final = ("ipv4", "dual", "ipv6")
+# Racks: rack r's subnet is 10.77.16(r-1).0/20 (third octets 16(r-1) .. 16(r-1)+15, one
+# per cluster); 10.77.255.0/24 stays the core's.
+MAX_RACKS: Final = 8
+RACK_PREFIXLEN: Final = 20
+CORE_PREFIXLEN: Final = 24
+ROUTER_CORE_IP: Final = "10.77.255.254"
+ROUTER_CORE_IFACE: Final = "r0"  # the router's link to the core bridge (its peer: vr0)
 
 _PREFIX_RE: Final = re.compile(r"^[a-z][a-z0-9]*$")
 
@@ -85,6 +108,19 @@ class ClusterPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class RackPlan:
+    """One rack: a bridge in the fabric namespace, a subnet, the router's link to it."""
+
+    name: str  # rack1, rack2, ...
+    index: int  # r, 1-based
+    bridge: str  # in the fabric namespace: `rack1`
+    subnet: str  # 10.77.16.0/20
+    gateway: str  # the router's address on the rack: 10.77.16.254
+    router_iface: str  # the router's end of its link to the rack: `r2`
+    veth_fabric: str  # the fabric's end, on the rack's bridge: `vr2`
+
+
+@dataclass(frozen=True, slots=True)
 class NodePlan:
     cluster: str
     name: str  # node1, node2, ...
@@ -101,6 +137,24 @@ class NodePlan:
     node_ip_secondary: str | None = None
     cidr_secondary: str | None = None
     health_ip_secondary: str | None = None
+    # Racks: the node's rack, whose bridge it hangs off and whose router it routes
+    # through (None in a lab without racks: the fabric's one bridge).
+    rack: RackPlan | None = None
+
+    @property
+    def bridge(self) -> str:
+        """The fabric bridge the node's link hangs off."""
+        return BRIDGE if self.rack is None else self.rack.bridge
+
+    @property
+    def prefixlen(self) -> int:
+        """The prefix length of the NodeIP (IPv4 ones; IPv6: FABRIC_PREFIXLEN6)."""
+        return FABRIC_PREFIXLEN if self.rack is None else RACK_PREFIXLEN
+
+    @property
+    def gateway(self) -> str | None:
+        """Where the node routes everything off its rack (None: no racks, one subnet)."""
+        return None if self.rack is None else self.rack.gateway
 
     @property
     def node_ips(self) -> tuple[str, ...]:
@@ -141,15 +195,39 @@ class LabPlan:
     clusters: tuple[ClusterPlan, ...]
     nodes: tuple[NodePlan, ...]
     ip_mode: str = "ipv4"  # one of IP_MODES
+    racks: tuple[RackPlan, ...] = ()  # none: one bridge for every node
 
     @property
     def state_file(self) -> Path:
         return self.dir / "state.json"
 
     @property
+    def router_netns(self) -> str | None:
+        """The namespace joining the racks (None without racks)."""
+        return f"{self.prefix}-router" if self.racks else None
+
+    @property
     def netns_names(self) -> tuple[str, ...]:
-        """Every namespace the lab creates, in creation order (fabric first)."""
-        return (self.fabric_netns, *(n.netns for n in self.nodes))
+        """Every namespace the lab creates, in creation order (fabric, router first)."""
+        router = () if self.router_netns is None else (self.router_netns,)
+        return (self.fabric_netns, *router, *(n.netns for n in self.nodes))
+
+    def etcd_addresses(self) -> list[tuple[str, int]]:
+        """The addresses (ip, prefix length) on the fabric's bridge `br0`: the etcds'."""
+        return [
+            (c.etcd_ip, CORE_PREFIXLEN if self.racks else c.etcd_prefixlen) for c in self.clusters
+        ]
+
+    def rack(self, name: str) -> RackPlan:
+        for r in self.racks:
+            if r.name == name:
+                return r
+        have = ", ".join(r.name for r in self.racks) or "none: lab up --racks N makes them"
+        raise PlanError(f"no rack {name!r} in lab {self.prefix} (racks: {have})")
+
+    def router_routes(self) -> list[tuple[str, str]]:
+        """(CIDR, NodeIP) of every node: the router's routes to the nodes' CIDRs."""
+        return [(n.cidr, n.node_ip) for n in self.nodes] if self.racks else []
 
     def cluster(self, name: str) -> ClusterPlan:
         for c in self.clusters:
@@ -210,11 +288,30 @@ def etcd_data_dirs(prefix: str, root: Path = LAB_ROOT) -> tuple[Path, Path]:
 def netns_pattern(prefix: str) -> re.Pattern[str]:
     """Namespace names `lab up` makes for this prefix (never another prefix's)."""
     p = re.escape(validate_prefix(prefix))
-    return re.compile(rf"^{p}-(fabric|lab[0-9]+-node[0-9]+(-ep)?|lab[0-9]+-etcd[0-9]+)$")
+    return re.compile(rf"^{p}-(fabric|router|lab[0-9]+-node[0-9]+(-ep)?|lab[0-9]+-etcd[0-9]+)$")
 
 
-def node_ip(cluster_index: int, node_index: int) -> str:
-    return f"10.77.{cluster_index - 1}.{node_index}"
+def node_ip(cluster_index: int, node_index: int, rack_index: int = 1) -> str:
+    return f"10.77.{16 * (rack_index - 1) + cluster_index - 1}.{node_index}"
+
+
+def rack_of(node_index: int, nodes: int, racks: int) -> int:
+    """The rack (1-based) of node `node_index` of `nodes`, split in order into `racks`
+    blocks as even as can be. Pure."""
+    return (node_index - 1) * racks // nodes + 1
+
+
+def make_rack(index: int) -> RackPlan:
+    third = 16 * (index - 1)
+    return RackPlan(
+        name=f"rack{index}",
+        index=index,
+        bridge=f"rack{index}",
+        subnet=f"10.77.{third}.0/{RACK_PREFIXLEN}",
+        gateway=f"10.77.{third}.254",
+        router_iface=f"r{index}",
+        veth_fabric=f"vr{index}",
+    )
 
 
 def node_cidr(cluster_index: int, node_index: int) -> str:
@@ -253,9 +350,10 @@ def listen_address(ip: str, port: int) -> str:
 Addresses = tuple[str, str, str]  # NodeIP, CIDR, HealthIP
 
 
-def _node_addresses(ip_mode: str, k: int, i: int) -> tuple[Addresses, Addresses | None]:
-    """The primary and (dual stack) secondary addresses of node i of cluster k."""
-    v4 = (node_ip(k, i), node_cidr(k, i), health_ip(k, i))
+def _node_addresses(ip_mode: str, k: int, i: int, r: int = 1) -> tuple[Addresses, Addresses | None]:
+    """The primary and (dual stack) secondary addresses of node i of cluster k (in rack
+    r)."""
+    v4 = (node_ip(k, i, r), node_cidr(k, i), health_ip(k, i))
     v6 = (node_ip6(k, i), node_cidr6(k, i), health_ip6(k, i))
     if ip_mode == "ipv6":
         return v6, None
@@ -273,6 +371,8 @@ def make_plan(
     clusters: int = defaults.LAB_CLUSTERS,
     root: Path = LAB_ROOT,
     ip_mode: str = "ipv4",
+    *,
+    racks: int = 1,
 ) -> LabPlan:
     validate_prefix(prefix)
     if ip_mode not in IP_MODES:
@@ -281,6 +381,13 @@ def make_plan(
         raise PlanError(f"--nodes must be 1..{MAX_NODES}, got {nodes}")
     if not 1 <= clusters <= MAX_CLUSTERS:
         raise PlanError(f"--clusters must be 1..{MAX_CLUSTERS}, got {clusters}")
+    if not 1 <= racks <= MAX_RACKS:
+        raise PlanError(f"--racks must be 1..{MAX_RACKS}, got {racks}")
+    if racks > nodes:
+        raise PlanError(f"--racks {racks} needs at least {racks} nodes per cluster, got {nodes}")
+    if racks > 1 and ip_mode != "ipv4":
+        raise PlanError("--racks builds an IPv4 lab (no --dual-stack or --ipv6)")
+    rack_plans = tuple(make_rack(r) for r in range(1, racks + 1)) if racks > 1 else ()
     base = lab_dir(prefix, root)
     data = etcd_data_dir(prefix, root)
     cluster_plans: list[ClusterPlan] = []
@@ -302,7 +409,9 @@ def make_plan(
             )
         )
         for i in range(1, nodes + 1):
-            (nip, cidr, hip), secondary = _node_addresses(ip_mode, k, i)
+            rack = rack_plans[rack_of(i, nodes, racks) - 1] if rack_plans else None
+            r = 1 if rack is None else rack.index
+            (nip, cidr, hip), secondary = _node_addresses(ip_mode, k, i, r)
             node_plans.append(
                 NodePlan(
                     cluster=name,
@@ -319,6 +428,7 @@ def make_plan(
                     node_ip_secondary=None if secondary is None else secondary[0],
                     cidr_secondary=None if secondary is None else secondary[1],
                     health_ip_secondary=None if secondary is None else secondary[2],
+                    rack=rack,
                 )
             )
     return LabPlan(
@@ -329,6 +439,7 @@ def make_plan(
         clusters=tuple(cluster_plans),
         nodes=tuple(node_plans),
         ip_mode=ip_mode,
+        racks=rack_plans,
     )
 
 
@@ -367,7 +478,9 @@ def agent_argv(
         "netns",
         "--health-netns",
         node.endpoint_netns,
-        "--route-cidrs",
+        # Racks: the router holds the routes to every node's CIDR (a peer in another
+        # rack is no next hop of ours); without racks each agent routes to its peers'.
+        *(["--route-cidrs"] if node.rack is None else []),
         "--metrics-listen",
         node.metrics_listen,
         "--web-listen",

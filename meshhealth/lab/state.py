@@ -63,6 +63,8 @@ class LabState:
     ip_mode: str = "ipv4"
     # etcd authentication on, one etcd user per agent (meshhealth.lab.etcd_auth)
     etcd_auth: bool = False
+    # racks joined by a router namespace (meshhealth.lab.plan, "Racks"); 1: no racks
+    racks: int = 1
     version: int = STATE_VERSION
 
     @property

@@ -61,10 +61,12 @@ from meshhealth.probe.icmp_payload import (
     dont_fragment_payload,
 )
 from meshhealth.probe.icmp_socket import (
+    HOP_LIMIT_SPACE,
     PERMISSION_MESSAGE,
     TIMESTAMP_CMSG_SPACE,
     PingerPermissionError,
     enable_kernel_timestamps,
+    hop_limit,
     open_dont_fragment_socket,
     open_raw_socket,
     receive_delay_s,
@@ -356,7 +358,8 @@ class Pinger:
     async def _receive_loop(self, fs: _FamilySocket) -> None:
         """Read every datagram (until EAGAIN, at most RECV_BATCH per wake-up) into one
         preallocated buffer with `recvmsg_into` and match it (IPv4: the source from the
-        IP header; IPv6, no header on a raw socket: from the address). A datagram's
+        IP header; IPv6, no header on a raw socket: from the address, and the reply's hop
+        limit from the ancillary data). A datagram's
         arrival is the kernel's time stamp (`fs.stamped`), moved onto the pinger's
         clock: the pinger's clock now, less how long ago (wall clock) the kernel
         received it; without a stamp, the pinger's clock now."""
@@ -364,7 +367,9 @@ class Pinger:
         recvmsg_into = sock.recvmsg_into
         buffer = bytearray(MAX_DATAGRAM)
         buffers = [buffer]
-        ancillary = TIMESTAMP_CMSG_SPACE if fs.stamped else 0
+        ancillary = (TIMESTAMP_CMSG_SPACE if fs.stamped else 0) + (
+            HOP_LIMIT_SPACE if fs.ipv6 else 0
+        )
         ipv6 = fs.ipv6
         match = fs.matcher.match
         match_ipv4 = fs.matcher.match_ipv4
@@ -391,7 +396,8 @@ class Pinger:
                 else:
                     arrived = now()
                 if ipv6:
-                    probe = match(bytes(buffer[:nbytes]), address[0], arrived)
+                    limit = hop_limit(ancdata)
+                    probe = match(bytes(buffer[:nbytes]), address[0], arrived, limit)
                 else:
                     probe = match_ipv4(buffer, nbytes, arrived)
                 if probe is not None and not probe.outstanding:

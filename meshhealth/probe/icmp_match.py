@@ -32,6 +32,7 @@ import socket
 from typing import Any
 
 from meshhealth.model import ProbeResult, ProbeStatus
+from meshhealth.probe.hop_count import hops_from_ttl
 from meshhealth.probe.icmp_packet import (
     ECHO_HEADER_LEN,
     ECHO_ID_SEQ,
@@ -67,6 +68,7 @@ class EchoProbe:
         "last_deadline",
         "local_error",
         "outstanding",
+        "reply_ttl",
         "rtts",
         "send_times",
         "sequences",
@@ -89,6 +91,7 @@ class EchoProbe:
         self.outstanding = 0  # sent, neither answered nor errored yet
         self.local_error: LocalError | None = None  # a send failed: no more requests
         self.size_bytes = 0  # a don't-fragment probe: its IP packets' size
+        self.reply_ttl: int | None = None  # TTL (hop limit) of the newest reply, if read
 
     def mark_sent(self, index: int, now: float, timeout_s: float) -> None:
         """Request `index` left at `now`; an answer counts until `now + timeout_s`."""
@@ -107,6 +110,7 @@ class EchoProbe:
             status, detail = ProbeStatus.UNREACHABLE, self.errors[0]
         else:
             status, detail = ProbeStatus.TIMEOUT, ""
+        hops = None if self.reply_ttl is None or not rtts else hops_from_ttl(self.reply_ttl)
         sent = len(self.sequences)
         return ProbeResult(
             status,
@@ -117,6 +121,7 @@ class EchoProbe:
             detail,
             self.size_bytes,
             tuple(self.rtts[:sent]),
+            hops=hops,
         )
 
 
@@ -158,10 +163,13 @@ class ReplyMatcher:
             if entry is not None and entry[0] is probe:
                 del waiters[sequence]
 
-    def match(self, data: bytes, source: str, now: float) -> EchoProbe | None:
+    def match(
+        self, data: bytes, source: str, now: float, hop_limit: int | None = None
+    ) -> EchoProbe | None:
         """Apply one received datagram (from `source`, at `now`): the probe it answers,
         with that request retired and its RTT or error recorded; None if it counts for
-        nothing (see the module docstring)."""
+        nothing (see the module docstring). A reply's TTL is read from its IPv4 header,
+        or is `hop_limit` (IPv6: from the socket's ancillary data, when given)."""
         message = icmp_message(data, ipv6=self.ipv6)
         if message is None:
             return None
@@ -180,6 +188,7 @@ class ReplyMatcher:
             ):
                 return None
             probe.rtts[index] = now - probe.send_times[index]
+            probe.reply_ttl = hop_limit if self.ipv6 else data[8]
         elif message[0] == self.error_type:  # (our own requests on loopback: neither type)
             error = parse_icmp(message, ipv6=self.ipv6)
             if error is None or isinstance(error, Echo) or error.identifier != self.identifier:
@@ -232,6 +241,7 @@ class ReplyMatcher:
         ):
             return None
         probe.rtts[index] = now - probe.send_times[index]
+        probe.reply_ttl = buffer[8]
         del self.waiters[sequence]
         probe.outstanding -= 1
         return probe

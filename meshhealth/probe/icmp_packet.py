@@ -23,6 +23,8 @@ ICMP_ECHO_REQUEST = 8
 ICMPV6_DEST_UNREACH = 1
 ICMPV6_ECHO_REQUEST = 128
 ICMPV6_ECHO_REPLY = 129
+ICMP_TIME_EXCEEDED = 11  # a router's answer to a request whose TTL ran out
+ICMPV6_TIME_EXCEEDED = 3  # the same for ICMPv6 (hop limit)
 
 IPPROTO_ICMP = 1
 IPPROTO_ICMPV6 = 58
@@ -170,14 +172,17 @@ def parse_icmp(message: bytes, *, ipv6: bool) -> Echo | EchoError | None:
     if icmp_type in echo_types:
         return Echo(icmp_type, code, identifier, sequence, message[ECHO_HEADER_LEN:])
     if icmp_type == (ICMPV6_DEST_UNREACH if ipv6 else ICMP_DEST_UNREACH):
-        return _parse_quoted_request(icmp_type, code, message[ECHO_HEADER_LEN:], ipv6=ipv6)
+        return parse_quoted_request(icmp_type, code, message[ECHO_HEADER_LEN:], ipv6=ipv6)
     return None
 
 
-def _parse_quoted_request(
+def parse_quoted_request(
     icmp_type: int, code: int, quoted: bytes, *, ipv6: bool
 ) -> EchoError | None:
-    """The error's body quotes the invoking packet: IP header + start of our request."""
+    """An ICMP error's body (after its 8-byte header: destination unreachable, time
+    exceeded) quotes the invoking packet, IP header + start of our request: that
+    request's destination, identifier, sequence and quoted payload, or None when the
+    quoted packet is no echo request of ours."""
     if ipv6:
         if len(quoted) < IPV6_HEADER_LEN or quoted[0] >> 4 != 6 or quoted[6] != IPPROTO_ICMPV6:
             return None

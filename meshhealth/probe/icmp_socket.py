@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import sys
 
 from meshhealth.netns import socket_in_netns
 from meshhealth.probe import icmp_bpf
@@ -61,6 +62,8 @@ def open_raw_socket(
             _install_filter(sock, ipv6=ipv6)
             if identifier is not None:
                 icmp_bpf.attach(sock, icmp_bpf.program(identifier, ipv6=ipv6))
+        if ipv6:  # each reply's hop limit as ancillary data: its hop count (hop_count.py)
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVHOPLIMIT, 1)
     except OSError:
         sock.close()
         raise
@@ -83,6 +86,17 @@ def _install_filter(sock: socket.socket, *, ipv6: bool) -> None:
     else:
         allowed = (1 << ICMP_ECHO_REPLY) | (1 << ICMP_DEST_UNREACH)
         sock.setsockopt(SOL_RAW, ICMP_FILTER, struct.pack("=I", ~allowed & 0xFFFFFFFF))
+
+
+HOP_LIMIT_SPACE = socket.CMSG_SPACE(4)  # ancillary data room for one IPV6_HOPLIMIT
+
+
+def hop_limit(ancillary: list[tuple[int, int, bytes]]) -> int | None:
+    """The IPV6_HOPLIMIT in a datagram's ancillary data, None when there is none."""
+    for level, kind, data in ancillary:
+        if level == socket.IPPROTO_IPV6 and kind == socket.IPV6_HOPLIMIT and len(data) >= 4:
+            return int.from_bytes(data[:4], sys.byteorder)
+    return None
 
 
 # linux/in.h and linux/in6.h (not all of them in Python's socket module)

@@ -59,6 +59,13 @@ def parse_target(word: str) -> str | None:
     raise ResolveError(f"invalid target {word!r}: not an IP address or host name")
 
 
+def first_address(word: str) -> str:
+    """The address `word` names: itself if it is one, else a host name's first IPv4
+    (else IPv6) address. Blocks while resolving; raises ResolveError for users."""
+    literal = parse_target(word)
+    return literal if literal is not None else _getaddrinfo(word)[0]
+
+
 def first_per_family(addresses: Sequence[str]) -> list[str]:
     """The first IPv4 and the first IPv6 address of a resolver's answer, in that
     order. Pure."""

@@ -2,7 +2,8 @@
 // agent (--web-listen) with index.html and style.css.
 //
 // Data: GET /v1/web/status (this agent's status document), GET /v1/web/matrix (every
-// observer's row, one character per cell), GET /v1/web/cell (one cell's paths), and the
+// observer's row, one character per cell), GET /v1/web/cell (one cell's paths), GET
+// /v1/web/events (the findings timeline of the last day: the strip), and the
 // WebSocket feed /v1/feed (snapshot, path and round messages), reconnected with back-off
 // when the agent goes away. The matrix is drawn on one canvas from an ImageData of one
 // pixel per cell, scaled up: a redraw costs the same few milliseconds at 1,000 nodes as
@@ -43,7 +44,9 @@ const S = {
   pending: false,
   listDirty: true,     // the node list is rebuilt only when its inputs changed
   matrixFetch: null,
+  events: null,        // the findings timeline of the last day (documents/events.py)
 };
+const EVENTS_REFRESH_MS = 30000;
 
 const key = (n) => `${n.cluster}/${n.name}`;
 // A node's NodeIP: from this agent's probe set (its direct targets), else from the
@@ -78,6 +81,13 @@ function fmtDuration(s) {
   if (s < 1e-3) return `${(s * 1e6).toPrecision(3)}µs`;
   if (s < 1) return `${(s * 1e3).toPrecision(3)}ms`;
   return `${s.toPrecision(3)}s`;
+}
+// How long a finding lasted: `5s`, `2m8s`, `1h2m` (timefmt.format_age's words).
+function fmtSpan(s) {
+  const t = Math.max(0, Math.round(s));
+  if (t < 60) return `${t}s`;
+  const m = Math.floor(t / 60);
+  return m < 60 ? `${m}m${t % 60}s` : `${Math.floor(m / 60)}h${m % 60}m`;
 }
 const fmtLoss = (x) => (x === null || x === undefined ? "–" : `${Math.round(x * 100)}%`);
 function fmtAgo(iso) {
@@ -275,6 +285,52 @@ function renderSummary() {
   if (st.etcd && st.etcd.up === false) warns.push(`etcd unreachable since ${st.etcd.since ?? "?"}: the node list may be stale`);
   for (const u of S.matrix?.unavailable || []) warns.push(`cluster ${u.cluster}: ${u.error}`);
   $("warnings").innerHTML = warns.map((l) => `<li>${esc(l)}</li>`).join("");
+}
+
+// --- the findings timeline strip ----------------------------------------------------
+
+async function refreshEvents() {
+  try {
+    S.events = await getJSON("v1/web/events");
+    renderTimeline();
+  } catch (e) {
+    warn(`findings timeline: ${e.message}`);
+  }
+}
+
+// One bar per event over the last day: from its opening (or the strip's start) to its
+// closing (or now); one lane per finding (kind and nodes), an open one in red. Its text
+// goes in through textContent / title only (read from etcd: never markup).
+function renderTimeline() {
+  const doc = S.events;
+  if (!doc) return;
+  const start = Date.parse(doc.since), end = Date.parse(doc.generated_at);
+  const span = Math.max(1, end - start);
+  const lanes = new Map();
+  for (const e of doc.events) {
+    const lane = `${e.kind} ${e.nodes.join(",")}`;
+    if (!lanes.has(lane)) lanes.set(lane, lanes.size);
+  }
+  const strip = $("timeline");
+  strip.replaceChildren();
+  strip.style.height = `${Math.max(1, lanes.size) * 1.2 + 0.3}em`;
+  for (const e of doc.events) {
+    const from = Math.max(start, Date.parse(e.opened_at));
+    const to = e.closed_at === null ? end : Math.min(end, Date.parse(e.closed_at));
+    const bar = document.createElement("div");
+    bar.className = e.closed_at === null ? "bar open" : "bar";
+    bar.style.left = `${((from - start) / span) * 100}%`;
+    bar.style.width = `${(Math.max(0, to - from) / span) * 100}%`;
+    bar.style.top = `${lanes.get(`${e.kind} ${e.nodes.join(",")}`) * 1.2 + 0.15}em`;
+    bar.title = `${e.kind} ${e.nodes.join(", ")}: ${e.opened_at} → ${e.closed_at ?? "open"}` +
+      ` (${fmtSpan(e.duration_s)}, confidence ${Math.round(e.confidence * 100)}%) — ${e.evidence}`;
+    bar.dataset.kind = e.kind;
+    strip.appendChild(bar);
+  }
+  const open = doc.events.filter((e) => e.closed_at === null).length;
+  $("timeline-count").textContent = `${doc.events.length} finding${doc.events.length === 1 ? "" : "s"}, ${open} open`;
+  $("timeline-start").textContent = doc.since;
+  $("timeline-section").hidden = doc.events.length === 0;
 }
 
 // Why the cluster verdict discounts an observer ("cluster/node"), from the status's
@@ -689,6 +745,8 @@ function init() {
   window.addEventListener("resize", schedule);
   getJSON("v1/web/status").then((doc) => { setStatus(doc); S.listDirty = true; renderSummary(); schedule(); }).catch((e) => warn(e.message));
   refreshMatrix();
+  refreshEvents();
+  setInterval(refreshEvents, EVENTS_REFRESH_MS);
   connect();
   // While the feed is down, the matrix is still refreshed (the agent may be back).
   setInterval(() => { if (!S.live) refreshMatrix(); }, 5000);

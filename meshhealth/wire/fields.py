@@ -298,6 +298,7 @@ cidr = _validated(_cidr)
 cluster_name = _validated(keys.validate_cluster_name)
 node_name = _validated(keys.validate_node_name)
 node_ref = _validated(_node_ref)  # `cluster/node`, both parts valid
+event_id = _validated(keys.validate_event_id)  # a finding event's id
 
 
 def join(where: str, name: str) -> str:

@@ -4,8 +4,10 @@
     meshhealth/state/ip/v1/<cluster>/<ip>          IPEntry         (node lease)
     meshhealth/state/health/v1/<cluster>/<node>    HealthReport    (node lease)
     meshhealth/state/retained/v1/<cluster>/<node>  RetainedNode    (no lease)
+    meshhealth/state/rollup/v1/<cluster>/<node>    NodeRollups     (no lease)
     meshhealth/state/aggregator/v1/<cluster>       AggregatorClaim (the holder's lease)
     meshhealth/state/summary/v1/<cluster>          ClusterSummary  (the holder's lease)
+    meshhealth/state/events/v1/<cluster>/<id>      FindingEvent    (no lease)
     meshhealth/cluster-config/<cluster>            ClusterConfig   (no lease)
 
 Builders validate their inputs and raise ValueError; `parse_key` raises InvalidKey (a
@@ -31,6 +33,9 @@ _MAX_QUOTED_KEY_CHARS = 200
 
 _CLUSTER_NAME_RE = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?")
 _NODE_LABEL_RE = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+# A finding event's id: its opening time in unix milliseconds (13 digits, so keys sort by
+# time), '-', and 12 hex digits of its finding's identity (meshhealth.wire.event).
+_EVENT_ID_RE = re.compile(r"[0-9]{13}-[0-9a-f]{12}")
 
 
 class InvalidKey(ValueError):
@@ -42,12 +47,21 @@ class KeyKind(enum.StrEnum):
     IP = "ip"
     HEALTH = "health"
     RETAINED = "retained"
+    ROLLUP = "rollup"
     CLUSTER_CONFIG = "cluster-config"
     AGGREGATOR = "aggregator"
     SUMMARY = "summary"
+    EVENT = "events"
 
 
-_STATE_KINDS = (KeyKind.NODE, KeyKind.IP, KeyKind.HEALTH, KeyKind.RETAINED)
+_STATE_KINDS = (
+    KeyKind.NODE,
+    KeyKind.IP,
+    KeyKind.HEALTH,
+    KeyKind.RETAINED,
+    KeyKind.EVENT,
+    KeyKind.ROLLUP,
+)
 # One entry per cluster: `state/<kind>/v1/<cluster>`, no name segment.
 _CLUSTER_KINDS = (KeyKind.AGGREGATOR, KeyKind.SUMMARY)
 
@@ -56,7 +70,8 @@ _CLUSTER_KINDS = (KeyKind.AGGREGATOR, KeyKind.SUMMARY)
 class ParsedKey:
     kind: KeyKind
     cluster: str
-    # node name (NODE, HEALTH), canonical ip (IP), None (CLUSTER_CONFIG, AGGREGATOR, SUMMARY)
+    # node name (NODE, HEALTH, RETAINED, ROLLUP), canonical ip (IP), event id (EVENT),
+    # None (CLUSTER_CONFIG, AGGREGATOR, SUMMARY)
     name: str | None
 
 
@@ -94,6 +109,17 @@ def validate_node_name(name: str) -> str:
             "digit) separated by dots"
         )
     return name
+
+
+def validate_event_id(event_id: str) -> str:
+    """Return `event_id` if it is a finding event's id (`1795000000000-0123456789ab`),
+    else raise ValueError."""
+    if not isinstance(event_id, str) or not _EVENT_ID_RE.fullmatch(event_id):
+        raise ValueError(
+            f"invalid event id {_quote(event_id)}: expected 13 digits (unix ms), '-' and "
+            "12 lowercase hex digits"
+        )
+    return event_id
 
 
 def canonical_ip(ip: str) -> str:
@@ -134,6 +160,11 @@ def retained_key(cluster: str, node: str) -> str:
     return f"{retained_prefix(cluster)}{validate_node_name(node)}"
 
 
+def rollup_key(cluster: str, node: str) -> str:
+    """`node`'s roll-ups of its own paths (wire/rollup.py), for `meshhealth report`."""
+    return f"{rollup_prefix(cluster)}{validate_node_name(node)}"
+
+
 def cluster_config_key(cluster: str) -> str:
     return f"{cluster_config_prefix()}{validate_cluster_name(cluster)}"
 
@@ -146,6 +177,11 @@ def aggregator_key(cluster: str) -> str:
 def summary_key(cluster: str) -> str:
     """`cluster`'s summary: the verdict and findings its aggregator publishes."""
     return _state_prefix(KeyKind.SUMMARY, None) + validate_cluster_name(cluster)
+
+
+def event_key(cluster: str, event_id: str) -> str:
+    """One finding event of `cluster`'s timeline (no lease: it outlives its writer)."""
+    return f"{events_prefix(cluster)}{validate_event_id(event_id)}"
 
 
 def _state_prefix(kind: KeyKind, cluster: str | None) -> str:
@@ -173,6 +209,16 @@ def health_prefix(cluster: str | None = None) -> str:
 def retained_prefix(cluster: str | None = None) -> str:
     """Prefix of the retained node entries of `cluster` (of all clusters when None)."""
     return _state_prefix(KeyKind.RETAINED, cluster)
+
+
+def events_prefix(cluster: str | None = None) -> str:
+    """Prefix of the finding events of `cluster` (of all clusters when None)."""
+    return _state_prefix(KeyKind.EVENT, cluster)
+
+
+def rollup_prefix(cluster: str | None = None) -> str:
+    """Prefix of the roll-up entries of `cluster` (of all clusters when None)."""
+    return _state_prefix(KeyKind.ROLLUP, cluster)
 
 
 def cluster_config_prefix() -> str:
@@ -228,6 +274,8 @@ def _parse_text(key: str) -> ParsedKey:
     if kind is KeyKind.IP:
         if canonical_ip(name) != name:
             raise ValueError(f"IP not in canonical form, expected {canonical_ip(name)!r}")
+    elif kind is KeyKind.EVENT:
+        validate_event_id(name)
     else:
         validate_node_name(name)
     return ParsedKey(kind, cluster, name)

@@ -13,15 +13,17 @@ from meshhealth.wire import keys
 from meshhealth.wire.claim import CLAIM, AggregatorClaim
 from meshhealth.wire.cluster_config import CLUSTER_CONFIG
 from meshhealth.wire.envelope import Codec
+from meshhealth.wire.event import EVENT, FindingEvent
 from meshhealth.wire.fields import DecodeError
 from meshhealth.wire.health import HEALTH
 from meshhealth.wire.ip_entry import IP_ENTRY
 from meshhealth.wire.node import NODE
 from meshhealth.wire.retained import RETAINED
+from meshhealth.wire.rollup import ROLLUP, NodeRollups
 from meshhealth.wire.summary import SUMMARY, ClusterSummary
 
-Entry = Node | IPEntry | ClusterConfig | HealthReport | RetainedNode
-E = TypeVar("E", Node, IPEntry, ClusterConfig, HealthReport, RetainedNode)
+Entry = Node | IPEntry | ClusterConfig | HealthReport | RetainedNode | NodeRollups
+E = TypeVar("E", Node, IPEntry, ClusterConfig, HealthReport, RetainedNode, NodeRollups)
 K = keys.KeyKind
 # Each kind's codec, and what its value says of the key's cluster and name parts:
 # (field, the key's part, the value's).
@@ -34,23 +36,28 @@ _BY_KIND: dict[keys.KeyKind, tuple[Codec[Any], _AGREE]] = {
         RETAINED,
         lambda v, k: [("cluster", k.cluster, v.node.cluster), ("name", k.name, v.node.name)],
     ),
+    K.ROLLUP: (ROLLUP, lambda v, k: [("cluster", k.cluster, v.cluster), ("node", k.name, v.node)]),
     K.CLUSTER_CONFIG: (CLUSTER_CONFIG, lambda v, k: [("name", k.cluster, v.name)]),
     K.AGGREGATOR: (CLAIM, lambda v, k: [("cluster", k.cluster, v.cluster)]),
     K.SUMMARY: (SUMMARY, lambda v, k: [("cluster", k.cluster, v.cluster)]),
+    K.EVENT: (EVENT, lambda v, k: [("cluster", k.cluster, v.cluster), ("id", k.name, v.id)]),
 }
 _PER_CLUSTER = (K.AGGREGATOR, K.SUMMARY)
+_NOT_NODE_ENTRIES = (*_PER_CLUSTER, K.EVENT)
 _CODECS: dict[type, Codec[Any]] = {
     Node: NODE,
     RetainedNode: RETAINED,
     IPEntry: IP_ENTRY,
     ClusterConfig: CLUSTER_CONFIG,
     HealthReport: HEALTH,
+    NodeRollups: ROLLUP,
     AggregatorClaim: CLAIM,
     ClusterSummary: SUMMARY,
+    FindingEvent: EVENT,
 }
 
 
-def to_jsonable(obj: Entry | AggregatorClaim | ClusterSummary) -> dict[str, object]:
+def to_jsonable(obj: Entry | AggregatorClaim | ClusterSummary | FindingEvent) -> dict[str, object]:
     """The wire map of `obj` (field names as on the wire, `v` included), JSON-ready."""
     if type(obj) not in _CODECS:
         raise TypeError(f"not a meshhealth entry: {type(obj).__name__}")
@@ -60,7 +67,7 @@ def to_jsonable(obj: Entry | AggregatorClaim | ClusterSummary) -> dict[str, obje
 def decode_value(key: str | bytes, data: bytes) -> Entry:
     """Decode the value stored under `key` and check that it agrees with the key."""
     parsed = _parse(key)
-    if parsed.kind in _PER_CLUSTER:  # one value per cluster: decode_cluster_value
+    if parsed.kind in _NOT_NODE_ENTRIES:  # decode_cluster_value, decode_event_value
         raise DecodeError(f"a {parsed.kind.value} value: not a node's entry")
     value: Entry = _decode(parsed, data)
     return value
@@ -72,6 +79,15 @@ def decode_cluster_value(key: str | bytes, data: bytes) -> AggregatorClaim | Clu
     if parsed.kind not in _PER_CLUSTER:
         raise DecodeError(f"not an aggregator or summary key: {parsed.kind.value}")
     value: AggregatorClaim | ClusterSummary = _decode(parsed, data)
+    return value
+
+
+def decode_event_value(key: str | bytes, data: bytes) -> FindingEvent:
+    """Decode the finding event under `key`; it must agree with the key."""
+    parsed = _parse(key)
+    if parsed.kind is not K.EVENT:
+        raise DecodeError(f"not a finding event key: {parsed.kind.value}")
+    value: FindingEvent = _decode(parsed, data)
     return value
 
 

@@ -9,7 +9,9 @@ resuming watch (matrix_source.HealthReports). After a change it waits `debounce_
 round's reports arrive together), builds the matrix, runs diagnosis and writes
 `state/summary/v1/<cluster>` (meshhealth.wire.summary) when its content changed, in a
 transaction that holds only while the claim is still under this agent's lease, and
-under that lease: when the aggregator dies, its summary goes with its claim. A report
+under that lease: when the aggregator dies, its summary goes with its claim. Each
+finding's opening and closing go into the cluster's findings timeline (timeline.py,
+`state/events/v1/<cluster>/`), read when this agent takes the claim. A report
 that turns stale changes the verdict without any event: the aggregator wakes up at the
 time the next fresh report would turn stale.
 
@@ -33,6 +35,7 @@ import trio
 from meshhealth import defaults
 from meshhealth.agent.agent_metrics import WriteCounters
 from meshhealth.agent.cluster_view.election import AggregatorElection
+from meshhealth.agent.cluster_view.timeline import FindingTimeline
 from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.diagnosis.cluster_summary import build_summary, keep_since
 from meshhealth.diagnosis.diagnose import diagnose
@@ -83,6 +86,7 @@ class Aggregator:
         debounce_s: float = defaults.SUMMARY_DEBOUNCE_S,
         clock: Callable[[], float] = time.time,
         metrics: WriteCounters | None = None,
+        events_metrics: WriteCounters | None = None,
         registered: Discovery | None = None,
     ) -> None:
         self.etcd = etcd
@@ -100,6 +104,9 @@ class Aggregator:
         self.registered = registered  # None: every report counts (tests of the summary)
         self.ignored: tuple[tuple[str, str], ...] = ()  # unregistered reporters, last time
         self._ignored_said: set[tuple[str, str]] = set()
+        self.timeline = FindingTimeline(
+            etcd, election, cluster=cluster, node=node, metrics=events_metrics
+        )
 
     @property
     def writes(self) -> int:
@@ -134,6 +141,7 @@ class Aggregator:
                 await self.registered.synced.wait()
             await reports.listed.wait()
             backoff = Backoff(defaults.ETCD_RECONNECT_MIN_S, defaults.ETCD_RECONNECT_MAX_S)
+            await self._load_timeline(backoff)
             while True:
                 self._wake = trio.Event()
                 summary, turns_stale_at = summarise(
@@ -147,7 +155,10 @@ class Aggregator:
                 retry = False
                 if not summary.same_content(self.written):
                     retry = not await self._write(summary)
-                wake_in_s = turns_stale_at - self._clock() + defaults.SUMMARY_STALE_MARGIN_S
+                if not await self.timeline.record(summary.findings, now=self._clock()):
+                    retry = True
+                wake_at = min(turns_stale_at, self.timeline.wake_at() or math.inf)
+                wake_in_s = wake_at - self._clock() + defaults.SUMMARY_STALE_MARGIN_S
                 if retry:
                     wake_in_s = min(wake_in_s, backoff.next_delay_s())
                 else:
@@ -155,6 +166,19 @@ class Aggregator:
                 with trio.move_on_after(max(0.0, wake_in_s)):
                     await self._wake.wait()
                 await trio.sleep(self.debounce_s)  # let the rest of a round's reports in
+
+    async def _load_timeline(self, backoff: Backoff) -> None:
+        """Read the timeline this agent's predecessors left, retrying until it is read."""
+        while True:
+            try:
+                await self.timeline.load()
+                backoff.reset()
+                return
+            except EtcdError as error:
+                log.warning(
+                    "reading the findings timeline of %s: %s (retrying)", self.cluster, error
+                )
+                await trio.sleep(backoff.next_delay_s())
 
     def _counted(self, reports: Sequence[HealthReport]) -> Sequence[HealthReport]:
         """The reports of registered nodes; the others are logged once and left out."""

@@ -45,6 +45,7 @@ from meshhealth.agent.health_endpoint.child import (
 from meshhealth.agent.health_endpoint.forwarding import SysctlLedger
 from meshhealth.agent.health_endpoint.ip_command import PlumbingError
 from meshhealth.backoff import Backoff
+from meshhealth.log_format import event_fields
 from meshhealth.netns import call_in_netns
 
 if TYPE_CHECKING:
@@ -215,7 +216,19 @@ class HealthEndpoint:
                 self.state.restarts_by_reason[reason] += 1
                 self.state.last_error = error
                 delay_s = self._backoff.next_delay(uptime_s)
-                log.warning("health endpoint: %s (%s); restarting in %.1fs", reason, error, delay_s)
+                log.warning(
+                    "health endpoint: %s (%s); restarting in %.1fs",
+                    reason,
+                    error,
+                    delay_s,
+                    extra=event_fields(
+                        "endpoint-restarting",
+                        reason=reason,
+                        error=error,
+                        delay_s=round(delay_s, 3),
+                        restarts=self.state.restarts,
+                    ),
+                )
                 mark_started()
                 await trio.sleep(delay_s)
         finally:
@@ -270,7 +283,13 @@ class HealthEndpoint:
                     return outcome[0]
                 self.state.running = True
                 self.state.running_since = time.time()
-                log.info("health endpoint: responder ready (pid %d)", proc.pid)
+                log.info(
+                    "health endpoint: responder ready (pid %d)",
+                    proc.pid,
+                    extra=event_fields(
+                        "endpoint-ready", pid=proc.pid, restarts=self.state.restarts
+                    ),
+                )
                 on_ready()
                 await self._watch_plumbing(finish)
         finally:

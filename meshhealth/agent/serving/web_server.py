@@ -14,15 +14,18 @@ One TCP port serves everything the page needs, all from the package (no CDN):
     GET /v1/web/cell?source=C/N&target=C/N
                                  one cell's paths; this agent's own row adds its
                                  percentiles and the last hour
+    GET /v1/web/events           the findings timeline of the last day
+                                 (documents/events.py), the page's strip
     GET /v1/feed (Upgrade: websocket)   the live feed of `meshhealth watch`
 
 The matrix is read from etcd at most once per `max_age_s` whatever the number of viewers
-(`MatrixCache`, single flight). Only GET (and HEAD) is served, from one route table
-(route_table.py); the page is read-only. A request whose `Host` does not name this page
-is refused (421, DNS rebinding), and so is a WebSocket upgrade from a foreign page's
-`Origin` (403); `/v1/web/cell` names another agent's page of the mesh in
-`Access-Control-Allow-Origin` (never `*`), so that a page opened on one agent can show
-the history another agent keeps of its own paths (web_access.py).
+(`ReadCache`, single flight), the timeline at most once per WEB_EVENTS_MAX_AGE_S. Only
+GET (and HEAD) is served, from one route table (route_table.py); the page is read-only.
+A request whose `Host` does not name this page is refused (421, DNS rebinding), and so
+is a WebSocket upgrade from a foreign page's `Origin` (403); `/v1/web/cell` names
+another agent's page of the mesh in `Access-Control-Allow-Origin` (never `*`), so that
+a page opened on one agent can show the history another agent keeps of its own paths
+(web_access.py).
 
 A connection's first request head is read here: a WebSocket upgrade to the feed goes,
 with the bytes already read, to the feed's handler (`ReplayStream`); anything else to
@@ -38,7 +41,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, Generic, TypeVar
 from urllib.parse import parse_qs
 
 import h11
@@ -54,6 +57,8 @@ from meshhealth.agent.serving.web_views import (
     compact_matrix_document,
     parse_node_ref,
 )
+from meshhealth.diagnosis.timeline import since
+from meshhealth.documents.events import events_document
 from meshhealth.documents.feed import FEED_PATH
 from meshhealth.documents.matrix import Matrix, NodeRef
 from meshhealth.http_server import (
@@ -68,9 +73,12 @@ from meshhealth.http_server import (
     send_response,
     serve_connection,
 )
+from meshhealth.kvstore import EtcdError
 from meshhealth.model import REACHABILITY_PROTOCOLS, PathKey, Target, TargetType, path_name
+from meshhealth.wire.event import FindingEvent
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 ASSETS: Mapping[str, tuple[str, str]] = {
     "/": ("index.html", "text/html; charset=utf-8"),
@@ -95,6 +103,8 @@ class WebData:
     interval_s: float
     status: Callable[[], Mapping[str, Any]]  # the status document
     read_matrix: Callable[[], Awaitable[Matrix]]  # from etcd (every admitted cluster)
+    # this cluster's findings timeline, from etcd (EtcdError when it cannot be read)
+    read_events: Callable[[], Awaitable[Sequence[FindingEvent]]]
     history: PathHistory
     feed: FeedHub
     # Every node the agent follows (discovery, meshed clusters, retained), not only
@@ -116,12 +126,13 @@ def load_assets() -> dict[str, bytes]:
     return {name: folder.joinpath(name).read_bytes() for name, _ in set(ASSETS.values())}
 
 
-class MatrixCache:
-    """The newest matrix, re-read when older than `max_age_s`; one read at a time."""
+class ReadCache(Generic[T]):
+    """The newest value read, read again when older than `max_age_s`; one read at a
+    time (the matrix, the timeline)."""
 
     def __init__(
         self,
-        read: Callable[[], Awaitable[Matrix]],
+        read: Callable[[], Awaitable[T]],
         max_age_s: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -129,17 +140,17 @@ class MatrixCache:
         self.max_age_s = max_age_s
         self._clock = clock
         self._lock = trio.Lock()
-        self._matrix: Matrix | None = None
+        self._value: T | None = None
         self._read_at = float("-inf")
         self.reads = 0
 
-    async def get(self) -> Matrix:
+    async def get(self) -> T:
         async with self._lock:
-            if self._matrix is None or self._clock() - self._read_at >= self.max_age_s:
-                self._matrix = await self._read()
+            if self._value is None or self._clock() - self._read_at >= self.max_age_s:
+                self._value = await self._read()
                 self._read_at = self._clock()
                 self.reads += 1
-            return self._matrix
+            return self._value
 
 
 def header(headers: Sequence[tuple[str, str]], name: str) -> str | None:
@@ -175,7 +186,8 @@ class WebApp:
         self.data = data
         self.access = access
         self.assets = assets
-        self.matrix = MatrixCache(data.read_matrix, max_age_s)
+        self.matrix = ReadCache(data.read_matrix, max_age_s)
+        self.events = ReadCache(data.read_events, defaults.WEB_EVENTS_MAX_AGE_S)
         # The compact document of the cached matrix, encoded once for every viewer.
         self._compact: tuple[Matrix, bytes] | None = None
         self.routes = RouteTable(
@@ -184,6 +196,7 @@ class WebApp:
                 *(Route(path, "GET", self._asset) for path in ASSETS),
                 Route("/v1/web/status", "GET", self._status),
                 Route("/v1/web/matrix", "GET", self._compact_matrix),
+                Route("/v1/web/events", "GET", self._events),
                 Route("/v1/web/cell", "GET", self._cell),
                 Route(FEED_PATH, "GET", self._feed_without_upgrade),
             ],
@@ -223,6 +236,15 @@ class WebApp:
             body = json.dumps(document, separators=(",", ":")).encode()
             self._compact = (matrix, body)
         return HttpResponse(200, self._compact[1], JSON, headers=(("Cache-Control", "no-store"),))
+
+    async def _events(self, _: HttpRequest) -> HttpResponse:
+        try:
+            events = await self.events.get()
+        except EtcdError as error:
+            return text_error(503, f"the findings timeline cannot be read: {error}")
+        now = time.time()
+        start = now - defaults.WEB_EVENTS_WINDOW_S
+        return _json_response(events_document(since(events, start), now=now, since=start))
 
     async def _cell(self, request: HttpRequest) -> HttpResponse:
         origin = header(request.headers, "origin")
