@@ -92,6 +92,29 @@ RESPONDER_LINGER_MAX_BYTES: Final = 256 * 1024
 # parent PID is checked (an orphaned endpoint exits within this).
 RESPONDER_PARENT_POLL_S: Final = 0.5
 
+# --- UDP echo and TCP connect probes (meshhealth.probe.udp_*, .tcp_connect) ---------
+# The UDP echo responder listens on the /hello port's number over UDP: one number for
+# firewall rules to open, for both transports.
+UDP_ECHO_PORT: Final = HTTP_PORT
+# Echo datagrams per node/udp probe, each from its own source port (a different 5-tuple,
+# so they can take different ECMP paths). A few cover the usual 2 - 8 way ECMP fan-out
+# over a handful of rounds; 0 turns the UDP probe off.
+UDP_PROBE_SOURCE_PORTS: Final = 4
+UDP_PROBE_MAX_SOURCE_PORTS: Final = 64
+# Datagrams one source may have answered per second, and in a burst: a peer sends
+# UDP_PROBE_SOURCE_PORTS per round (and an indirect round's); ten times that in a burst.
+UDP_ECHO_RATE_PER_S: Final = 20.0
+UDP_ECHO_BURST: Final = 64
+# All sources together: a full mesh of 5,000 nodes at the default interval sends 2,000
+# a second; past this the responder drops rather than spends the node's CPU.
+UDP_ECHO_TOTAL_RATE_PER_S: Final = 10_000.0
+# Sources whose token buckets are remembered (bounds memory under a spoofed flood).
+UDP_ECHO_MAX_SOURCES: Final = 8192
+# TCP connect probes (`--probe-tcp-ports`): none by default (the operator names the ports
+# that matter: 10250 for the kubelet, 22, ...). At most this many, so a health entry
+# stays bounded (docs/kvstore.md, "Size": each port is one more path per target).
+TCP_PROBE_MAX_PORTS: Final = 8
+
 # --- indirect probes (meshhealth.agent.indirect_server, .indirect_probes) -------------
 # Helpers asked when a direct probe fails: Lifeguard's (SWIM's) k = 3 indirect probes.
 # Three independent paths make "target down" believable without asking everyone.

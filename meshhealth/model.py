@@ -7,6 +7,7 @@ Probing: Target (a node to probe), PathKey (one path to it), ProbeResult, RoundR
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 # Reserved identities, Cilium's numbers.
@@ -80,11 +81,15 @@ class Protocol(enum.StrEnum):
     ICMP = "icmp"  # "ICMP to stack"
     HTTP = "http"  # "HTTP to agent"
     ICMP_DF = "icmp-df"  # one big don't-fragment echo (the link MTU), NodeIP only
+    UDP = "udp"  # echo datagrams from a few source ports to the agent, NodeIP only
+    TCP = "tcp"  # a connect to an operator-chosen port (PathKey.port), NodeIP only
 
 
-# The paths of every address, whose results decide reachability. ICMP_DF is extra: probed
-# on the NodeIP only (when enabled), and a lost big probe while the small ones pass is an
-# MTU black hole (diagnosis: mtu-blackhole), not "unreachable".
+# The paths of every address, whose results decide reachability. ICMP_DF, UDP and TCP are
+# extra: probed on the primary NodeIP only (when enabled); a lost big probe while the
+# small ones pass is an MTU black hole (diagnosis: mtu-blackhole), lost UDP while ICMP
+# and HTTP pass is UDP blocked (udp-blocked), a TCP port that does not accept is
+# port-blocked; none of them is "unreachable".
 REACHABILITY_PROTOCOLS: tuple[Protocol, ...] = (Protocol.ICMP, Protocol.HTTP)
 
 
@@ -205,6 +210,7 @@ class PathKey:
     target_type: TargetType
     protocol: Protocol
     secondary: bool = False  # the address of the other family (dual stack)
+    port: int = 0  # Protocol.TCP: the port connected to; 0 for every other protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,10 +326,22 @@ PATH_STATES: tuple[Reachability, ...] = (
 PATH_VERDICTS: tuple[str, ...] = ("ok", "suspect", "unreachable")
 
 
-def path_name(target_type: TargetType, protocol: Protocol) -> str:
-    """`node/icmp` etc.: the key of a path inside a HealthReport (in `paths` for the
-    primary addresses, in `secondary_paths` for the secondary ones)."""
-    return f"{target_type.value}/{protocol.value}"
+def protocol_name(protocol: Protocol, port: int = 0) -> str:
+    """`icmp`, `http`, `icmp-df`, `udp`, or `tcp:10250` for a TCP connect to a port: the
+    protocol part of a path's name (and the metrics' `protocol` label)."""
+    return f"{protocol.value}:{port}" if protocol is Protocol.TCP else protocol.value
+
+
+def path_name(target_type: TargetType, protocol: Protocol, port: int = 0) -> str:
+    """`node/icmp`, `node/tcp:10250` etc.: the key of a path inside a HealthReport (in
+    `paths` for the primary addresses, in `secondary_paths` for the secondary ones)."""
+    return f"{target_type.value}/{protocol_name(protocol, port)}"
+
+
+def tcp_ports_of(paths: Iterable[PathKey]) -> tuple[int, ...]:
+    """The TCP ports among `paths`, sorted: what the agent's `--probe-tcp-ports` made
+    of them (every target is probed on the same ports)."""
+    return tuple(sorted({p.port for p in paths if p.protocol is Protocol.TCP}))
 
 
 SECONDARY_SUFFIX = "@secondary"
@@ -332,7 +350,7 @@ SECONDARY_SUFFIX = "@secondary"
 def path_label(path: PathKey) -> str:
     """`node/icmp`, or `node/icmp@secondary` for a secondary address: how a path is
     named where one flat name is needed (logs, the watch view)."""
-    name = path_name(path.target_type, path.protocol)
+    name = path_name(path.target_type, path.protocol, path.port)
     return name + SECONDARY_SUFFIX if path.secondary else name
 
 

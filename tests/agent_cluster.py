@@ -326,6 +326,8 @@ class AgentCluster:
             str(self.timeout_s),
             "--http-port",
             str(self.http_port),
+            "--udp-port",  # the UDP echo: the same free number, over UDP
+            str(self.http_port),
             "--metrics-listen",
             f"{node_ip}:{metrics_port}",
             "--log-level",

@@ -29,7 +29,8 @@ OK, SUS, UNR = Reachability.REACHABLE, Reachability.SUSPECT, Reachability.UNREAC
 STALE, UNA = Reachability.STALE, Reachability.UNASSIGNED
 K = PathKind
 
-# pattern -> states of node/icmp, node/http, endpoint/icmp, endpoint/http, node/icmp-df
+# pattern -> states of node/icmp, node/http, endpoint/icmp, endpoint/http, node/icmp-df,
+# node/udp, node/tcp (a pattern that stops early leaves the rest unassigned: not probed)
 PATTERNS: dict[str, tuple[Reachability, ...]] = {
     "ok": (OK, OK, OK, OK, OK),
     "down": (UNR, UNR, UNR, UNR, UNR),  # nothing answers
@@ -38,6 +39,12 @@ PATTERNS: dict[str, tuple[Reachability, ...]] = {
     "endpoint": (OK, OK, UNR, UNR, OK),  # host fine, endpoint gone
     "ep-http": (OK, OK, OK, UNR, OK),  # endpoint's responder gone
     "mtu": (OK, OK, OK, OK, UNR),  # big DF probes lost
+    "udp": (OK, OK, OK, OK, OK, UNR),  # UDP echoes lost, the rest fine
+    "udp-ok": (OK, OK, OK, OK, OK, OK),
+    "agent+udp": (OK, UNR, OK, OK, OK, UNR),  # the agent is gone: its UDP echo too
+    "port": (OK, OK, OK, OK, OK, OK, UNR),  # an operator's TCP port does not accept
+    "l4-ok": (OK, OK, OK, OK, OK, OK, OK),
+    "down+port": (UNR, UNR, UNR, UNR, UNR, UNR, UNR),
     "suspect": (SUS, SUS, SUS, SUS, SUS),
     "half": (SUS, UNR, SUS, UNR, UNA),  # settling: not evidence yet
     "stale": (STALE, STALE, STALE, STALE, STALE),
@@ -54,6 +61,7 @@ def cell(
     observer: str, target: str, states: str | tuple[Reachability, ...], since: float = SINCE
 ) -> MatrixCell:
     row = PATTERNS[states] if isinstance(states, str) else states
+    row = row + (UNA,) * (len(PathKind) - len(row))
     paths = {
         kind: PathObservation(state, since)
         for kind, state in zip(PathKind, row, strict=True)

@@ -70,21 +70,31 @@ BASE_RTT_S = {
     ("node3", TargetType.ENDPOINT, Protocol.HTTP): 2.2e-3,
 }
 
-# (node, target type, protocol) -> the status of the newest rounds; older rounds were OK.
-Fault = dict[tuple[str, TargetType, Protocol], ProbeStatus]
+# (node, target type, protocol[, TCP port]) -> the status of the newest rounds; older
+# rounds were OK.
+Fault = dict[tuple[str, TargetType, Protocol] | tuple[str, TargetType, Protocol, int], ProbeStatus]
 FAILING_ROUNDS = 3
 
 
 MTU_PROBE_BYTES = 1500
+UDP_SOURCE_PORTS = 4
+TCP_PORTS = (22, 10250)  # the story's --probe-tcp-ports
 
 
 def _ok(path: PathKey, round_index: int, started_at: float) -> ProbeResult:
     if path.protocol is Protocol.ICMP_DF:  # a big packet takes a little longer
         base = BASE_RTT_S[(path.node, path.target_type, Protocol.ICMP)] * 1.25
+    elif path.protocol in (Protocol.UDP, Protocol.TCP):  # one round trip, to user space
+        base = BASE_RTT_S[(path.node, path.target_type, Protocol.ICMP)] * 1.5
     else:
         base = BASE_RTT_S[(path.node, path.target_type, path.protocol)]
     # The newest round (index ROUNDS-1) measures exactly the base RTT.
     jitter = [1.0, 1.1, 0.9, 1.28, 0.95, 1.0][round_index % ROUNDS]
+    if path.protocol is Protocol.TCP:
+        return ProbeResult(ProbeStatus.OK, started_at, (base * jitter,), sent=1, received=1)
+    if path.protocol is Protocol.UDP:
+        rtts = (base * jitter,) * UDP_SOURCE_PORTS
+        return ProbeResult(ProbeStatus.OK, started_at, rtts, UDP_SOURCE_PORTS, UDP_SOURCE_PORTS)
     if path.protocol is not Protocol.HTTP:
         rtts = (base * jitter, base * jitter, base * jitter)
         size = MTU_PROBE_BYTES if path.protocol is Protocol.ICMP_DF else 0
@@ -95,15 +105,22 @@ def _ok(path: PathKey, round_index: int, started_at: float) -> ProbeResult:
 
 
 def _failed(path: PathKey, status: ProbeStatus, started_at: float) -> ProbeResult:
-    sent = 1 if path.protocol is Protocol.HTTP else 3
+    sent = {Protocol.HTTP: 1, Protocol.TCP: 1, Protocol.UDP: UDP_SOURCE_PORTS}.get(path.protocol, 3)
     size = MTU_PROBE_BYTES if path.protocol is Protocol.ICMP_DF else 0
     return ProbeResult(status, started_at, (), sent=sent, received=0, size_bytes=size)
 
 
-def _protocols(target_type: TargetType, secondary: bool, mtu_probe: bool) -> tuple[Protocol, ...]:
-    if mtu_probe and target_type is TargetType.NODE and not secondary:
-        return (*REACHABILITY_PROTOCOLS, Protocol.ICMP_DF)
-    return REACHABILITY_PROTOCOLS
+def _protocols(
+    target_type: TargetType, secondary: bool, mtu_probe: bool, l4: bool = False
+) -> tuple[tuple[Protocol, int], ...]:
+    """(protocol, TCP port or 0) of every path of that address."""
+    kinds = [(p, 0) for p in REACHABILITY_PROTOCOLS]
+    if target_type is TargetType.NODE and not secondary:
+        if mtu_probe:
+            kinds.append((Protocol.ICMP_DF, 0))
+        if l4:
+            kinds += [(Protocol.UDP, 0), *((Protocol.TCP, port) for port in TCP_PORTS)]
+    return tuple(kinds)
 
 
 def _book(
@@ -112,6 +129,7 @@ def _book(
     secondary_fault: Fault | None = None,
     *,
     mtu_probe: bool = False,
+    l4: bool = False,
 ) -> StatsBook:
     book = StatsBook()
     for round_index in range(ROUNDS):
@@ -125,11 +143,15 @@ def _book(
                         assert secondary
                         continue
                     faults = (secondary_fault or {}) if secondary else fault
-                    for protocol in _protocols(target_type, secondary, mtu_probe):
+                    for protocol, port in _protocols(target_type, secondary, mtu_probe, l4):
                         path = PathKey(
-                            target.cluster, target.node, target_type, protocol, secondary
+                            target.cluster, target.node, target_type, protocol, secondary, port
                         )
-                        failing = faults.get((target.node, target_type, protocol))
+                        failing = faults.get(
+                            (target.node, target_type, protocol, port)
+                            if port
+                            else (target.node, target_type, protocol)
+                        )
                         if failing is not None and round_index >= ROUNDS - FAILING_ROUNDS:
                             result = _failed(path, failing, started_at)
                         else:
@@ -147,11 +169,12 @@ def _inputs(
     targets: tuple[Target, ...] = TARGETS,
     secondary_fault: Fault | None = None,
     mtu_probe: bool = False,
+    l4: bool = False,
 ) -> StatusInputs:
     return StatusInputs(
         local=local,
         targets=targets,
-        summaries=_book(fault, targets, secondary_fault, mtu_probe=mtu_probe).summaries(),
+        summaries=_book(fault, targets, secondary_fault, mtu_probe=mtu_probe, l4=l4).summaries(),
         probe_time=PROBE_TIME,
         probe_interval_s=INTERVAL_S,
         etcd=etcd or EtcdState(up=True, since=NOW - 3600),
@@ -224,6 +247,18 @@ def mtu_blackhole() -> StatusInputs:
     """The MTU probe runs (1500 B, don't fragment); big packets to node3 are dropped:
     its small probes pass, its `ICMP 1500 B DF` path times out, it stays reachable."""
     return _inputs({("node3", TargetType.NODE, Protocol.ICMP_DF): TIMEOUT}, mtu_probe=True)
+
+
+def l4_blocked() -> StatusInputs:
+    """The UDP echo and TCP connects to ports 22 and 10250 run; UDP to node2 is lost and
+    nothing listens on node3's port 10250: both stay reachable (ICMP and HTTP pass)."""
+    return _inputs(
+        {
+            ("node2", TargetType.NODE, Protocol.UDP): TIMEOUT,
+            ("node3", TargetType.NODE, Protocol.TCP, 10250): ProbeStatus.REFUSED,
+        },
+        l4=True,
+    )
 
 
 def etcd_down() -> StatusInputs:
@@ -400,6 +435,7 @@ STORIES: dict[str, Callable[[], StatusInputs]] = {
     "subset_plan": subset_plan,
     "small_full_mesh": small_full_mesh,
     "mtu_blackhole": mtu_blackhole,
+    "l4_blocked": l4_blocked,
     "one_node": one_node,
     "egress_blocked_here": egress_blocked_here,
 }

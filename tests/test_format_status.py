@@ -38,6 +38,8 @@ CASES = [
     ("small_full_mesh", False),
     ("mtu_blackhole", False),
     ("mtu_blackhole", True),
+    ("l4_blocked", False),
+    ("l4_blocked", True),
     ("one_node", False),
     ("egress_blocked_here", False),
 ]

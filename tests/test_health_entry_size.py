@@ -3,6 +3,8 @@ K and at the full-mesh threshold (docs/kvstore.md, "Size")."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from meshhealth import defaults
@@ -28,6 +30,10 @@ PER_TARGET_BYTES = 270
 PER_REPORT_BYTES = 80
 # A dual-stack report says its targets' secondary family once (`secondary_family`).
 PER_REPORT_FAMILY_BYTES = 24
+# The NodeIP's extra paths, per target: the MTU probe and the UDP echo together (with the
+# `extra_paths` key), and each TCP port of --probe-tcp-ports (a 5-digit port).
+PER_TARGET_DF_UDP_BYTES = 135
+PER_TCP_PORT_BYTES = 64
 
 
 def _name(i: int) -> str:
@@ -106,3 +112,33 @@ def test_full_mesh_grows_with_n() -> None:
     docs/kvstore.md) and still stays under etcd's value limit at 1,000 nodes."""
     assert _size(_report(30)) > ENTRY_LIMIT_BYTES
     assert _size(_report(1000)) < defaults.MAX_VALUE_BYTES
+
+
+def _with_extra_paths(report: HealthReport, ports: int) -> HealthReport:
+    """Every target with node/icmp-df, node/udp and `ports` TCP ports (5 digits each),
+    all failing like the others."""
+    path = PathHealth(ProbeStatus.HTTP_ERROR, 0.000412345678, 0.333)
+    extra = {"node/icmp-df": path, "node/udp": path}
+    extra |= {f"node/tcp:{65535 - i}": path for i in range(ports)}
+    targets = tuple(dataclasses.replace(t, paths={**t.paths, **extra}) for t in report.targets)
+    return dataclasses.replace(report, targets=targets)
+
+
+@pytest.mark.parametrize("ports", [0, 1, defaults.TCP_PROBE_MAX_PORTS])
+def test_extra_paths_per_target(ports: int) -> None:
+    """The MTU, UDP and TCP paths cost a fixed amount per target: still O(K)."""
+    for n in (1, 6, 16):
+        plain = _size(_report(n))
+        extra = _size(_with_extra_paths(_report(n), ports))
+        per_target = (extra - plain) / n
+        assert per_target <= PER_TARGET_DF_UDP_BYTES + ports * PER_TCP_PORT_BYTES, (n, per_target)
+
+
+@pytest.mark.parametrize("dual_stack", [False, True])
+def test_every_extra_path_at_the_default_k_stays_under_8_kb(dual_stack: bool) -> None:
+    """The MTU probe, the UDP echo and the most TCP ports at the default K: under 8 KB."""
+    targets = defaults.PLAN_PROBE_TARGETS + 1
+    report = _report(targets, dual_stack=dual_stack)
+    size = _size(_with_extra_paths(report, defaults.TCP_PROBE_MAX_PORTS))
+    print(f"{targets} targets, every extra path, dual stack {dual_stack}: {size} bytes")
+    assert size <= ENTRY_LIMIT_BYTES

@@ -381,6 +381,39 @@ def test_starve_names_the_starved_node(story: StoryLab) -> None:
     wait_verdict(story, set(), {}, "5/5 after the starved agent runs freely")
 
 
+def test_udp_drop_is_udp_blocked(story: StoryLab) -> None:
+    """UDP to port 4240 arriving at node2 is dropped: the agents' UDP echo to node2 times
+    out while ICMP and HTTP to it pass, so node2 stays reachable (5/5)."""
+    top = story_of(story, ["udp-drop", "node2"], ("udp-blocked",), ["lab1/node2"])
+    assert "UDP echoes to it are lost" in top["evidence"]
+
+
+def test_udp_drop_shows_in_status(story: StoryLab) -> None:
+    """node1's own status during a udp-drop on node2: `UDP to agent` timed out, ICMP and
+    HTTP OK, the node reachable; and the UDP path back after `fault clear`."""
+    healthy(story)
+    assert story.cli("fault", "udp-drop", "node2").returncode == 0
+    try:
+        deadline = time.monotonic() + FINDING_S
+        node2: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            doc = own_status(story, "node1") or {"nodes": []}
+            node2 = next((n for n in doc["nodes"] if n["name"] == "node2"), {})
+            udp = node2.get("host", {}).get("primary_address", {}).get("udp", {})
+            if udp.get("status") == "timeout":
+                break
+            time.sleep(0.5)
+        host = node2["host"]["primary_address"]
+        assert host["udp"]["status"] == "timeout", host
+        assert host["icmp"]["status"] == host["http"]["status"] == "ok"
+        assert node2["state"] == "reachable"
+        text = story.cli("exec", "node1", "--", "meshhealth", "status").stdout
+        assert re.search(r"UDP to agent:\s+Connection timed out", text), text
+    finally:
+        assert story.cli("fault", "clear").returncode == 0
+    healthy(story)
+
+
 def test_mtu_is_mtu_blackhole(story: StoryLab) -> None:
     """Packets over 1400 bytes to and from node2 are lost: the agents' big don't-fragment
     probe (the link MTU, 1500) fails while the small ones pass."""

@@ -192,6 +192,7 @@ def test_state_rejects(text: str) -> None:
     [
         (faults.ENDPOINT_FORWARD_DROP, ["hook forward", "ip daddr 10.78.2.2 drop"]),
         (faults.ICMP_DROP, ['iifname "eth0" icmp type', "hook input", "hook forward"]),
+        (faults.UDP_DROP, ['iifname "eth0" udp dport 4240 drop', "hook input"]),
     ],
 )
 def test_nft_scripts(kind: str, must_contain: list[str]) -> None:

@@ -51,9 +51,10 @@ def test_series_of_a_target_that_left_are_removed(tmp_path: Path, etcd_server: E
         # Every target has its status series and, once probed OK, its latency histogram.
         wait_for(lambda: targets_with_series(n1), lambda t: t == {"n1", "n2", "n3"}, 30,
                  what="n1's series of its three targets")  # fmt: skip
-        # 5 paths a target: 4, and the don't-fragment MTU probe's (on by default)
-        wait_for(lambda: probe_paths(n1), lambda p: p.get("reachable") == 15, 30,
-                 what="n1's 15 paths reachable")  # fmt: skip
+        # 6 paths a target: 4, the don't-fragment MTU probe's and the UDP echo's (both on
+        # by default)
+        wait_for(lambda: probe_paths(n1), lambda p: p.get("reachable") == 18, 30,
+                 what="n1's 18 paths reachable")  # fmt: skip
         assert set(probe_paths(n1)) == set(PATH_STATES)  # a fixed set at any N
 
         # n3 leaves (its lease is revoked): n1 stops probing it and drops its series,
@@ -64,7 +65,7 @@ def test_series_of_a_target_that_left_are_removed(tmp_path: Path, etcd_server: E
         text = n1.metrics_text()
         assert 'target_node="n3"' not in text
         paths = probe_paths(n1)
-        assert sum(paths.values()) == 10 and paths["reachable"] == 10  # 2 targets x 5 paths
+        assert sum(paths.values()) == 12 and paths["reachable"] == 12  # 2 targets x 6 paths
         assert re.search(r"^meshhealth_probe_targets 2$", text, re.MULTILINE)
         # n2 is still there, with both families
         names = {name for name, labels, _ in series(text) if labels.get("target_node") == "n2"}

@@ -13,7 +13,6 @@ from meshhealth.documents.matrix import build_matrix
 from meshhealth.model import HealthReport, PathHealth, ProbeStatus, TargetHealth
 from meshhealth.wire.health import (
     CORE_PATH_NAMES,
-    PATH_NAMES,
     decode_health_report,
     encode_health_report,
 )
@@ -48,7 +47,7 @@ def test_unknown_extra_paths_are_skipped_not_refused() -> None:
     wire = msgpack.unpackb(encode_health_report(_report("node1")))
     wire["targets"][0]["extra_paths"]["node/quic"] = {"status": "ok", "rtt_s": 0.1, "loss": 0}
     decoded = decode_health_report(msgpack.packb(wire))
-    assert set(decoded.targets[0].paths) == set(PATH_NAMES)
+    assert set(decoded.targets[0].paths) == {*CORE_PATH_NAMES, "node/icmp-df"}
 
 
 def test_a_lost_big_probe_is_an_mtu_blackhole_not_unreachable() -> None:

@@ -11,6 +11,7 @@ import random
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TypeVar
 
 import pytest
@@ -357,6 +358,83 @@ async def test_http_round_on_loopback() -> None:
     assert sorted(finished, key=lambda r: r.ip) == sorted(report.paths, key=lambda r: r.ip)
     assert all(p.result.rtt_s is not None for p in report.paths[:2])
     assert report.duration_s < 2.0
+
+
+async def test_udp_round_on_loopback() -> None:
+    """The UDP echo path of each primary NodeIP, sent from this node's NodeIP (the
+    responder answers registered NodeIPs only); none to a HealthIP."""
+    from meshhealth.probe.udp_responder import EchoGate, serve_udp_echo
+
+    targets = [target("up", "127.0.0.2", "127.0.0.3"), target("down", "127.0.0.4")]
+    async with trio.open_nursery() as nursery:
+        gate = EchoGate(trusted={"127.0.0.9"}.__contains__)
+        port = await nursery.start(partial(serve_udp_echo, gate=gate), "127.0.0.2", 0)
+        report = await run_round(
+            targets,
+            pinger=None,
+            http_port=port,  # nothing listens on TCP there: HTTP is refused
+            timeout_s=1.0,
+            protocols=frozenset({HTTP}),
+            udp_port=port,
+            udp_source_ports=3,
+            source_ips=["127.0.0.9", "::1"],
+        )
+        nursery.cancel_scope.cancel()
+    udp = [(p.path.node, p.path.target_type, p.ip, p.result.status) for p in report.paths
+           if p.path.protocol is model.Protocol.UDP]  # fmt: skip
+    assert udp == [
+        ("up", NODE, "127.0.0.2", model.ProbeStatus.OK),
+        ("down", NODE, "127.0.0.4", model.ProbeStatus.REFUSED),
+    ]
+    ok = next(
+        p.result for p in report.paths if p.ip == "127.0.0.2" and p.path.protocol.value == "udp"
+    )
+    assert (ok.sent, ok.received) == (3, 3)
+
+
+async def test_tcp_round_on_loopback() -> None:
+    """A TCP connect path per port of each primary NodeIP: open -> ok, closed -> refused."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.2", 0))
+        listener.listen(16)
+        open_port = listener.getsockname()[1]  # and nothing listens on 127.0.0.4:open_port
+        report = await run_round(
+            [target("up", "127.0.0.2", "127.0.0.3"), target("down", "127.0.0.4")],
+            pinger=None,
+            timeout_s=1.0,
+            protocols=frozenset(),
+            tcp_ports=[open_port],
+        )
+    got = [(p.path.node, p.path.target_type, p.path.port, p.ip, p.result.status)
+           for p in report.paths]  # fmt: skip
+    assert got == [
+        ("up", NODE, open_port, "127.0.0.2", model.ProbeStatus.OK),
+        ("down", NODE, open_port, "127.0.0.4", model.ProbeStatus.REFUSED),
+    ]
+    assert all(p.path.protocol is model.Protocol.TCP for p in report.paths)
+
+
+def test_tcp_paths_one_per_port_node_only() -> None:
+    both = target("a", "10.0.0.1", "10.1.0.1")
+    tcp = model.Protocol.TCP
+    got = enumerate_paths([both, both], frozenset({ICMP, tcp}), (10250, 22, 10250))
+    assert [(k.target_type, k.protocol, k.port, ip) for k, ip in got] == [
+        (NODE, ICMP, 0, "10.0.0.1"),
+        (ENDPOINT, ICMP, 0, "10.1.0.1"),
+        (NODE, tcp, 10250, "10.0.0.1"),
+        (NODE, tcp, 22, "10.0.0.1"),
+    ]
+    assert enumerate_paths([both], frozenset({ICMP}), (22,)) == got[:2]  # TCP not asked
+
+
+def test_udp_paths_are_node_only() -> None:
+    both = target("a", "10.0.0.1", "10.1.0.1")
+    got = enumerate_paths([both], frozenset({model.Protocol.UDP}))
+    assert [(k.target_type, k.protocol, ip) for k, ip in got] == [
+        (NODE, model.Protocol.UDP, "10.0.0.1")
+    ]
 
 
 async def test_icmp_disabled_and_http_in_one_round() -> None:

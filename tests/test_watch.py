@@ -45,6 +45,7 @@ from meshhealth.model import (
     Target,
     TargetHealth,
     TargetType,
+    path_label,
 )
 from meshhealth.probe.stats import StatsBook
 from meshhealth.wire import keys
@@ -111,6 +112,31 @@ def test_feed_messages_make_changes_history_and_lines() -> None:
     assert set(state.nodes) == {("lab1", "node1")}
     apply_feed_message(state, {"v": 1, "type": "lagging", "reason": "x"}, now=T0)
     assert "dropped" in state.note
+
+
+def test_a_failing_l4_path_is_a_change_not_an_outage() -> None:
+    """node/udp and node/tcp:PORT messages show as changes, but a node whose only failing
+    paths are those stays reachable (as in `meshhealth status`)."""
+    state = WatchState(source="test")
+    apply_feed_message(state, snapshot(["node1", "node2"]), now=T0)
+    book = StatsBook(window=10)
+    apply_feed_message(state, path_msg(book, "node2", ProbeStatus.OK, T0), now=T0)
+    before = state.nodes[("lab1", "node2")].state
+    for key in (
+        PathKey("lab1", "node2", TargetType.NODE, Protocol.UDP),
+        PathKey("lab1", "node2", TargetType.NODE, Protocol.TCP, port=10250),
+    ):
+        previous = book.add(key, ProbeResult(ProbeStatus.TIMEOUT, T0, sent=4))
+        summary = book.summary(key)
+        assert summary is not None
+        result = ProbeResult(ProbeStatus.TIMEOUT, T0, sent=4)
+        message = path_message(key, "10.0.0.2", summary, path_changes(previous, result), 1)
+        changes = apply_feed_message(state, dict(message), now=T0)
+        assert [c.path for c in changes] == [path_label(key)]
+    node2 = state.nodes[("lab1", "node2")]
+    assert {"endpoint/http", "node/udp", "node/tcp:10250"} <= set(node2.paths)
+    assert before != "unreachable"
+    assert node2.state == before  # the failing L4 paths change nothing
 
 
 def test_a_restarted_agent_forgetting_a_path_is_dated_when_seen() -> None:

@@ -40,6 +40,8 @@ from meshhealth.model import (
     Target,
     TargetType,
     ip_family,
+    protocol_name,
+    tcp_ports_of,
 )
 from meshhealth.wire.summary import ClusterSummary
 
@@ -131,6 +133,8 @@ class AgentMetrics:
     node_addresses_refused: Counter  # {reason}: node_address_policy.REFUSAL_CODES
     endpoint_restarts: Counter
     responder_refused: Counter  # {reason}: connections the /hello responder closed at once
+    udp_echo_answered: Counter  # datagrams the UDP echo responder answered
+    udp_echo_refused: Counter  # {reason}: datagrams it dropped unanswered
     agent_down_nodes: Gauge
     agent_down_dropped: Counter
     build_info: Gauge
@@ -166,7 +170,7 @@ class AgentMetrics:
             "target_cluster": path.cluster,
             "target_node": path.node,
             "target_type": path.target_type.value,
-            "protocol": path.protocol.value,
+            "protocol": protocol_name(path.protocol, path.port),
             "family": ip_family(ip),
         }
 
@@ -194,6 +198,9 @@ class AgentMetrics:
         state is its suspicion verdict); series of targets (or health endpoints) that
         are gone are removed."""
         targets = list(targets)
+        # (protocol, port) of every path kind: each protocol, and TCP once per probed port
+        kinds: list[tuple[Protocol, int]] = [(p, 0) for p in Protocol if p is not Protocol.TCP]
+        kinds += [(Protocol.TCP, port) for port in tcp_ports_of(summaries)]
         unreachable_nodes = unreachable_endpoints = suspect_nodes = 0
         paths_by_state = dict.fromkeys(PATH_STATES, 0)
         wanted: set[tuple[str, str, str, str]] = set()
@@ -205,9 +212,9 @@ class AgentMetrics:
                     if ip is None:
                         continue
                     wanted.add((target.cluster, target.node, target_type.value, ip_family(ip)))
-                    for protocol in Protocol:
+                    for protocol, port in kinds:
                         path = PathKey(
-                            target.cluster, target.node, target_type, protocol, secondary
+                            target.cluster, target.node, target_type, protocol, secondary, port
                         )
                         summary = summaries.get(path)
                         if protocol not in REACHABILITY_PROTOCOLS and summary is None:
@@ -411,6 +418,19 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
             "Connections the /hello responder (NodeIP:4240) closed at once: full (every slot "
             "busy), per-source (that address held its share), reserved (only the slots kept "
             "for registered nodes were left). Rising: someone holds connections to it.",
+            ("reason",),
+        ),
+        udp_echo_answered=registry.counter(
+            "meshhealth_udp_echo_answered_total",
+            "Echo datagrams the UDP echo responder (NodeIP:4240/udp) answered: peers' "
+            "node/udp probes.",
+        ),
+        udp_echo_refused=registry.counter(
+            "meshhealth_udp_echo_refused_total",
+            "Datagrams the UDP echo responder dropped unanswered: malformed (not an echo "
+            "request of an answered size), unregistered (not from a registered node's "
+            "NodeIP), rate (past its source's or the total rate). Rising: someone sends it "
+            "datagrams that are not peers' probes.",
             ("reason",),
         ),
         agent_down_nodes=registry.gauge(

@@ -51,6 +51,7 @@ from meshhealth.kvstore import open_etcd
 from meshhealth.kvstore.etcd_config import EtcdConfigError
 from meshhealth.probe.icmp import Pinger, PingerPermissionError, open_pinger
 from meshhealth.probe.responder import serve_responder
+from meshhealth.probe.udp_responder import EchoGate, serve_udp_echo
 
 log = logging.getLogger("meshhealth.agent")
 
@@ -101,7 +102,7 @@ def web_data(parts: AgentComponents) -> WebData:
 
 
 async def _start_serving(nursery: trio.Nursery, parts: AgentComponents) -> None:
-    """The admin API, the live feed, /metrics and the /hello responder."""
+    """The admin API, the live feed, /metrics, the /hello responder and the UDP echo."""
     config = parts.config
     await _start(nursery, "serve the admin API", serve_admin_api, config.socket, parts.admin)
     log.info("admin API on unix:%s", config.socket)
@@ -147,6 +148,17 @@ async def _start_serving(nursery: trio.Nursery, parts: AgentComponents) -> None:
             ),
             node_ip,
             config.http_port,
+        )
+        await _start(
+            nursery,
+            f"listen on {format_address(node_ip, config.udp_port)}/udp",
+            partial(
+                serve_udp_echo,
+                gate=EchoGate(trusted=parts.indirect_server.is_registered),
+                stats=parts.udp_echo_stats,
+            ),
+            node_ip,
+            config.udp_port,
         )
 
 

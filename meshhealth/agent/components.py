@@ -15,7 +15,8 @@ Who holds what:
   or on request; how far it is: a RoundProgress);
 - serving: `status` (the status document, from the agent's parts), `admin` (the admin
   API's answers), `feed` (the live feed's hub), `matrix` (the matrix read on request),
-  `registry` (what /metrics exposes), `responder_stats` (the /hello responder);
+  `registry` (what /metrics exposes), `responder_stats` (the /hello responder),
+  `udp_echo_stats` (the UDP echo responder);
 - `endpoint`: the health endpoint supervisor (None without a HealthIP or in mode none);
 - indirect probes: `indirect_server` (answers peers' `GET /v1/indirect` on the
   responder) and `indirect` (asks peers about the round's failed paths; its findings go
@@ -81,6 +82,7 @@ from meshhealth.node_address_policy import NodeAddressPolicy
 from meshhealth.probe.icmp import Pinger
 from meshhealth.probe.responder import ResponderStats
 from meshhealth.probe.scheduler import DEADLINE_MARGIN_S, icmp_budget_s, run_round
+from meshhealth.probe.udp_responder import UdpEchoStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +107,7 @@ class AgentComponents:
     loop: ProberLoop
     admin: AgentAdminHandler
     responder_stats: ResponderStats
+    udp_echo_stats: UdpEchoStats
     endpoint: HealthEndpoint | None
     routes: RouteProgrammer | None
     peer_nodes: PeerNodes | None
@@ -192,6 +195,11 @@ def node_entry(config: AgentConfig, started_at: float) -> Node:
         node_ip_secondary=config.node_ip_secondary,
         health_ip_secondary=config.health_ip_secondary,
     )
+
+
+def own_node_ips(config: AgentConfig) -> tuple[str, ...]:
+    """This node's NodeIPs (either family): the source of its UDP probes."""
+    return tuple(ip for ip in (config.node_ip, config.node_ip_secondary) if ip is not None)
 
 
 def own_addresses(config: AgentConfig) -> list[str]:
@@ -350,6 +358,10 @@ def build_components(
         icmp_count=config.icmp_count,
         on_result=agent.on_result,
         mtu_probe_size=config.mtu_probe_size,
+        udp_port=config.udp_port,
+        udp_source_ports=config.udp_source_ports,
+        source_ips=own_node_ips(config),
+        tcp_ports=config.probe_tcp_ports,
     )
 
     async def stretched_round(targets: Sequence[Target]) -> RoundReport:
@@ -387,6 +399,7 @@ def build_components(
             invalid_metric=metrics.invalid_values_of("nodes"),
         )
     responder_stats = ResponderStats()
+    udp_echo_stats = UdpEchoStats()
     read_at_scrape(
         metrics,
         cluster=config.cluster,
@@ -395,6 +408,7 @@ def build_components(
         endpoint=endpoint,
         pinger=pinger,
         responder=responder_stats,
+        udp_echo=udp_echo_stats,
     )
     return AgentComponents(
         config=config,
@@ -415,6 +429,7 @@ def build_components(
         loop=loop,
         admin=admin,
         responder_stats=responder_stats,
+        udp_echo_stats=udp_echo_stats,
         endpoint=endpoint,
         routes=routes,
         peer_nodes=peer_nodes,

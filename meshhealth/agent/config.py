@@ -58,6 +58,12 @@ class AgentConfig:
     icmp_count: int = defaults.ICMP_COUNT
     # the don't-fragment MTU probe to each NodeIP: bytes, MTU_PROBE_AUTO or MTU_PROBE_OFF
     mtu_probe_size: int = defaults.MTU_PROBE_SIZE
+    # the UDP echo probe to each NodeIP: datagrams (source ports) per probe, 0: none;
+    # and the port the echo responder listens on (every node's)
+    udp_source_ports: int = defaults.UDP_PROBE_SOURCE_PORTS
+    udp_port: int = defaults.UDP_ECHO_PORT
+    # TCP connect probes to each NodeIP: the operator's ports (none by default)
+    probe_tcp_ports: tuple[int, ...] = ()
     stats_window: int = defaults.STATS_WINDOW
     feed_listen: tuple[str, int] | None = None
     health_netns: str | None = None  # None: mh-health-<cluster>-<node>

@@ -308,6 +308,31 @@ OPTIONS: tuple[Option, ...] = (
         default_text="auto",
     ),
     Option(
+        "udp_source_ports",
+        values.udp_source_ports,
+        defaults.UDP_PROBE_SOURCE_PORTS,
+        "UDP echo datagrams sent to each NodeIP per round, each from its own source port "
+        "(path node/udp; 0: no UDP probe)",
+        metavar="N",
+    ),
+    Option(
+        "udp_port",
+        values.port,
+        defaults.UDP_ECHO_PORT,
+        "UDP port of the echo responder (all nodes; the /hello port's number by default)",
+        metavar="PORT",
+    ),
+    Option(
+        "probe_tcp_ports",
+        values.tcp_ports,
+        (),
+        "TCP ports to connect to on each NodeIP every round, comma-separated (paths "
+        f"node/tcp:PORT; at most {defaults.TCP_PROBE_MAX_PORTS}); refused and timed out "
+        "are told apart",
+        metavar="PORTS",
+        default_text="none",
+    ),
+    Option(
         "stats_window",
         values.positive_int,
         defaults.STATS_WINDOW,

@@ -14,7 +14,12 @@ import ipaddress
 import re
 from collections.abc import Mapping
 
-from meshhealth.defaults import MTU_PROBE_AUTO, MTU_PROBE_OFF
+from meshhealth.defaults import (
+    MTU_PROBE_AUTO,
+    MTU_PROBE_OFF,
+    TCP_PROBE_MAX_PORTS,
+    UDP_PROBE_MAX_SOURCE_PORTS,
+)
 from meshhealth.kvstore.endpoints import parse_endpoints
 from meshhealth.wire.keys import canonical_ip, validate_cluster_name, validate_node_name
 
@@ -100,6 +105,25 @@ def port(value: object) -> int:
     if result > 65535:
         raise ValueError(f"not a port number (1-65535): {value!r}")
     return result
+
+
+def udp_source_ports(value: object) -> int:
+    """Echo datagrams per UDP probe, each from its own source port; 0 turns it off."""
+    result = non_negative_int(value)
+    if result > UDP_PROBE_MAX_SOURCE_PORTS:
+        raise ValueError(f"must be 0..{UDP_PROBE_MAX_SOURCE_PORTS}, got {value!r}")
+    return result
+
+
+def tcp_ports(value: object) -> tuple[int, ...]:
+    """`10250,22` (or a TOML list) -> (10250, 22): the ports the TCP connect probe opens
+    on every NodeIP, in the order given, each once; `` (empty): none."""
+    raw = value if isinstance(value, list | tuple) else [value]
+    items = [p.strip() for item in raw for p in str(item).split(",") if p.strip()]
+    ports = tuple(dict.fromkeys(port(item) for item in items))
+    if len(ports) > TCP_PROBE_MAX_PORTS:
+        raise ValueError(f"at most {TCP_PROBE_MAX_PORTS} ports, got {len(ports)}")
+    return ports
 
 
 def fraction(value: object) -> float:

@@ -49,7 +49,14 @@ from meshhealth.documents.indirect import (
     parse_answer,
 )
 from meshhealth.documents.matrix import Matrix, NodeRef
-from meshhealth.model import PathKey, Protocol, RoundReport, Target, TargetType
+from meshhealth.model import (
+    REACHABILITY_PROTOCOLS,
+    PathKey,
+    Protocol,
+    RoundReport,
+    Target,
+    TargetType,
+)
 from meshhealth.probe.http_fetch import FetchError, http_get
 
 log = logging.getLogger("meshhealth.agent")
@@ -181,12 +188,12 @@ class IndirectProbes:
             elif (
                 (key.cluster, key.node) != own
                 and not key.secondary
-                and key.protocol is not Protocol.ICMP_DF
+                and key.protocol in REACHABILITY_PROTOCOLS
             ):
                 # Helpers probe the primary addresses' small paths: a secondary
-                # (dual-stack) path is not checked through them, nor the MTU probe (an
-                # MTU black hole is diagnosed from the matrix, node/icmp-df against
-                # node/icmp).
+                # (dual-stack) path is not checked through them, nor the MTU and L4
+                # probes (an MTU black hole, a blocked port, are diagnosed from the
+                # matrix: node/icmp-df, node/udp against node/icmp).
                 failed.setdefault((key.cluster, key.node), []).append(key)
         kept = {
             key: check

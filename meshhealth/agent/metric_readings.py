@@ -19,6 +19,7 @@ from meshhealth.agent.membership.clustermesh import ClusterMesh, RemoteCluster
 from meshhealth.http_server import ConnectionStats
 from meshhealth.kvstore import Etcd
 from meshhealth.probe.icmp import Pinger
+from meshhealth.probe.udp_responder import REFUSAL_REASONS, UdpEchoStats
 
 
 def _remote_up(remote: RemoteCluster) -> float:
@@ -43,10 +44,11 @@ def read_at_scrape(
     endpoint: HealthEndpoint | None,
     pinger: Pinger | None,
     responder: ConnectionStats,
+    udp_echo: UdpEchoStats,
 ) -> None:
     """Bind the series of etcd (this cluster's and each remote's), the health endpoint's
-    restarts, the probes in flight and the responder's refused connections to the state
-    that holds them."""
+    restarts, the probes in flight, the responder's refused connections and the UDP echo
+    responder's datagrams to the state that holds them."""
     metrics.etcd_up.labels(cluster=cluster).read_from(lambda: 1 if etcd.health.up else 0)
     metrics.etcd_errors.labels(cluster=cluster).read_from(lambda: etcd.stats.errors)
     for remote in mesh.remotes:
@@ -66,3 +68,8 @@ def read_at_scrape(
             - responder.refused_reserved
         )
     )
+    metrics.udp_echo_answered.labels().read_from(lambda: udp_echo.answered)
+    for reason in REFUSAL_REASONS:
+        metrics.udp_echo_refused.labels(reason=reason).read_from(
+            partial(udp_echo.refused.__getitem__, reason)
+        )

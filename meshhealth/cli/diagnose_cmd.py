@@ -16,9 +16,9 @@ EXIT_FINDINGS = 1
 DESCRIPTION = """\
 Read every node's published health entry (as `meshhealth matrix` does) and tell whose
 fault a failure is: node-down, node-isolated, ingress-blocked, egress-blocked,
-agent-down, endpoint-down, mtu-blackhole, path, partition, observer-degraded. One line
-per finding, most confident first: kind, nodes, confidence (0..1), since when, and the
-evidence. docs/diagnosis.md explains every kind and what to check.
+agent-down, endpoint-down, mtu-blackhole, udp-blocked, port-blocked, path, partition,
+observer-degraded. One line per finding, most confident first: kind, nodes, confidence
+(0..1), since when, and the evidence. docs/diagnosis.md explains every kind and what to check.
 
 With --at TIME it reads the findings timeline instead (`meshhealth events`): the
 findings that were open at that time, as the cluster's aggregator recorded them, in the

@@ -57,6 +57,7 @@ from meshhealth.terminal_text import escape_lines
 from meshhealth.timefmt import format_age, format_duration, parse_iso_time
 
 ICMP_LABEL, HTTP_LABEL = "ICMP to stack:   ", "HTTP to agent:   "
+UDP_LABEL = "UDP to agent:    "
 
 
 def _ago(stamp: str | None, now: float | None) -> str:
@@ -122,7 +123,18 @@ def _one_address_lines(
     if df is not None:
         label = df_label(df["size_bytes"])
         lines.append(f"{indent}  {label}{path_line(df, verbose=verbose, now=now)}")
+    udp = address.get("udp")
+    if udp is not None:
+        lines.append(f"{indent}  {UDP_LABEL}{path_line(udp, verbose=verbose, now=now)}")
+    for tcp in address.get("tcp", []):
+        label = tcp_label(tcp["port"])
+        lines.append(f"{indent}  {label}{path_line(tcp, verbose=verbose, now=now)}")
     return lines
+
+
+def tcp_label(port: int) -> str:
+    """`TCP 10250:       ` (a TCP connect probe's line), as wide as the other labels."""
+    return f"TCP {port}:".ljust(len(ICMP_LABEL) - 1) + " "
 
 
 def df_label(size_bytes: int) -> str:

@@ -39,6 +39,8 @@ fault kinds (NODE: node2 or lab2/node1; "probes" are ICMP echo requests and HTTP
 port 4240, to NodeIP and HealthIP; etcd traffic is never dropped unless said so):
   endpoint-forward-drop NODE  nft in NODE drops forwarded traffic to its HealthIP
   icmp-drop NODE              nft in NODE drops ICMP echo arriving on its fabric link
+  udp-drop NODE               nft in NODE drops UDP to port 4240 (the UDP echo) arriving
+                              on its fabric link: ICMP and HTTP still pass
   egress-drop NODE            the bridge drops NODE's probes to the other nodes (its
                               answers pass): only its row fails
   ingress-drop NODE           the bridge drops the other nodes' probes to NODE (its own

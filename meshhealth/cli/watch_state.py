@@ -50,6 +50,7 @@ NodeRef = tuple[str, str]  # (cluster, node)
 PATH_NAMES: tuple[str, ...] = tuple(
     path_name(t, p) for t in (TargetType.NODE, TargetType.ENDPOINT) for p in REACHABILITY_PROTOCOLS
 )
+_REACHABILITY_NAMES = frozenset(PATH_NAMES)
 Connection = Literal["connecting", "connected", "disconnected"]
 
 
@@ -82,10 +83,13 @@ class NodeView:
     @property
     def state(self) -> Reachability:
         """reachable / suspect / unreachable / unknown (meshhealth.documents.reachability):
-        each path's verdict when the agent sent one, else its status."""
+        each path's verdict when the agent sent one, else its status; of the paths that
+        decide reachability only (the MTU and L4 paths, node/icmp-df, node/udp,
+        node/tcp:PORT, are shown as changes but are no outage)."""
         return combined_reachability(
             status_reachability(path.status) if path.state is None else path.state
-            for path in self.paths.values()
+            for name, path in self.paths.items()
+            if name.removesuffix(SECONDARY_SUFFIX) in _REACHABILITY_NAMES
         )
 
 

@@ -39,6 +39,15 @@ class PathKind(enum.StrEnum):
     ENDPOINT_ICMP = "endpoint/icmp"  # HealthIP, ICMP echo: the health endpoint's namespace
     ENDPOINT_HTTP = "endpoint/http"  # HealthIP:4240: the health endpoint's responder
     NODE_ICMP_DF = "node/icmp-df"  # NodeIP, big don't-fragment ICMP (link MTU)
+    NODE_UDP = "node/udp"  # NodeIP:4240/udp, echo datagrams from a few source ports
+    NODE_TCP = "node/tcp"  # NodeIP, TCP connects to the operator's ports (the worst one)
+
+
+# The kinds whose answers say whether a target is reached at all; the others (MTU, UDP)
+# are asked only of a target that answers, and never make it unreachable.
+REACHABILITY_KINDS = frozenset(
+    {PathKind.NODE_ICMP, PathKind.NODE_HTTP, PathKind.ENDPOINT_ICMP, PathKind.ENDPOINT_HTTP}
+)
 
 
 FRESH_STATES = frozenset({Reachability.REACHABLE, Reachability.SUSPECT, Reachability.UNREACHABLE})
@@ -59,6 +68,9 @@ class MatrixCell:
     secondary: Mapping[PathKind, PathObservation] = field(default_factory=dict)
     # Their address family (`ipv4`, `ipv6`); None when the observer did not say.
     secondary_family: str | None = None
+    # The TCP ports (--probe-tcp-ports) whose connect is unreachable: NODE_TCP's
+    # evidence, so a port-blocked finding names them; empty when none fails.
+    failing_ports: tuple[int, ...] = ()
 
     def state(self, kind: PathKind) -> Reachability:
         seen = self.paths.get(kind)

@@ -5,10 +5,11 @@
 
 In order:
 1. a partition: groups of nodes that reach each other and not the other groups;
-2. per layer (connectivity, agent, endpoint, mtu), failures not explained by the
+2. per layer (connectivity, agent, endpoint, mtu, udp, tcp), failures not explained by the
    partition are localised (007-style votes, `localise`) and each blamed node becomes a
    finding whose kind follows from its row and column: node-down, node-isolated,
-   ingress-blocked, egress-blocked, agent-down, endpoint-down, mtu-blackhole;
+   ingress-blocked, egress-blocked, agent-down, endpoint-down, mtu-blackhole,
+   udp-blocked, port-blocked;
 3. failures no node explains are `path` findings (observer -> target); a dual-stack
    target whose secondary addresses fail while its primary ones answer is a `path`
    finding too (families.py); but HTTP to an
@@ -27,6 +28,7 @@ gives the same findings whatever the order of its cells.
 from __future__ import annotations
 
 from collections.abc import Mapping, Set
+from dataclasses import replace
 
 from meshhealth import defaults
 from meshhealth.diagnosis.cells import MatrixView, NodeId
@@ -43,6 +45,17 @@ _FAILS_AS = {
     Layer.AGENT: "its NodeIP answers ICMP but HTTP to its agent fails",
     Layer.ENDPOINT: "host paths are ok but its health endpoint (HealthIP) fails",
     Layer.MTU: "small ICMP passes but big don't-fragment ICMP is lost",
+    Layer.UDP: "ICMP and HTTP to its agent pass but UDP echoes to it are lost",
+    Layer.TCP: "its NodeIP answers ICMP but TCP connects to the probed ports fail",
+}
+
+
+# Layers whose every finding, a node's or a path's, is of one kind: what they ask of a
+# target that answers is not whether it is reached.
+_LAYER_KINDS = {
+    Layer.MTU: FindingKind.MTU_BLACKHOLE,
+    Layer.UDP: FindingKind.UDP_BLOCKED,
+    Layer.TCP: FindingKind.PORT_BLOCKED,
 }
 
 
@@ -95,7 +108,24 @@ def diagnose(
         min_observers=min_observers, share=share,
     )  # fmt: skip
     findings += _observer_findings(grid, named, min_observers, share)
+    findings = _name_the_ports(findings, view)
     return tuple(sorted(findings, key=lambda f: (-f.confidence, f.kind.value, f.nodes)))
+
+
+def _name_the_ports(findings: list[Finding], view: MatrixView) -> list[Finding]:
+    """A port-blocked finding's evidence with the ports that fail in its cells."""
+    if not any(f.kind is FindingKind.PORT_BLOCKED for f in findings):
+        return findings
+    ports = {(c.observer, c.target): c.failing_ports for c in view.cells if c.failing_ports}
+    out = []
+    for finding in findings:
+        failing = sorted({p for pair in finding.cells for p in ports.get(pair, ())})
+        if finding.kind is FindingKind.PORT_BLOCKED and failing:
+            named = ", ".join(map(str, failing))
+            out.append(replace(finding, evidence=f"{finding.evidence}; TCP port {named}"))
+        else:
+            out.append(finding)
+    return out
 
 
 def _only_targets_failing(grid: Grid, node: NodeId) -> bool:
@@ -134,8 +164,8 @@ def _partition_finding(partition: Partition, evidence: LayerEvidence) -> Finding
 
 
 def _kind(layer: Layer, blame: Blame, grid: Grid) -> FindingKind:
-    if layer is Layer.MTU:
-        return FindingKind.MTU_BLACKHOLE
+    if layer in _LAYER_KINDS:
+        return _LAYER_KINDS[layer]
     if not blame.column_failing:
         return FindingKind.EGRESS_BLOCKED
     if layer is Layer.AGENT:
@@ -222,7 +252,7 @@ def _discounted_row(blame: Blame, grid: Grid, evidence: LayerEvidence) -> str:
 def _path_finding(layer: Layer, pair: Pair, evidence: LayerEvidence) -> Finding:
     observer, target = pair
     kinds = ", ".join(k.value for k in evidence.kinds.get(pair, ()))
-    kind = FindingKind.MTU_BLACKHOLE if layer is Layer.MTU else FindingKind.PATH
+    kind = _LAYER_KINDS.get(layer, FindingKind.PATH)
     reaches = evidence.row_ok.get(observer, 0)
     reached = evidence.col_ok.get(target, 0)
     return Finding(

@@ -19,7 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Set
 
-from meshhealth.diagnosis.cells import MatrixCell, NodeId, PathKind, PathObservation
+from meshhealth.diagnosis.cells import (
+    REACHABILITY_KINDS,
+    MatrixCell,
+    NodeId,
+    PathKind,
+    PathObservation,
+)
 from meshhealth.diagnosis.findings import Finding, FindingKind, confidence, names
 from meshhealth.model import Reachability
 
@@ -39,7 +45,7 @@ def family_words(families: Iterable[str | None]) -> str:
 
 def _reaches(paths: dict[PathKind, PathObservation]) -> bool | None:
     """True: a path is ok; False: every probed path unreachable; None: not evidence."""
-    states = [o.state for k, o in paths.items() if k is not PathKind.NODE_ICMP_DF]
+    states = [o.state for k, o in paths.items() if k in REACHABILITY_KINDS]
     if any(s is Reachability.REACHABLE for s in states):
         return True
     if states and all(s is Reachability.UNREACHABLE for s in states):
@@ -67,7 +73,7 @@ def secondary_findings(
             failing = sorted(
                 k
                 for k, o in cell.secondary.items()
-                if o.state is Reachability.UNREACHABLE and k is not PathKind.NODE_ICMP_DF
+                if o.state is Reachability.UNREACHABLE and k in REACHABILITY_KINDS
             )
             since = max(cell.secondary[k].since for k in failing)
             fails.setdefault(cell.target, {})[cell.observer] = (

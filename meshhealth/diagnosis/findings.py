@@ -5,8 +5,8 @@
      "generated_at": "2026-11-23T10:00:12Z"}
 
 `nodes` are the culprits: one node for most kinds; for `path` (and a path's
-`mtu-blackhole`) the observer then the target; for `partition` the nodes cut off from
-the main group, with `groups` listing every group.
+`mtu-blackhole`, `udp-blocked`, `port-blocked`) the observer then the target; for
+`partition` the nodes cut off from the main group, with `groups` listing every group.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ class FindingKind(enum.StrEnum):
     PARTITION = "partition"  # groups that do not reach each other
     OBSERVER_DEGRADED = "observer-degraded"  # its own reports are not to be trusted
     MTU_BLACKHOLE = "mtu-blackhole"  # small probes pass, big don't-fragment ones are lost
+    UDP_BLOCKED = "udp-blocked"  # ICMP and HTTP (TCP) pass, UDP echoes are lost
+    PORT_BLOCKED = "port-blocked"  # ICMP passes, an operator's TCP port does not accept
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,17 @@ PATH_KINDS: Mapping[str, PathKind] = {
     "endpoint/icmp": PathKind.ENDPOINT_ICMP,
     "endpoint/http": PathKind.ENDPOINT_HTTP,
     "node/icmp-df": PathKind.NODE_ICMP_DF,
+    "node/udp": PathKind.NODE_UDP,
+}
+# `node/tcp:<port>`, one per port of the source's --probe-tcp-ports: read as one kind,
+# NODE_TCP, in the state of the worst of them (a port that fails makes the kind fail).
+TCP_PATH_PREFIX = "node/tcp:"
+# How bad a state is, to pick the worst of several ports.
+_BADNESS = {
+    Reachability.REACHABLE: 0,
+    Reachability.STALE: 1,
+    Reachability.SUSPECT: 2,
+    Reachability.UNREACHABLE: 3,
 }
 
 
@@ -68,12 +79,17 @@ _Shared = dict[tuple[Reachability, float], PathObservation]
 def _observations(
     paths: Mapping[str, PathHealth], *, stale: bool, since: float, shared: _Shared
 ) -> dict[PathKind, PathObservation]:
-    out = {}
+    out: dict[PathKind, PathObservation] = {}
     for name, health in paths.items():
         kind = PATH_KINDS.get(name)
         if kind is None:
-            continue
+            if not name.startswith(TCP_PATH_PREFIX):
+                continue
+            kind = PathKind.NODE_TCP
         state = path_state(health.status, stale=stale, verdict=health.state)
+        worse = out.get(kind)  # another port of NODE_TCP already read
+        if worse is not None and (state is None or _BADNESS[worse.state] >= _BADNESS[state]):
+            continue
         if state is not None:
             entered = health.state_since if health.state_since is not None else since
             key = (state, since if stale else entered)
@@ -82,6 +98,19 @@ def _observations(
                 seen = shared[key] = PathObservation(*key)
             out[kind] = seen
     return out
+
+
+def _failing_ports(paths: Mapping[str, PathHealth]) -> tuple[int, ...]:
+    """The ports of the `node/tcp:<port>` paths that are unreachable (not suspect)."""
+    return tuple(
+        sorted(
+            int(name.removeprefix(TCP_PATH_PREFIX))
+            for name, health in paths.items()
+            if name.startswith(TCP_PATH_PREFIX)
+            and path_state(health.status, stale=False, verdict=health.state)
+            is Reachability.UNREACHABLE
+        )
+    )
 
 
 def _cells(row: Row, shared: _Shared) -> list[MatrixCell]:
@@ -99,8 +128,10 @@ def _cells(row: Row, shared: _Shared) -> list[MatrixCell]:
             else {}
         )
         if paths or secondary:
+            ports = _failing_ports(cell.paths) if PathKind.NODE_TCP in paths else ()
+            target = NodeId(*cell.target)
             cells.append(
-                MatrixCell(observer, NodeId(*cell.target), paths, secondary, cell.secondary_family)
+                MatrixCell(observer, target, paths, secondary, cell.secondary_family, ports)
             )
     return cells
 

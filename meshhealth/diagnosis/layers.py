@@ -7,10 +7,14 @@ A layer asks one question of a pair's paths:
 - `agent`: the kernel answers ICMP on the NodeIP; does the agent answer HTTP there?
 - `endpoint`: the host paths are fine; do the health endpoint's paths work?
 - `mtu`: small ICMP passes; does the big don't-fragment probe?
+- `udp`: the NodeIP answers ICMP and the agent HTTP (TCP); do its UDP echoes come back?
+- `tcp`: the NodeIP answers ICMP; do the operator's TCP ports (--probe-tcp-ports) accept?
 
-The layers are disjoint for failures: agent, endpoint and mtu need the NodeIP to answer
-ICMP, so a pair fails in at most one of them. `suspect` paths make a pair `unsure`:
-neither evidence of failure nor of health.
+Agent, endpoint, mtu, udp and tcp need the NodeIP to answer ICMP (udp: and the agent
+HTTP), so a pair that fails connectivity fails in no other layer, nor one that fails
+agent in udp; endpoint, mtu, udp and tcp ask separate questions of a host that
+answers. `suspect` paths make a pair `unsure`: neither evidence of failure nor of
+health.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ class Layer(enum.StrEnum):
     AGENT = "agent"
     ENDPOINT = "endpoint"
     MTU = "mtu"
+    UDP = "udp"
+    TCP = "tcp"
 
 
 _LAYERS = tuple(Layer)  # iterating an Enum class is slow; this is per cell
@@ -49,6 +55,8 @@ _LAYER_KINDS = {
     Layer.AGENT: (1,),  # node/http
     Layer.ENDPOINT: (2, 3),  # endpoint/icmp, endpoint/http
     Layer.MTU: (4,),  # node/icmp-df
+    Layer.UDP: (5,),  # node/udp
+    Layer.TCP: (6,),  # node/tcp (the worst of the ports)
 }
 _REACHABLE, _SUSPECT, _UNREACHABLE = (
     Reachability.REACHABLE,
@@ -117,6 +125,8 @@ def pair_verdict(layer: Layer, states: tuple[Reachability, ...]) -> Reachability
         return Reachability.UNKNOWN
     if layer is Layer.ENDPOINT and states[1] in (_SUSPECT, _UNREACHABLE):
         return Reachability.UNKNOWN  # the agent layer's business
+    if layer is Layer.UDP and states[1] is not _REACHABLE:
+        return Reachability.UNKNOWN  # an agent that does not answer HTTP: the agent layer's
     return _all_answer(mine)
 
 

@@ -42,7 +42,7 @@ from meshhealth.documents.status_schema import (
     StatusDocument,
     SummaryDocument,
 )
-from meshhealth.model import PathKey, PathSummary, ProbeResult, Reachability
+from meshhealth.model import PathKey, PathSummary, ProbeResult, Reachability, protocol_name
 
 FEED_VERSION = 1
 FEED_PATH = "/v1/feed"  # the WebSocket resource; anything else is answered 404
@@ -113,7 +113,7 @@ class PathMessage(TypedDict):
     cluster: str
     node: str
     target_type: str  # node | endpoint
-    protocol: str  # icmp | http
+    protocol: str  # icmp | http | icmp-df | udp | tcp:PORT (model.protocol_name)
     ip: str
     changed: list[str]  # status, rtt_bucket (see the module doc)
     path: PathDocument
@@ -187,7 +187,7 @@ def path_message(
         "cluster": key.cluster,
         "node": key.node,
         "target_type": key.target_type.value,
-        "protocol": key.protocol.value,
+        "protocol": protocol_name(key.protocol, key.port),
         "ip": ip,
         "changed": changed,
         "path": path_document(summary, verdict=verdict),

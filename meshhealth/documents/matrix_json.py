@@ -37,6 +37,9 @@ class MatrixCellDocument(TypedDict):
     name: str
     state: Reachability
     paths: dict[str, MatrixPathDocument]  # PATH_ORDER names; a path not reported is absent
+    # the other paths the source reported (node/icmp-df, node/udp, node/tcp:PORT), which
+    # are not part of `state`; absent when none
+    extra_paths: NotRequired[dict[str, MatrixPathDocument]]
     secondary_paths: NotRequired[dict[str, MatrixPathDocument]]  # dual-stack targets only
     secondary_family: NotRequired[str]  # ipv4 or ipv6, when the source said
 
@@ -124,6 +127,9 @@ def _row_json(row: Row) -> MatrixRowDocument:
     return doc
 
 
+_CORE = frozenset(PATH_ORDER)
+
+
 def _paths_json(paths: Mapping[str, PathHealth]) -> dict[str, MatrixPathDocument]:
     return {name: _path_json(paths[name]) for name in PATH_ORDER if name in paths}
 
@@ -135,6 +141,9 @@ def _cell_json(cell: Cell) -> MatrixCellDocument:
         "state": cell.state,
         "paths": _paths_json(cell.paths),
     }
+    extra = sorted(name for name in cell.paths if name not in _CORE)
+    if extra:
+        doc["extra_paths"] = {name: _path_json(cell.paths[name]) for name in extra}
     if cell.secondary_paths:
         doc["secondary_paths"] = _paths_json(cell.secondary_paths)
     if cell.secondary_family is not None:

@@ -201,6 +201,7 @@ def _cluster_health(inputs: StatusInputs, part: NodesPart) -> list[ClusterHealth
 # that carries the finding, contradict it.
 _FINDING_PATHS: dict[str, tuple[tuple[TargetType, Protocol], ...]] = {
     "mtu-blackhole": ((TargetType.NODE, Protocol.ICMP_DF),),
+    "udp-blocked": ((TargetType.NODE, Protocol.UDP),),
     "agent-down": ((TargetType.NODE, Protocol.HTTP),),
     "endpoint-down": ((TargetType.ENDPOINT, Protocol.ICMP), (TargetType.ENDPOINT, Protocol.HTTP)),
     "node-down": ((TargetType.NODE, Protocol.ICMP), (TargetType.NODE, Protocol.HTTP)),

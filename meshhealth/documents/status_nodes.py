@@ -30,6 +30,7 @@ from meshhealth.documents.status_schema import (
     PathDocument,
     PrimaryAddressDocument,
     SummaryDocument,
+    TcpPathDocument,
 )
 from meshhealth.model import (
     STATUS_TEXT,
@@ -41,6 +42,7 @@ from meshhealth.model import (
     Target,
     TargetType,
     status_text,
+    tcp_ports_of,
 )
 from meshhealth.naming import node_order
 from meshhealth.timefmt import iso_time
@@ -113,6 +115,7 @@ def _one_address(
     *,
     secondary: bool,
     verdicts: Verdicts,
+    tcp_ports: Sequence[int] = (),
 ) -> tuple[AddressDocument, list[Reachability]]:
     icmp_key = PathKey(target.cluster, target.node, target_type, Protocol.ICMP, secondary)
     http_key = PathKey(target.cluster, target.node, target_type, Protocol.HTTP, secondary)
@@ -121,12 +124,24 @@ def _one_address(
         for key in (icmp_key, http_key)
     )
     doc: AddressDocument = {"ip": ip, "icmp": icmp, "http": http}
-    if target_type is TargetType.NODE and not secondary:  # the MTU probe's path, if run
+    if target_type is TargetType.NODE and not secondary:  # the MTU and L4 paths, if run
         df_key = PathKey(target.cluster, target.node, target_type, Protocol.ICMP_DF)
         df = summaries.get(df_key)
         if df is not None:
             size = 0 if df.last is None else df.last.size_bytes
             doc["icmp_df"] = {**path_document(df, None, verdicts.get(df_key)), "size_bytes": size}
+        udp_key = PathKey(target.cluster, target.node, target_type, Protocol.UDP)
+        udp = summaries.get(udp_key)
+        if udp is not None:
+            doc["udp"] = path_document(udp, None, verdicts.get(udp_key))
+        tcp: list[TcpPathDocument] = []
+        for port in tcp_ports:
+            key = PathKey(target.cluster, target.node, target_type, Protocol.TCP, port=port)
+            found = summaries.get(key)
+            if found is not None:
+                tcp.append({**path_document(found, None, verdicts.get(key)), "port": port})
+        if tcp:
+            doc["tcp"] = tcp
     return doc, [icmp["state"], http["state"]]
 
 
@@ -137,6 +152,7 @@ def _address_document(
     indirect: IndirectNotes = _NO_NOTES,
     *,
     verdicts: Verdicts = NO_VERDICTS,
+    tcp_ports: Sequence[int] = (),
 ) -> tuple[PrimaryAddressDocument | None, list[Reachability]]:
     """The `host` or `health_endpoint` object and the states of all its paths (both
     families of a dual-stack node: one rule for the node, as for any other paths)."""
@@ -144,7 +160,14 @@ def _address_document(
     if ip is None:
         return None, []
     primary, states = _one_address(
-        target, target_type, ip, summaries, indirect, secondary=False, verdicts=verdicts
+        target,
+        target_type,
+        ip,
+        summaries,
+        indirect,
+        secondary=False,
+        verdicts=verdicts,
+        tcp_ports=tcp_ports,
     )
     doc: PrimaryAddressDocument = {"primary_address": primary}
     secondary_ip = target.address(target_type, secondary=True)
@@ -170,10 +193,11 @@ def node_document(
     is_local: bool,
     indirect: IndirectNotes = _NO_NOTES,
     verdicts: Verdicts = NO_VERDICTS,
+    tcp_ports: Sequence[int] = (),
 ) -> NodeDocument:
-    """One entry of `nodes`."""
+    """One entry of `nodes`; `tcp_ports`: the ports of its TCP connect paths, if any."""
     host, host_states = _address_document(
-        target, TargetType.NODE, summaries, indirect, verdicts=verdicts
+        target, TargetType.NODE, summaries, indirect, verdicts=verdicts, tcp_ports=tcp_ports
     )
     assert host is not None  # every target has a NodeIP
     endpoint, endpoint_states = _address_document(
@@ -241,6 +265,7 @@ def build_nodes_part(
 ) -> NodesPart:
     """`nodes` and `summary` of the document, from the probe set and the summaries (and
     the indirect-probe findings of failing paths, and the paths' verdicts)."""
+    tcp_ports = tcp_ports_of(summaries)
     nodes = [
         node_document(
             target,
@@ -248,6 +273,7 @@ def build_nodes_part(
             is_local=(target.cluster, target.node) == (local.cluster, local.name),
             indirect=indirect,
             verdicts=verdicts,
+            tcp_ports=tcp_ports,
         )
         for target in _ordered_targets(local, targets)
     ]

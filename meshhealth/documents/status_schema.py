@@ -57,6 +57,12 @@ class DontFragmentPathDocument(PathDocument):
     size_bytes: int  # the IP packet size of its newest probe (0: not probed yet)
 
 
+class TcpPathDocument(PathDocument):
+    """A TCP connect probe's path (node/tcp:PORT): a PATH object and its port."""
+
+    port: int
+
+
 class AddressDocument(TypedDict):
     ip: str
     icmp: PathDocument
@@ -64,6 +70,12 @@ class AddressDocument(TypedDict):
     # the host's don't-fragment MTU probe (the agent's --mtu-probe-size), when it runs;
     # not part of `reachable` / `state`
     icmp_df: NotRequired[DontFragmentPathDocument]
+    # the host's UDP echo probe (the agent's --udp-source-ports), when it runs; not part of
+    # `reachable` / `state`
+    udp: NotRequired[PathDocument]
+    # the host's TCP connect probes (the agent's --probe-tcp-ports), one per port, in
+    # port order; not part of `reachable` / `state`
+    tcp: NotRequired[list[TcpPathDocument]]
 
 
 class PrimaryAddressDocument(TypedDict):

@@ -18,6 +18,7 @@ from meshhealth.lab import plan as P
 
 ENDPOINT_FORWARD_DROP: Final = "endpoint-forward-drop"
 ICMP_DROP: Final = "icmp-drop"
+UDP_DROP: Final = "udp-drop"
 PARTITION: Final = F.PARTITION
 EGRESS_DROP: Final = F.EGRESS_DROP
 INGRESS_DROP: Final = F.INGRESS_DROP
@@ -51,6 +52,12 @@ FAULT_KINDS: Final[dict[str, FaultKind]] = {
             "endpoint-down",
         ),
         FaultKind(ICMP_DROP, "node", "ICMP to stack timed out on both paths, HTTP to agent OK"),
+        FaultKind(
+            UDP_DROP,
+            "node",
+            "UDP to agent timed out (the UDP echo on port 4240/udp); ICMP and HTTP OK",
+            "udp-blocked",
+        ),
         FaultKind(
             PARTITION,
             "groups",
@@ -106,7 +113,7 @@ FAULT_KINDS: Final[dict[str, FaultKind]] = {
     )
 }
 
-NFT_KINDS: Final = (ENDPOINT_FORWARD_DROP, ICMP_DROP)
+NFT_KINDS: Final = (ENDPOINT_FORWARD_DROP, ICMP_DROP, UDP_DROP)
 FABRIC_KINDS: Final = F.FABRIC_KINDS
 _ECHO: Final = "icmp type { echo-request, echo-reply }"
 
@@ -133,6 +140,11 @@ def nft_script(kind: str, node: P.NodePlan) -> str:
             _chain("icmp_drop_in", "input", [f"iifname {link} {_ECHO} drop"]),
             _chain("icmp_drop_fwd", "forward", [f"iifname {link} {_ECHO} drop"]),
         ]
+    elif kind == UDP_DROP:
+        # Inbound only, to the UDP echo's port: peers' echo requests die on arrival; the
+        # node's own probes (to that port elsewhere) and their replies (from it) pass.
+        udp = f"udp dport {defaults.UDP_ECHO_PORT}"
+        chains = [_chain("udp_drop_in", "input", [f"iifname {link} {udp} drop"])]
     else:
         raise ValueError(f"{kind!r} is not an nftables fault (have {', '.join(NFT_KINDS)})")
     return f"table inet {P.NFT_TABLE} {{\n{''.join(chains)}}}\n"

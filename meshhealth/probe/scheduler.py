@@ -50,18 +50,30 @@ import trio
 
 from meshhealth import defaults, model
 from meshhealth.probe.http import http_probe
+from meshhealth.probe.tcp_connect import tcp_connect_probe
+from meshhealth.probe.udp_probe import udp_probe
 
 # Tunables (reasons in meshhealth/defaults.py), under the names the docs use.
 DEADLINE_MARGIN_S: Final = defaults.PROBE_DEADLINE_MARGIN_S
 DISPATCH_BATCH: Final = defaults.PROBE_DISPATCH_BATCH
 MIN_TIMEOUT_FRACTION: Final = defaults.PROBE_MIN_TIMEOUT_FRACTION
 
-# The paths of every address. The don't-fragment probe (Protocol.ICMP_DF, the primary
-# NodeIP only) is added by run_round's `mtu_probe_size`.
+# The paths of every address. The don't-fragment probe (Protocol.ICMP_DF), the UDP echo
+# (Protocol.UDP) and the TCP connects (Protocol.TCP, one path per port), the primary
+# NodeIP only, are added by run_round's `mtu_probe_size`, `udp_source_ports` and
+# `tcp_ports`.
 ALL_PROTOCOLS: Final = frozenset(model.REACHABILITY_PROTOCOLS)
-# Order of paths within a target in reports: node then endpoint, ICMP, HTTP, ICMP DF.
+# Order of paths within a target in reports: node then endpoint, ICMP, HTTP, ICMP DF, UDP;
+# then the TCP ports, in the order given.
 _TARGET_TYPES: Final = (model.TargetType.NODE, model.TargetType.ENDPOINT)
-_PROTOCOLS: Final = (model.Protocol.ICMP, model.Protocol.HTTP, model.Protocol.ICMP_DF)
+_PROTOCOLS: Final = (
+    model.Protocol.ICMP,
+    model.Protocol.HTTP,
+    model.Protocol.ICMP_DF,
+    model.Protocol.UDP,
+)
+# Probed on the primary NodeIP only.
+_NODE_ONLY: Final = frozenset({model.Protocol.ICMP_DF, model.Protocol.UDP})
 # Probed by the pinger, in the ICMP batches.
 _PINGED: Final = frozenset({model.Protocol.ICMP, model.Protocol.ICMP_DF})
 # Each address's primary, then (dual stack) its secondary of the other family.
@@ -110,10 +122,13 @@ BatchProbeFn = Callable[
 
 
 def enumerate_paths(
-    targets: Sequence[model.Target], protocols: frozenset[model.Protocol] = ALL_PROTOCOLS
+    targets: Sequence[model.Target],
+    protocols: frozenset[model.Protocol] = ALL_PROTOCOLS,
+    tcp_ports: Sequence[int] = (),
 ) -> list[tuple[model.PathKey, str]]:
     """Every (path, ip) to probe, in report order; a missing HealthIP has no paths, and
-    only the primary NodeIP has an ICMP_DF path (the MTU probe).
+    only the primary NodeIP has the ICMP_DF (the MTU probe) and UDP paths, and a TCP
+    path per port of `tcp_ports` (when `protocols` has TCP).
 
     A dual-stack target's secondary addresses get paths of their own (`secondary`),
     each right after its primary's: node, node secondary, endpoint, endpoint secondary.
@@ -121,7 +136,7 @@ def enumerate_paths(
     A path that appears twice (the same target listed twice) is probed once.
     """
     # Seen keys as plain tuples: a tuple hashes in C, a PathKey in Python.
-    seen: set[tuple[str, str, model.TargetType, model.Protocol, bool]] = set()
+    seen: set[tuple[str, str, model.TargetType, model.Protocol, bool, int]] = set()
     paths: list[tuple[model.PathKey, str]] = []
     path_key = model.PathKey
     node_type = model.TargetType.NODE
@@ -130,8 +145,10 @@ def enumerate_paths(
         for t in _TARGET_TYPES
         for s in _ADDRESSES
         for p in _PROTOCOLS
-        if p in protocols and (p is not model.Protocol.ICMP_DF or (t is node_type and not s))
+        if p in protocols and (p not in _NODE_ONLY or (t is node_type and not s))
     ]
+    tcp = model.Protocol.TCP
+    ports = tcp_ports if tcp in protocols else ()
     for target in targets:
         cluster, node = target.cluster, target.node
         for target_type, secondary, protocol in kinds:
@@ -141,10 +158,15 @@ def enumerate_paths(
                 ip = target.health_ip_secondary if secondary else target.health_ip
             if not ip:
                 continue
-            seen_key = (cluster, node, target_type, protocol, secondary)
+            seen_key = (cluster, node, target_type, protocol, secondary, 0)
             if seen_key not in seen:
                 seen.add(seen_key)
                 paths.append((path_key(cluster, node, target_type, protocol, secondary), ip))
+        for port in ports:
+            tcp_key = (cluster, node, node_type, tcp, False, port)
+            if tcp_key not in seen:
+                seen.add(tcp_key)
+                paths.append((path_key(cluster, node, node_type, tcp, False, port), target.node_ip))
     return paths
 
 
@@ -325,6 +347,13 @@ async def run_planned(
     return tuple(done)
 
 
+def _with(
+    protocols: frozenset[model.Protocol], protocol: model.Protocol, on: bool
+) -> frozenset[model.Protocol]:
+    """`protocols` with `protocol` in it when `on`, else without it."""
+    return protocols | {protocol} if on else protocols - {protocol}
+
+
 def _error_result(detail: str, sent: int = 0) -> model.ProbeResult:
     return model.ProbeResult(
         status=model.ProbeStatus.ERROR, started_at=time.time(), sent=sent, detail=detail
@@ -345,6 +374,10 @@ async def run_round(
     rng: random.Random | None = None,
     on_result: Callable[[model.PathReport], None] | None = None,
     mtu_probe_size: int = defaults.MTU_PROBE_OFF,
+    udp_port: int = defaults.UDP_ECHO_PORT,
+    udp_source_ports: int = 0,
+    source_ips: Sequence[str] = (),
+    tcp_ports: Sequence[int] = (),
 ) -> model.RoundReport:
     """Probe every path of `targets` once (see the module docstring).
 
@@ -352,17 +385,23 @@ async def run_round(
     `icmp_count` echo requests whose IP packets are that many bytes, or the route's MTU
     (defaults.MTU_PROBE_AUTO); MTU_PROBE_OFF (0) leaves it out.
 
+    `udp_source_ports` adds the UDP echo path (Protocol.UDP) to every NodeIP: that many
+    echo datagrams to `udp_port`, each from its own source port; 0 leaves it out. It is
+    sent from the address of `source_ips` (this node's NodeIPs) of the target's family.
+
+    `tcp_ports` adds a TCP connect path (Protocol.TCP) per port to every NodeIP.
+
     With `pinger=None`, ICMP paths are reported as ERROR "ICMP disabled" (leave ICMP out
     of `protocols` to skip them instead). `on_result` is called as each path finishes.
     The report lists paths in target order (node, endpoint; ICMP, HTTP).
     """
     started_at = time.time()
     t0 = trio.current_time()
-    if mtu_probe_size != defaults.MTU_PROBE_OFF:
-        protocols = protocols | {model.Protocol.ICMP_DF}
-    else:
-        protocols = protocols - {model.Protocol.ICMP_DF}
-    paths = enumerate_paths(targets, protocols)
+    protocols = _with(protocols, model.Protocol.ICMP_DF, mtu_probe_size != defaults.MTU_PROBE_OFF)
+    protocols = _with(protocols, model.Protocol.UDP, udp_source_ports > 0)
+    protocols = _with(protocols, model.Protocol.TCP, bool(tcp_ports))
+    sources = {model.ip_family(ip): ip for ip in source_ips}
+    paths = enumerate_paths(targets, protocols, tcp_ports)
     plan = plan_round(
         paths,
         spread_s=spread_s,
@@ -377,6 +416,18 @@ async def run_round(
         if planned.path.protocol in _PINGED:  # (only without a pinger)
             return _error_result(ICMP_DISABLED)
         try:
+            if planned.path.protocol is model.Protocol.TCP:
+                return await tcp_connect_probe(
+                    planned.ip, planned.path.port, timeout_s=late_timeout_s(timeout_s, late_s)
+                )
+            if planned.path.protocol is model.Protocol.UDP:
+                return await udp_probe(
+                    planned.ip,
+                    udp_port,
+                    source_ports=udp_source_ports,
+                    timeout_s=late_timeout_s(timeout_s, late_s),
+                    source_ip=sources.get(model.ip_family(planned.ip)),
+                )
             return await http_probe(
                 planned.ip, http_port, timeout_s=late_timeout_s(timeout_s, late_s)
             )

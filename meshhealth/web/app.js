@@ -199,7 +199,12 @@ function setLive(live) {
   el.className = `conn ${live ? "conn-up" : "conn-down"}`;
 }
 
+// The paths whose state is the cell's; the MTU and L4 paths (icmp-df, udp, tcp:PORT)
+// are no outage (`meshhealth status` leaves them out of reachability too).
+const REACHABILITY_PROTOCOLS = new Set(["icmp", "http"]);
+
 function onPath(msg) {
+  if (!REACHABILITY_PROTOCOLS.has(msg.protocol)) return;
   const k = `${msg.cluster}/${msg.node}`;
   const paths = S.localPaths.get(k) || {};
   paths[`${msg.target_type}/${msg.protocol}`] = msg.path.status;

@@ -32,6 +32,7 @@ from meshhealth.wire.envelope import Codec
 from meshhealth.wire.fields import DecodeError, Field
 
 MAX_TARGETS = 10_000
+MAX_PORT = 65_535
 MAX_HEALTH_SCORE = defaults.LOCAL_HEALTH_MAX_MULTIPLIER - 1
 MAX_DEGRADED_REASONS = 16
 # The probe plan's settings (HealthReport.plan): caps far above any real use.
@@ -44,10 +45,31 @@ MAX_PLAN_NODES = 1_000_000
 CORE_PATH_NAMES: tuple[str, ...] = tuple(
     path_name(t, p) for t in TargetType for p in REACHABILITY_PROTOCOLS
 )
-# Paths added since ("node/icmp-df"): written in the optional `extra_paths` map, because
-# readers older than them refuse a report whose `paths` holds a name they do not know.
-EXTRA_PATH_NAMES: tuple[str, ...] = (path_name(TargetType.NODE, Protocol.ICMP_DF),)
+# Paths added since ("node/icmp-df", "node/udp"): written in the optional `extra_paths`
+# map, because readers older than them refuse a report whose `paths` holds a name they do
+# not know; a reader skips the names in `extra_paths` it does not know.
+EXTRA_PATH_NAMES: tuple[str, ...] = (
+    path_name(TargetType.NODE, Protocol.ICMP_DF),
+    path_name(TargetType.NODE, Protocol.UDP),
+)
 PATH_NAMES: tuple[str, ...] = CORE_PATH_NAMES + EXTRA_PATH_NAMES
+# ... and one `node/tcp:<port>` per port of the agent's `--probe-tcp-ports` (extra too).
+TCP_PATH_PREFIX = path_name(TargetType.NODE, Protocol.TCP, 0).removesuffix("0")
+
+
+def known_path_name(name: str) -> bool:
+    """Whether this version reads a path of that name: PATH_NAMES, or `node/tcp:<port>`
+    with a port 1-65535 written without leading zeros."""
+    if name in PATH_NAMES:
+        return True
+    port = name.removeprefix(TCP_PATH_PREFIX)
+    return (
+        port != name
+        and port.isascii()
+        and port.isdigit()
+        and not port.startswith("0")
+        and int(port) <= MAX_PORT
+    )
 
 
 def _verdict(value: object, where: str) -> str | None:
@@ -73,7 +95,7 @@ def _paths(skip_unknown: bool = False) -> f.Check:
     def check(value: object, where: str) -> dict[str, PathHealth]:
         paths: dict[str, PathHealth] = {}
         for name, raw in f.a_map(value, where).items():
-            if name in PATH_NAMES:
+            if known_path_name(name):
                 paths[name] = _path(raw, f'{where}["{name}"]')
             elif not skip_unknown:
                 raise DecodeError(
@@ -116,7 +138,8 @@ def _targets(r: HealthReport) -> list[dict[str, object]]:
     shared = _shared(r.targets)
     wire = []
     for t in r.targets:
-        core = {name: p for name, p in t.paths.items() if name not in EXTRA_PATH_NAMES}
+        # extra paths apart; a name nobody knows stays in `paths`, where encoding refuses it
+        core = {n: p for n, p in t.paths.items() if n in CORE_PATH_NAMES or not known_path_name(n)}
         target: dict[str, object] = {"cluster": t.cluster, "node": t.node, "paths": f.plain(core)}
         if len(core) != len(t.paths):  # optional: older readers ignore the field
             target["extra_paths"] = f.plain({n: t.paths[n] for n in t.paths if n not in core})

@@ -49,6 +49,7 @@ from meshhealth.model import (
     TargetHealth,
     TargetType,
     path_name,
+    tcp_ports_of,
 )
 from meshhealth.model import Protocol as ProbeProtocol
 from meshhealth.wire import keys
@@ -90,20 +91,26 @@ def health_report(
     suspicion verdict (suspect or unreachable) and since when; this agent's local
     health score and, while degraded, since when."""
     targets: list[TargetHealth] = []
+    # (protocol, port) of every path kind: each protocol, and TCP once per probed port
+    kinds: list[tuple[ProbeProtocol, int]]
+    kinds = [(p, 0) for p in ProbeProtocol if p is not ProbeProtocol.TCP]
+    kinds += [(ProbeProtocol.TCP, port) for port in tcp_ports_of(p.path for p in report.paths)]
     for target in sorted(report.targets):
         paths: tuple[dict[str, PathHealth], dict[str, PathHealth]] = ({}, {})
         for secondary, found in zip((False, True), paths, strict=True):
             for target_type in TargetType:
                 if target.address(target_type, secondary) is None:
                     continue
-                for protocol in ProbeProtocol:
-                    key = PathKey(target.cluster, target.node, target_type, protocol, secondary)
+                for protocol, port in kinds:
+                    key = PathKey(
+                        target.cluster, target.node, target_type, protocol, secondary, port
+                    )
                     summary = summaries.get(key)
                     if summary is None or summary.last is None:
                         continue
                     # an OK path's verdict is ok: nothing to add
                     verdict = None if summary.last.ok else verdicts.get(key)
-                    found[path_name(target_type, protocol)] = PathHealth(
+                    found[path_name(target_type, protocol, port)] = PathHealth(
                         status=summary.last.status,
                         rtt_s=summary.rtt_last_s,
                         loss=summary.loss,
