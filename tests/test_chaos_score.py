@@ -1,0 +1,150 @@
+"""The chaos soak's invariants (meshhealth/lab/chaos_score.py): what the verdict and the
+findings may and must say while faults come and go, and the score table."""
+
+from __future__ import annotations
+
+from meshhealth.lab import faults as F
+from meshhealth.lab.chaos_schedule import RESTART_AGENT, ScheduledFault
+from meshhealth.lab.chaos_score import (
+    CLEARED,
+    HEADLINE,
+    INVARIANTS,
+    NAMED,
+    REGISTERED,
+    Bounds,
+    Finding,
+    Judge,
+    View,
+)
+
+BOUNDS = Bounds(show_s=20, name_s=30, clear_s=40)
+INGRESS = ScheduledFault(F.INGRESS_DROP, 0, 100, ("node2",))
+EGRESS = ScheduledFault(F.EGRESS_DROP, 0, 100, ("node3",))
+ALL_OK = View({}, [])
+
+
+def judge() -> Judge:
+    return Judge("lab1", 4, BOUNDS)
+
+
+def down(*nodes: str) -> dict[str, str]:
+    return {f"lab1/{n}": "unreachable" for n in nodes}
+
+
+def finding(kind: str, *nodes: str) -> Finding:
+    return Finding(kind, frozenset(f"lab1/{n}" for n in nodes))
+
+
+def counts(j: Judge, name: str) -> tuple[int, int]:
+    return j.tallies[name].checks, j.tallies[name].violations
+
+
+def test_quiet_cluster_all_reachable() -> None:
+    j = judge()
+    j.observe(5, [ALL_OK, ALL_OK])
+    assert counts(j, HEADLINE) == (2, 0)
+    assert j.broken() == []
+
+
+def test_false_alarm_is_a_headline_violation() -> None:
+    j = judge()
+    j.observe(5, [View(down("node4"), [])])
+    assert counts(j, HEADLINE) == (1, 1)
+
+
+def test_unreachable_fault_must_show_within_the_bound() -> None:
+    j = judge()
+    j.fault_on(INGRESS, 10)
+    j.observe(15, [ALL_OK])  # not yet: within show_s
+    assert counts(j, HEADLINE) == (1, 0)
+    j.observe(25, [View(down("node2"), [])])  # shown after 15 s
+    assert counts(j, HEADLINE) == (2, 0)
+    j.observe(31, [ALL_OK])  # past the bound and not shown: broken
+    assert counts(j, HEADLINE) == (3, 1)
+    assert j.tallies[HEADLINE].worst == 15
+
+
+def test_a_fault_that_need_not_show_may_show() -> None:
+    j = judge()
+    j.fault_on(EGRESS, 0)
+    j.observe(50, [ALL_OK, View(down("node3"), [])])
+    assert counts(j, HEADLINE) == (2, 0)
+
+
+def test_named_within_bound_with_exact_culprit() -> None:
+    j = judge()
+    j.fault_on(INGRESS, 0)
+    j.observe(10, [View(down("node2"), [finding("ingress-blocked", "node2")]), ALL_OK])
+    assert j.tallies[NAMED].checks == 0  # before the bound nothing is checked
+    j.observe(12, [View(down("node2"), [finding("ingress-blocked", "node2")])] * 2)
+    assert j.tallies[NAMED].worst == 12
+    j.observe(31, [View(down("node2"), [finding("ingress-blocked", "node2", "node1")])])
+    j.observe(32, [View(down("node2"), [finding("node-isolated", "node2")])])
+    j.observe(33, [View(down("node2"), [finding("ingress-blocked", "node2")])])
+    assert counts(j, NAMED) == (3, 2)
+    assert j.unnamed() == []
+
+
+def test_never_named() -> None:
+    j = judge()
+    j.fault_on(EGRESS, 0)
+    j.observe(40, [ALL_OK])
+    j.fault_off(EGRESS, 50)
+    assert counts(j, NAMED) == (1, 1)
+    assert j.unnamed() == ["egress-drop node3 at 0s"]
+
+
+def test_finding_outliving_its_fault() -> None:
+    j = judge()
+    j.fault_on(INGRESS, 0)
+    j.fault_off(INGRESS, 100)
+    lingering = View(down("node2"), [finding("ingress-blocked", "node2")])
+    j.observe(130, [lingering])  # within clear_s: fine
+    assert counts(j, CLEARED) == (1, 0)
+    assert counts(j, HEADLINE) == (1, 0)
+    j.observe(141, [lingering])
+    assert counts(j, CLEARED) == (2, 1)
+    assert counts(j, HEADLINE) == (2, 1)
+    j.observe(150, [ALL_OK])
+    assert j.tallies[CLEARED].worst == 50
+    assert j.tallies[HEADLINE].worst == 50
+
+
+def test_finding_of_an_unfaulted_node() -> None:
+    j = judge()
+    j.fault_on(INGRESS, 0)
+    j.observe(10, [View(down("node2"), [finding("path", "node1", "node3")])])
+    assert counts(j, CLEARED) == (1, 1)
+
+
+def test_finding_naming_a_bystander_too() -> None:
+    j = judge()
+    j.fault_on(INGRESS, 0)
+    j.observe(10, [View(down("node2"), [finding("path", "node2", "node3")])])
+    j.observe(14, [View(down("node2"), [finding("path", "node2", "node3")])])
+    assert counts(j, CLEARED) == (2, 0)
+    assert list(j.bystanders) == [finding("path", "node2", "node3")]
+    assert j.bystander_worst == 4
+    j.observe(16, [View(down("node2"), [])])  # gone: the next one counts anew
+    j.observe(30, [View(down("node2"), [finding("path", "node2", "node3")])])
+    j.observe(32, [View(down("node2"), [finding("path", "node2", "node3")])])
+    assert j.bystander_worst == 4
+
+
+def test_registrations_skip_killed_agents_until_they_had_time() -> None:
+    j = judge()
+    kill = ScheduledFault(RESTART_AGENT, 0, 5, ("node4",))
+    j.fault_on(kill, 0)
+    j.fault_off(kill, 5)
+    nodes = {"lab1/node1", "lab1/node2", "lab1/node3"}
+    j.registrations(10, nodes, {"lab1/node4": 1})
+    assert counts(j, REGISTERED) == (3, 0)
+    j.registrations(46, nodes, {"lab1/node4": 1})
+    assert counts(j, REGISTERED) == (7, 1)
+    assert j.tallies[REGISTERED].worst == 45
+
+
+def test_table_lists_every_invariant() -> None:
+    rows = judge().table()
+    assert rows[0].split() == ["invariant", "checks", "violations", "worst"]
+    assert [r.split()[0] for r in rows[1:]] == list(INVARIANTS)
