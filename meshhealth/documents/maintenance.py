@@ -19,6 +19,8 @@ from meshhealth.wire.maintenance import MaintenanceWindow
 from meshhealth.wire.summary import MaintenanceNote
 
 IN_MAINTENANCE = "in maintenance"
+# Why the verdict discounts an observer in maintenance (the summary's `discounted`).
+MAINTENANCE_REASON = "maintenance"
 
 
 class MaintenanceDocument(TypedDict):
