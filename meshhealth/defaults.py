@@ -364,6 +364,19 @@ EVENTS_STRONGER_STEP: Final = 0.1
 # more than 128 operations (--max-txn-ops) and the claim check is one more.
 EVENTS_TXN_OPS: Final = 64
 
+# --- planned maintenance (meshhealth.cli.maintenance_cmd, wire.maintenance) ----------
+# `meshhealth maintenance start` without --for: a reboot or a drain takes minutes to an
+# hour; two hours covers it with room, and a forgotten window ends the same day.
+MAINTENANCE_DEFAULT_S: Final = 2 * 3600.0
+# The longest window: a week covers a planned hardware swap; past that a node is not "in
+# maintenance" but gone, and it should leave the cluster rather than hide from alerts.
+MAINTENANCE_MAX_S: Final = 7 * 24 * 3600.0
+# The longest --reason: a ticket reference and a sentence; the value stays small.
+MAINTENANCE_REASON_MAX_CHARS: Final = 500
+# etcd deletes a window's key this long after its end (its lease: ceil(end - now) plus
+# this): readers already treat it as over at its end, so the lease only cleans up.
+MAINTENANCE_LEASE_SLACK_S: Final = 5
+
 # --- clustermesh (meshhealth.agent.membership.clustermesh) ----------------------------
 # A remote cluster refused (id clash, wrong name) or without a cluster-config entry yet
 # is checked again this often: fixing the remote needs no agent restart.

@@ -8,7 +8,11 @@ matrix`, GET /v1/matrix), or kept current (`meshhealth watch --etcd`).
 Each source is one etcd and the cluster whose health prefix is read there (None: every
 cluster in that etcd). Sources are read concurrently, each with `timeout_s`; a source
 that fails is listed in `matrix.unavailable` (its cluster's nodes have no row), the
-others are shown. Values that do not decode are skipped, logged and counted (`invalid`).
+others are shown. Each source's planned maintenance windows are read with its reports
+(`matrix.maintenance`). Values that do not decode are skipped, logged and counted (`invalid`).
+
+    windows = MaintenanceWindows(etcd, "lab1", on_change=redraw)   # the same, for the
+    nursery.start_soon(windows.follow)                             # maintenance windows
 
     reports = HealthReports(etcd, None, on_change=redraw, on_invalid=warn)
     nursery.start_soon(reports.follow)          # list, then watch with resume
@@ -44,6 +48,7 @@ from meshhealth.model import HealthReport, IPEntry, Node
 from meshhealth.probe_set import TargetKey, build_probe_set, vouched_entries
 from meshhealth.wire import keys
 from meshhealth.wire.fields import DecodeError
+from meshhealth.wire.maintenance import MaintenanceWindow
 from meshhealth.wire.values import decode_value
 
 log = logging.getLogger(__name__)
@@ -184,12 +189,14 @@ async def read_matrix(
 ) -> MatrixRead:
     """The matrix of every source's reports (`registered_only`: of registered nodes)."""
     results: dict[int, tuple[list[HealthReport], list[str], list[HealthReport]] | str] = {}
+    windows: list[MaintenanceWindow] = []
 
     async def read_one(index: int, source: MatrixSource) -> None:
         try:
             results[index] = await read_reports(
                 source.etcd, source.cluster, timeout_s=timeout_s, registered_only=registered_only
             )
+            windows.extend(await read_windows(source.etcd, source.cluster, timeout_s=timeout_s))
         except EtcdError as error:
             results[index] = str(error)
         except trio.TooSlowError:
@@ -218,7 +225,12 @@ async def read_matrix(
         if source.cluster is not None:
             read.append(source.cluster)
     matrix = build_matrix(
-        reports, now=now, extra_nodes=extra_nodes, source_clusters=read, unavailable=unavailable
+        reports,
+        now=now,
+        extra_nodes=extra_nodes,
+        source_clusters=read,
+        unavailable=unavailable,
+        maintenance=windows,
     )
     return MatrixRead(matrix, skipped, tuple(ignored))
 
@@ -362,3 +374,99 @@ class RegisteredNodes:
     def _update(self) -> None:
         self.nodes = registered_nodes(kv for held in self._values.values() for kv in held.items())
         self.on_change()
+
+
+def decode_windows(kvs: Iterable[KV]) -> tuple[dict[str, MaintenanceWindow], list[InvalidValue]]:
+    """key -> maintenance window of the values that decode, and those that do not."""
+    found: dict[str, MaintenanceWindow] = {}
+    invalid: list[InvalidValue] = []
+    for kv in kvs:
+        try:
+            window = decode_value(kv.key, kv.value)
+        except DecodeError as error:
+            invalid.append(InvalidValue(kv.key, kv.mod_revision, str(error)))
+            continue
+        if isinstance(window, MaintenanceWindow):
+            found[kv.key] = window
+    return found, invalid
+
+
+async def read_windows(
+    etcd: Etcd, cluster: str | None, *, timeout_s: float
+) -> list[MaintenanceWindow]:
+    """The planned maintenance windows under `cluster`'s prefix (all clusters: None),
+    ended ones included (the matrix keeps those on at its time). A value that does not
+    decode is logged and skipped. EtcdError, trio.TooSlowError as `list_reports`."""
+    with trio.fail_after(timeout_s):
+        kvs, _ = await etcd.get_prefix(keys.maintenance_prefix(cluster))
+    found, invalid = decode_windows(kvs)
+    for value in invalid:
+        log.warning("skipping invalid maintenance window %s", value)
+    return list(found.values())
+
+
+class MaintenanceWindows:
+    """The planned maintenance windows under one cluster's prefix (None: every
+    cluster), kept current by `follow` (list, then a resuming watch), as
+    `HealthReports` keeps the reports. `on_change()` runs after a listing or a watch
+    batch; a value that does not decode is skipped (its node is not in maintenance),
+    logged once per key and revision and counted in `invalid_values`."""
+
+    def __init__(
+        self,
+        etcd: Etcd,
+        cluster: str | None = None,
+        *,
+        on_change: Callable[[], None] = lambda: None,
+        timeout_s: float = defaults.MATRIX_READ_TIMEOUT_S,
+    ) -> None:
+        self.etcd = etcd
+        self.cluster = cluster
+        self.on_change = on_change
+        self.timeout_s = timeout_s
+        self.listed = trio.Event()
+        self.invalid_values = 0
+        self._windows: dict[str, MaintenanceWindow] = {}
+        self._invalid: dict[str, int] = {}
+
+    def windows(self) -> list[MaintenanceWindow]:
+        """Every window held, ended ones included (`active_windows` picks those on)."""
+        return list(self._windows.values())
+
+    async def follow(self) -> None:
+        """List, then watch, until cancelled. Never raises on etcd errors or bad values."""
+        prefix = keys.maintenance_prefix(self.cluster)
+        await follow_prefix(
+            self.etcd,
+            prefix,
+            what=f"maintenance windows under {prefix}",
+            on_list=self._listed,
+            on_events=self._changed,
+            list_timeout_s=self.timeout_s,
+        )
+
+    def _listed(self, kvs: Sequence[KV]) -> None:
+        found, invalid = decode_windows(kvs)
+        self._windows = found
+        for value in invalid:
+            self._skip(value)
+        self.listed.set()
+        self.on_change()
+
+    def _changed(self, events: Sequence[WatchEvent]) -> None:
+        for event in events:
+            self._windows.pop(event.key, None)
+            if event.kind is EventKind.DELETE:
+                continue
+            found, invalid = decode_windows([KV(event.key, event.value, event.mod_revision, 0, 0)])
+            self._windows.update(found)
+            for value in invalid:
+                self._skip(value)
+        self.on_change()
+
+    def _skip(self, value: InvalidValue) -> None:
+        if self._invalid.get(value.key) == value.mod_revision:
+            return
+        self._invalid[value.key] = value.mod_revision
+        self.invalid_values += 1
+        log.warning("skipping invalid maintenance window %s", value)

@@ -39,7 +39,13 @@ from meshhealth.model import (
     TargetType,
 )
 from meshhealth.probe.stats import StatsBook
-from meshhealth.wire.summary import ClusterSummary, NodeCounts, SummaryFinding
+from meshhealth.wire.summary import (
+    ClusterSummary,
+    DiscountedObserver,
+    MaintenanceNote,
+    NodeCounts,
+    SummaryFinding,
+)
 from tests import matrix_stories
 
 NOW = 1_795_341_603.0  # 2026-11-22T10:00:03Z
@@ -333,6 +339,23 @@ def agent_down_summary() -> StatusInputs:
     )
 
 
+def agent_down_in_maintenance() -> StatusInputs:
+    """agent_down, but node3 is in planned maintenance: the summary counts it apart with
+    its own state and window, its finding expected (the reason is anyone's: escaped)."""
+    summary = replace(
+        AGENT_DOWN_SUMMARY,
+        nodes=NodeCounts(reachable=2, maintenance=1),
+        findings=tuple(replace(f, expected=True) for f in AGENT_DOWN_SUMMARY.findings),
+        discounted={"lab1/node3": DiscountedObserver("maintenance", 2, 2, 0, 2)},
+        maintenance={
+            "lab1/node3": MaintenanceNote(
+                "unreachable", NOW + 5400, "kernel \x1b[31mupgrade CHG-1234", "alice@bastion"
+            )
+        },
+    )
+    return replace(agent_down(), cluster_summaries={"lab1": summary}, verdict_clusters=("lab1",))
+
+
 def never_probed() -> StatusInputs:
     """The first seconds of an agent: etcd not reached yet, the first round running."""
     return StatusInputs(
@@ -432,6 +455,7 @@ STORIES: dict[str, Callable[[], StatusInputs]] = {
     "dual_stack_ipv6_drop": dual_stack_ipv6_drop,
     "never_probed": never_probed,
     "agent_down_summary": agent_down_summary,
+    "agent_down_in_maintenance": agent_down_in_maintenance,
     "subset_plan": subset_plan,
     "small_full_mesh": small_full_mesh,
     "mtu_blackhole": mtu_blackhole,

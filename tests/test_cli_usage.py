@@ -50,6 +50,12 @@ def test_no_command_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
         (["inspect", "--timeout", "-1"], "--timeout must be > 0"),
         (["inspect", "--etcd", "ftp://127.0.0.1:1"], "ftp://127.0.0.1:1"),
         (["responder", "--listen", "nowhere"], "bad --listen"),
+        (["maintenance"], "the following arguments are required: ACTION"),
+        (["maintenance", "start", "n1", "--for", "8d"], "at most 168h0m0s"),
+        (["maintenance", "start", "n1", "--for", "later"], "invalid duration 'later'"),
+        (["maintenance", "end", "Bad_Node"], "invalid node name"),
+        (["maintenance", "list", "--cluster", "Not A Name!"], "Not A Name!"),
+        (["maintenance", "list", "--timeout", "0"], "--timeout must be > 0"),
     ],
 )
 def test_bad_values_exit_2_in_one_line(

@@ -132,7 +132,10 @@ def test_every_agent_shows_the_verdict_and_findings_from_one_summary(
             wait_for(
                 agent.metrics_text,
                 lambda text, kind=kind: (
-                    metric_value(text, "meshhealth_finding", kind=kind, node=culprit) == 1
+                    metric_value(
+                        text, "meshhealth_finding", kind=kind, node=culprit, expected="false"
+                    )
+                    == 1
                 ),
                 CONVERGE_S,
                 what=f"{agent.name} exports meshhealth_finding for {culprit}",

@@ -34,6 +34,7 @@ CASES = [
     ("dual_stack_healthy", True),
     ("dual_stack_ipv6_drop", False),
     ("agent_down_summary", False),
+    ("agent_down_in_maintenance", False),
     ("subset_plan", False),
     ("small_full_mesh", False),
     ("mtu_blackhole", False),

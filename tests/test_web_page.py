@@ -432,3 +432,43 @@ def test_page_draws_the_last_day_of_findings_as_a_strip() -> None:
         shot = screenshot_dir() / "web-page-timeline.png"
         page.locator("#summary").screenshot(path=str(shot))
         assert errors == []
+
+
+# --- planned maintenance ------------------------------------------------------------------
+
+
+def test_page_says_in_maintenance() -> None:
+    """node3 is down for its planned maintenance: the headline counts it apart, its
+    finding says expected, and the matrix's note names its window (reason escaped by
+    the page's text nodes, never markup)."""
+    from meshhealth.diagnosis.cluster_summary import build_summary
+    from meshhealth.diagnosis.diagnose import diagnose
+    from meshhealth.diagnosis.from_matrix import matrix_view
+    from meshhealth.documents.cluster_health import finding_document, summary_verdict_document
+    from meshhealth.wire.maintenance import MaintenanceWindow
+
+    now = matrix_stories.NOW
+    window = MaintenanceWindow("lab1", "node3", now - 60, now + 3600, "<b>reboot</b>", "ops")
+    matrix = build_matrix(matrix_stories.node_unreachable_by_all(), now=now, maintenance=[window])
+    summary = build_summary(
+        matrix, diagnose(matrix_view(matrix)), cluster="lab1", aggregator="node1"
+    )
+    fields = {
+        "cluster_health": [summary_verdict_document(summary, now)],
+        "findings": [finding_document(f) for f in summary.findings],
+    }
+    with synthetic_web(matrix=matrix, status_fields=fields) as url, chromium() as browser:
+        page = browser.new_page(viewport=VIEWPORT)
+        errors = page_errors(page)
+        page.goto(url)
+        page.wait_for_function(
+            "() => document.getElementById('health').textContent.includes("
+            "'Cluster health: 2/2 reachable (2 observers each), 1 in maintenance')"
+        )
+        page.wait_for_function("() => document.querySelectorAll('#findings li').length > 1")
+        shown = dict(page.evaluate(MARKERS))
+        [finding] = [text for text in shown if text.startswith("node-isolated: lab1/node3")]
+        assert "(expected: in maintenance)" in finding
+        [note] = [text for text in shown if text.startswith("lab1/node3 in maintenance until")]
+        assert note.endswith("by ops: <b>reboot</b>") and "▲" not in shown[note]
+        assert errors == []

@@ -24,6 +24,11 @@ from meshhealth.wire.cluster_config import decode_cluster_config, encode_cluster
 from meshhealth.wire.event import FindingEvent, decode_event, encode_event
 from meshhealth.wire.health import decode_health_report, encode_health_report
 from meshhealth.wire.ip_entry import decode_ip_entry, encode_ip_entry
+from meshhealth.wire.maintenance import (
+    MaintenanceWindow,
+    decode_maintenance,
+    encode_maintenance,
+)
 from meshhealth.wire.node import decode_node, encode_node
 from meshhealth.wire.retained import decode_retained, encode_retained
 from meshhealth.wire.rollup import (
@@ -140,6 +145,13 @@ VALUES = {
             "n4",
         ),
     ),
+    "maintenance_bare": ("maintenance", MaintenanceWindow("c1", "n2", 1.0, 2.0)),
+    "maintenance_full": (
+        "maintenance",
+        MaintenanceWindow(
+            "c1", "n2", 1_700_000_000.0, 1_700_007_200.0, "kernel upgrade", "alice@host"
+        ),
+    ),
     "summary_bare": ("summary", ClusterSummary("c1", "n1", 1_700_000_000.0, NodeCounts(), 0, 0.0)),
     "summary_full": (
         "summary",
@@ -200,6 +212,7 @@ ENCODERS: dict[str, tuple[Callable[[Any], bytes], Callable[[bytes], Any]]] = {
     "cluster_config": (encode_cluster_config, decode_cluster_config),
     "health": (encode_health_report, decode_health_report),
     "claim": (encode_claim, decode_claim),
+    "maintenance": (encode_maintenance, decode_maintenance),
     "summary": (encode_summary, decode_summary),
     "event": (encode_event, decode_event),
     "rollup": (encode_rollups, decode_rollups),
@@ -294,6 +307,14 @@ GOLDEN = {
         "0000000000a865766964656e6365a573706c6974a96f70656e65645f6174cb41d954fc40000000a9636c6f73"
         "65645f6174cb41d954fc4f100000a667726f7570739291a563312f6e3291a563312f6e33a96f70656e65645f"
         "6279a26e31a9636c6f7365645f6279a26e34"
+    ),
+    "maintenance_bare": (
+        "85a17601a7636c7573746572a26331a46e6f6465a26e32a57374617274cb3ff0000000000000a3656e64cb40"
+        "00000000000000"
+    ),
+    "maintenance_full": (
+        "87a17601a7636c7573746572a26331a46e6f6465a26e32a57374617274cb41d954fc40000000a3656e64cb41"
+        "d9550348000000a6726561736f6eae6b65726e656c2075706772616465a26279aa616c69636540686f7374"
     ),
     "summary_bare": (
         "8aa17601a7636c7573746572a26331aa61676772656761746f72a26e31ac67656e6572617465645f6174cb41"

@@ -177,13 +177,15 @@ def synthetic_web(
     matrix: Matrix | None = None,
     direct: int | None = None,
     events: Sequence[FindingEvent] = (),
+    status_fields: dict[str, Any] | None = None,
 ) -> Iterator[str]:
     """The real web server (meshhealth.agent.serving.web_server) on 127.0.0.1, in a
     thread of its own, with `matrix` or a synthetic one (see synthetic_matrix); the
     status lists the first `direct` nodes (all by default), the agent follows them all
-    (synthetic_ip); the findings timeline is `events`; yields the page's URL."""
+    (synthetic_ip); the findings timeline is `events`; `status_fields` are added to the
+    status (its cluster verdicts and findings); yields the page's URL."""
     matrix = matrix or synthetic_matrix(nodes, clusters, names=names)
-    status = synthetic_status(matrix, direct)
+    status = {**synthetic_status(matrix, direct), **(status_fields or {})}
     followed = tuple(Target(c, n, synthetic_ip(i)) for i, (c, n) in enumerate(matrix.columns))
 
     async def read_matrix() -> Matrix:

@@ -142,9 +142,10 @@ class AgentMetrics:
     kvstore_write_bytes: Counter  # {key_kind}
     kvstore_write_errors: Counter  # {key_kind}
     indirect: IndirectCounters
-    finding: Gauge  # {kind, node}: 1 per current finding of a followed cluster summary
+    finding: Gauge  # {kind, node, expected}: 1 per current finding of a followed summary
     cluster_nodes: Gauge  # {cluster, state}: the cluster verdict of its summary
     node_state: Gauge  # {cluster, node, state}: 1 per node of a summary not reachable
+    node_maintenance: Gauge  # {cluster, node}: 1 per node of a summary in maintenance
     discounted_observer: Gauge  # {source_cluster, source_node, reason}: 1 per discounted
     aggregating: Gauge  # 1 while this agent is its cluster's aggregator
     plan_targets: Gauge  # the probe plan (docs/scale.md): own targets this epoch
@@ -249,11 +250,12 @@ class AgentMetrics:
     def sync_summaries(self, summaries: Mapping[str, ClusterSummary]) -> None:
         """The findings and node counts of every followed cluster's summary; the series
         of a finding that ended (or of a cluster without a summary) are removed."""
-        findings: set[tuple[str, str]] = set()
+        findings: set[tuple[str, str, str]] = set()
         for summary in summaries.values():
             for finding in summary.findings:
-                findings.update((finding.kind, node) for node in finding.nodes)
-        _set_exactly(self.finding, findings, ("kind", "node"))
+                expected = "true" if finding.expected else "false"
+                findings.update((finding.kind, node, expected) for node in finding.nodes)
+        _set_exactly(self.finding, findings, ("kind", "node", "expected"))
         for summary in summaries.values():
             counts = summary.nodes
             for state, count in (
@@ -261,6 +263,7 @@ class AgentMetrics:
                 ("unreachable", counts.unreachable),
                 ("suspect", counts.suspect),
                 ("unknown", counts.unknown),
+                ("maintenance", counts.maintenance),
             ):
                 self.cluster_nodes.labels(cluster=summary.cluster, state=state).set(count)
         for cluster in {key[0] for key in self.cluster_nodes.series()} - set(summaries):
@@ -271,6 +274,12 @@ class AgentMetrics:
             for node, state in summary.node_states.items()
         }
         _set_exactly(self.node_state, states, ("cluster", "node", "state"))
+        in_maintenance = {
+            (summary.cluster, node)
+            for summary in summaries.values()
+            for node in summary.maintenance
+        }
+        _set_exactly(self.node_maintenance, in_maintenance, ("cluster", "node"))
         discounted = {
             (*name.split("/", 1), observer.reason)
             for summary in summaries.values()
@@ -463,13 +472,14 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
         finding=registry.gauge(
             "meshhealth_finding",
             "1 per current diagnosis finding (kind) and culprit node (cluster/node), from "
-            "the cluster summaries this agent follows; the series goes when the finding ends.",
-            ("kind", "node"),
+            "the cluster summaries this agent follows; the series goes when the finding ends. "
+            'expected="true": every culprit is in planned maintenance (leave it out of alerts).',
+            ("kind", "node", "expected"),
         ),
         cluster_nodes=registry.gauge(
             "meshhealth_cluster_nodes",
-            "Nodes of a cluster by verdict (reachable, unreachable, suspect, unknown), from "
-            "its aggregator's summary.",
+            "Nodes of a cluster by verdict (reachable, unreachable, suspect, unknown) and in "
+            "planned maintenance (maintenance: in no verdict), from its aggregator's summary.",
             ("cluster", "state"),
         ),
         node_state=registry.gauge(
@@ -478,6 +488,14 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
             "unreachable, suspect, unknown), from its aggregator's summary; reachable nodes "
             "have no series, so the count stays with the faults, not the cluster's size.",
             ("cluster", "node", "state"),
+        ),
+        node_maintenance=registry.gauge(
+            "meshhealth_node_maintenance",
+            "1 per node (cluster/node) in planned maintenance (`meshhealth maintenance start`), "
+            "from its cluster's summary; the series goes when the window ends. Join it on "
+            "cluster, node (or, relabelled, on target_cluster, target_node) to leave the "
+            "node out of alerts.",
+            ("cluster", "node"),
         ),
         discounted_observer=registry.gauge(
             "meshhealth_discounted_observer",

@@ -1,7 +1,8 @@
 """`meshhealth diagnose`: whose fault it is, from the matrix in etcd (no agent needed).
 
-Exit codes: 0 when the matrix was read and diagnosis finds nothing, 1 when it finds
-something, 2 for a usage error or when no etcd could be read (one line on stderr).
+Exit codes: 0 when the matrix was read and diagnosis finds nothing (or only findings
+expected because their nodes are in planned maintenance), 1 when it finds something,
+2 for a usage error or when no etcd could be read (one line on stderr).
 """
 
 from __future__ import annotations
@@ -24,7 +25,11 @@ With --at TIME it reads the findings timeline instead (`meshhealth events`): the
 findings that were open at that time, as the cluster's aggregator recorded them, in the
 same shape (SINCE is when each opened).
 
-exit codes: 0 no findings, 1 findings, 2 usage error or etcd unreachable
+A finding whose nodes are all in planned maintenance (`meshhealth maintenance start`)
+is shown, marked "expected: in maintenance", and does not make the exit code 1.
+
+exit codes: 0 no findings (or only expected ones), 1 findings, 2 usage error or etcd
+unreachable
 
 examples:
   meshhealth diagnose --etcd http://127.0.0.1:2379
@@ -92,8 +97,8 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(matrix, int):
         return matrix
     findings = diagnose(matrix_view(matrix))
-    doc = findings_json(findings, generated_at=matrix.generated_at)
+    doc = findings_json(findings, matrix.generated_at, matrix.maintenance)
     text = format_findings_json(doc) if args.output == "json" else format_findings_text(doc)
     sys.stdout.write(text)
     sys.stdout.flush()
-    return EXIT_FINDINGS if findings else 0
+    return EXIT_FINDINGS if any(not f.get("expected") for f in doc["findings"]) else 0

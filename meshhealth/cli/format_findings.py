@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 
 from meshhealth.diagnosis.findings import FindingJSON, FindingsJSON
+from meshhealth.documents.maintenance import IN_MAINTENANCE
 from meshhealth.terminal_text import escape
 from meshhealth.timefmt import format_age, parse_iso_time
 
@@ -41,7 +42,9 @@ def finding_columns(finding: FindingJSON, generated_at: str | None) -> tuple[str
             ",".join(finding["nodes"]),
             f"{finding['confidence']:.2f}",
             _since(finding, generated_at),
-            finding["evidence"],
+            f"(expected: {IN_MAINTENANCE}) {finding['evidence']}"
+            if finding.get("expected")
+            else finding["evidence"],
         )
     )
 
@@ -50,10 +53,12 @@ FINDING_LABEL = "Finding:   "
 
 
 def _finding_head(finding: FindingJSON) -> str:
-    """`Finding:   endpoint-down lab1/node2 (confidence 0.75):` (escaped)."""
+    """`Finding:   endpoint-down lab1/node2 (confidence 0.75):` (escaped; `, expected:
+    in maintenance` after the confidence when its nodes are in planned maintenance)."""
     nodes = ",".join(finding["nodes"])
+    expected = f", expected: {IN_MAINTENANCE}" if finding.get("expected") else ""
     return FINDING_LABEL + escape(
-        f"{finding['kind']} {nodes} (confidence {finding['confidence']:.2f}):"
+        f"{finding['kind']} {nodes} (confidence {finding['confidence']:.2f}{expected}):"
     )
 
 

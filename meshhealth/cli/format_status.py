@@ -39,9 +39,12 @@ Input: the document of meshhealth.documents.status (docs/status.md).
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 from meshhealth.cli.format_findings import finding_line
 from meshhealth.cli.format_probe import format_loss
 from meshhealth.documents.cluster_health import ALONE_TEXT, SOURCE_LOCAL, is_alone
+from meshhealth.documents.maintenance import IN_MAINTENANCE, headline_suffix, note_text
 from meshhealth.documents.status_schema import (
     AddressDocument,
     ClusterDocument,
@@ -106,8 +109,10 @@ def path_line(path: PathDocument, *, verbose: bool, now: float | None) -> str:
     return ", ".join(parts)
 
 
-def node_title(node: NodeDocument) -> str:
+def node_title(node: NodeDocument, in_maintenance: Container[str] = ()) -> str:
     title = f"{node['cluster']}/{node['name']}"
+    if title in in_maintenance:
+        title += f" ({IN_MAINTENANCE})"
     if "agent_down_since" in node:
         return f"{title} (agent down since {node['agent_down_since']}: lease expired)"
     return f"{title} (localhost)" if node["is_local"] else title
@@ -234,7 +239,8 @@ def _observers(verdict: ClusterHealthDocument) -> str:
 
 
 def _counts(verdict: ClusterHealthDocument) -> tuple[str, str]:
-    """`2/3 reachable`, and `, 1 unreachable, 1 suspect, 1 unknown` (empty when none)."""
+    """`2/3 reachable`, and `, 1 unreachable, 1 suspect, 1 unknown, 1 in maintenance`
+    (empty when none)."""
     others = [
         f"{count} {state}"
         for state, count in (
@@ -245,7 +251,16 @@ def _counts(verdict: ClusterHealthDocument) -> tuple[str, str]:
         if count
     ]
     more = f", {', '.join(others)}" if others else ""
+    more += headline_suffix(verdict.get("maintenance", 0))  # an older agent: not said
     return f"{verdict['reachable']}/{verdict['total']} reachable", more
+
+
+def maintenance_lines(verdict: ClusterHealthDocument) -> list[str]:
+    """`  In maintenance:   lab1/node2 in maintenance (unreachable) until T (1h59m left)
+    by ops: reboot`, one per node of the verdict in planned maintenance."""
+    return [
+        f"  In maintenance:   {note_text(node)}" for node in verdict.get("maintenance_nodes") or ()
+    ]
 
 
 def summary_verdict_text(verdict: ClusterHealthDocument, now: float | None) -> str:
@@ -325,8 +340,13 @@ def format_status_text(doc: StatusDocument, *, verbose: bool) -> str:
     if degraded is not None:
         lines.append(degraded)
     lines.append("Nodes:")
+    in_maintenance = {
+        node["node"]
+        for verdict in doc.get("cluster_health") or ()
+        for node in verdict.get("maintenance_nodes") or ()
+    }
     for node in doc["nodes"]:
-        lines.append(f"  {node_title(node)}:")
+        lines.append(f"  {node_title(node, in_maintenance)}:")
         lines += _address_lines("Host connectivity", node["host"], verbose=verbose, now=now)
         if node["health_endpoint"] is not None:
             lines += _address_lines(
@@ -339,7 +359,9 @@ def format_status_text(doc: StatusDocument, *, verbose: bool) -> str:
         verdicts = [v for v in verdicts if v["source"] == "summary"]
     if verdicts:
         local = doc["local"]["cluster"]
-        lines += [verdict_line(v, doc, local=v["cluster"] == local, now=now) for v in verdicts]
+        for verdict in verdicts:
+            lines.append(verdict_line(verdict, doc, local=verdict["cluster"] == local, now=now))
+            lines += maintenance_lines(verdict)
         lines += [finding_line(finding) for finding in doc.get("findings") or []]
     if subset:  # this node's own targets, labelled apart from the cluster's verdict
         lines.append(direct_targets_line(doc, "Direct targets"))

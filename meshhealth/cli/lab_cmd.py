@@ -341,7 +341,7 @@ def run_status(args: argparse.Namespace) -> int:
 def cluster_health_lines(plan: P.LabPlan) -> list[str]:
     """Each cluster's verdict, as `meshhealth status` prints it, from its first node's
     agent (the same on every node: its aggregator's summary)."""
-    from meshhealth.cli.format_status import verdict_line
+    from meshhealth.cli.format_status import maintenance_lines, verdict_line
     from meshhealth.documents.status_schema import StatusDocument
     from meshhealth.lab.control import fetch_status
 
@@ -359,6 +359,7 @@ def cluster_health_lines(plan: P.LabPlan) -> list[str]:
                 local = len(plan.clusters) == 1
                 status = cast("StatusDocument", doc)
                 lines.append(verdict_line(verdict, status, local=local, now=now))
+                lines += maintenance_lines(verdict)
                 break
         else:
             lines.append(f"Cluster health {cluster.name}:   no cluster summary yet")

@@ -30,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "watch_cmd",
     "inspect_cmd",
     "etcd_roles_cmd",
+    "maintenance_cmd",
     "responder_cmd",
     "probe_cmd",
     "lab_cmd",

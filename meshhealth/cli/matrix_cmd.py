@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         text = format_matrix_json(doc)
     else:
         findings = diagnose(matrix_view(matrix))
-        found = findings_json(findings, generated_at=matrix.generated_at)
+        found = findings_json(findings, matrix.generated_at, matrix.maintenance)
         verdicts = [
             summary_verdict_document(summary, matrix.generated_at, source=SOURCE_REPORTS)
             for _, summary in sorted(summaries_of(matrix, findings).items())

@@ -43,10 +43,12 @@ from meshhealth.kvstore.follow import follow_prefix
 from meshhealth.matrix_source import (
     HealthReports,
     InvalidValue,
+    MaintenanceWindows,
     RegisteredNodes,
     ignored_line,
     list_registrations,
     list_reports,
+    read_windows,
     registered_nodes,
     registered_reports,
 )
@@ -54,21 +56,27 @@ from meshhealth.model import HealthReport
 from meshhealth.wire import keys
 from meshhealth.wire.event import FindingEvent
 from meshhealth.wire.fields import DecodeError
+from meshhealth.wire.maintenance import MaintenanceWindow
 from meshhealth.wire.values import decode_event_value
 
 
-def show_reports(state: WatchState, reports: list[HealthReport], notify: Notify) -> None:
+def show_reports(
+    state: WatchState,
+    reports: list[HealthReport],
+    notify: Notify,
+    maintenance: Sequence[MaintenanceWindow] = (),
+) -> None:
     """The list and matrix views, and each cluster's verdict and findings by the
-    aggregator's rule, from every node's report."""
+    aggregator's rule, from every node's report and the planned maintenance windows."""
     now = time.time()
-    matrix = build_matrix(reports, now=now)
+    matrix = build_matrix(reports, now=now, maintenance=maintenance)
     findings = diagnose(matrix_view(matrix))
     summaries = summaries_of(matrix, findings)
     state.cluster_health = [
         summary_verdict_document(summary, now, source=SOURCE_REPORTS)
         for _, summary in sorted(summaries.items())
     ]
-    state.findings = [finding_document(summary_finding(f)) for f in findings]
+    state.findings = [finding_document(summary_finding(f, matrix.maintenance)) for f in findings]
     notify(apply_health_reports(state, reports, now=now, matrix=matrix_document(matrix)))
 
 
@@ -118,6 +126,7 @@ async def read_once(state: WatchState, urls: str | EtcdAccess, notify: Notify, w
             registrations = await list_registrations(
                 etcd, None, timeout_s=defaults.MATRIX_READ_TIMEOUT_S
             )
+            windows = await read_windows(etcd, None, timeout_s=defaults.MATRIX_READ_TIMEOUT_S)
         except EtcdError as exc:
             raise WatchError(str(exc)) from None
         except trio.TooSlowError:
@@ -136,7 +145,7 @@ async def read_once(state: WatchState, urls: str | EtcdAccess, notify: Notify, w
         if ignored:
             warn(ignored_line(ignored))
         _connected(state, etcd, lambda text: None)
-        show_reports(state, reports, notify)
+        show_reports(state, reports, notify, windows)
 
 
 async def run_etcd(
@@ -175,7 +184,7 @@ async def run_etcd(
                 event(ignored_line(ignored))
             said.clear()
             said.update(now_ignored)
-            show_reports(state, kept, notify)
+            show_reports(state, kept, notify, windows.windows())
 
         def on_unavailable(why: str) -> None:
             _disconnected(state, why, event)
@@ -186,6 +195,7 @@ async def run_etcd(
         )
 
         registered = RegisteredNodes(etcd, on_change=on_change)
+        windows = MaintenanceWindows(etcd, on_change=on_change)
 
         def on_events_listed(kvs: Sequence[KV]) -> None:
             list_events(state, kvs)
@@ -198,6 +208,7 @@ async def run_etcd(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(reports.follow)
             nursery.start_soon(registered.follow)
+            nursery.start_soon(windows.follow)
             nursery.start_soon(
                 functools.partial(
                     follow_prefix,

@@ -27,7 +27,7 @@ from rich.text import Text
 
 from meshhealth.cli.format_events import timeline_line
 from meshhealth.cli.format_findings import finding_lines
-from meshhealth.cli.format_status import summary_verdict_text
+from meshhealth.cli.format_status import maintenance_lines, summary_verdict_text
 from meshhealth.cli.watch_state import PATH_NAMES, Change, NodeView, PathView, WatchState
 from meshhealth.diagnosis.timeline import latest
 from meshhealth.documents.cluster_health import SOURCE_LOCAL, SOURCE_REPORTS, is_alone
@@ -190,9 +190,12 @@ def header(state: WatchState, *, now: float, width: int) -> Text:
         label = f"Cluster health {escape(verdict['cluster'])}" if named else "Cluster health"
         text.append(f"\n{label}: ")
         text.append(escape(summary_verdict_text(verdict, now)), style="green" if good else "red")
+        for line in maintenance_lines(verdict):
+            text.append(f"\n{escape(line.strip())}", style="yellow")
     for finding in state.findings:  # the banner: whose fault it is, wrapped at words
+        style = "yellow" if finding.get("expected") else "bold red"
         for line in finding_lines(finding, width):
-            text.append(f"\n{line}", style="bold red")
+            text.append(f"\n{line}", style=style)
     if state.note:
         text.append(f"\n{escape(state.note)}", style="yellow")
     return text

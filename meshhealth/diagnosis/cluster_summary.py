@@ -19,6 +19,11 @@
   meshed remotes too) that at least one fresh, counting observer fails to reach (a cell
   `unreachable` or `suspect`), with how many do: what other observers read as
   confirmations of their own suspicion;
+- a node of `cluster` in planned maintenance (`matrix.maintenance`, the windows on at
+  the matrix's time) is in no state of the verdict: it is counted as `maintenance`,
+  its own state is kept in `maintenance` with its window, and as an observer it is
+  discounted (reason `maintenance`: a drained or rebooting node's failures say
+  nothing of others); a finding whose culprits are all in maintenance is `expected`;
 - the findings are diagnosis's, in its order, as `SummaryFinding`s; `keep_since` gives
   a finding that was in the previous summary (same kind and nodes) its earlier `since`,
   so a finding that goes on is not a change (reports carry only their own probe time).
@@ -27,10 +32,11 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import replace
 
-from meshhealth.diagnosis.findings import Finding, FindingKind
+from meshhealth.diagnosis.findings import Finding, FindingKind, is_expected
+from meshhealth.documents.maintenance import MAINTENANCE_REASON
 from meshhealth.documents.matrix import Matrix, NodeRef, Row
 from meshhealth.documents.reachability import (
     FAILING_CELL_STATES,
@@ -41,6 +47,7 @@ from meshhealth.wire.summary import (
     MAX_EVIDENCE_CHARS,
     ClusterSummary,
     DiscountedObserver,
+    MaintenanceNote,
     NodeCounts,
     SummaryFinding,
     node_label,
@@ -93,6 +100,8 @@ def discount_reasons(matrix: Matrix, findings: Iterable[Finding]) -> dict[str, s
     for row in matrix.rows:
         if _fresh(row) and row.degraded_since is not None:
             out.setdefault(node_label(*row.source), DEGRADED)
+    for name in matrix.maintenance:  # expected: it says so rather than a finding's kind
+        out[name] = MAINTENANCE_REASON
     return out
 
 
@@ -118,20 +127,22 @@ def _discounted(
     return out
 
 
-def summary_finding(finding: Finding) -> SummaryFinding:
+def summary_finding(finding: Finding, in_maintenance: Container[str] = ()) -> SummaryFinding:
     evidence = finding.evidence
     if len(evidence) > MAX_EVIDENCE_CHARS:
         evidence = evidence[: MAX_EVIDENCE_CHARS - 3] + "..."
     groups: tuple[tuple[str, ...], ...] = ()
     if finding.kind is FindingKind.PARTITION:
         groups = tuple(tuple(str(n) for n in group) for group in finding.groups)
+    nodes = tuple(str(n) for n in finding.nodes)
     return SummaryFinding(
         kind=finding.kind.value,
-        nodes=tuple(str(n) for n in finding.nodes),
+        nodes=nodes,
         confidence=round(min(1.0, max(0.0, finding.confidence)), 2),
         since=finding.since,
         evidence=evidence,
         groups=groups,
+        expected=is_expected(finding.kind, nodes, in_maintenance),
     )
 
 
@@ -142,8 +153,9 @@ def build_summary(
     findings = tuple(findings)
     columns = column_cells(matrix)
     reasons = discount_reasons(matrix, findings)
-    counts = {"reachable": 0, "unreachable": 0, "suspect": 0, "unknown": 0}
+    counts = {"reachable": 0, "unreachable": 0, "suspect": 0, "unknown": 0, "maintenance": 0}
     node_states: dict[str, str] = {}
+    maintenance: dict[str, MaintenanceNote] = {}
     observers: list[int] = []
     failing: dict[str, int] = {}
     for ref, cells in columns.items():
@@ -154,6 +166,13 @@ def build_summary(
         if failed:
             failing[node_label(*ref)] = failed
         if ref[0] != cluster:
+            continue
+        window = matrix.maintenance.get(node_label(*ref))
+        if window is not None:
+            counts["maintenance"] += 1
+            maintenance[node_label(*ref)] = MaintenanceNote(
+                verdict.state, window.end, window.reason, window.by
+            )
             continue
         counts[verdict.state] += 1
         observers.append(len(cells))
@@ -167,9 +186,10 @@ def build_summary(
         observers_min=min(observers, default=0),
         observers_median=float(statistics.median(observers)) if observers else 0.0,
         failing_observers=dict(sorted(failing.items())),
-        findings=tuple(summary_finding(f) for f in findings),
+        findings=tuple(summary_finding(f, matrix.maintenance) for f in findings),
         node_states=dict(sorted(node_states.items())),
         discounted=dict(sorted(_discounted(matrix, reasons, columns).items())),
+        maintenance=maintenance,
     )
 
 

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
@@ -55,6 +55,7 @@ class FindingJSON(TypedDict):
     since: str | None
     evidence: str
     groups: NotRequired[list[list[str]]]
+    expected: NotRequired[bool]  # only when true: every culprit is in planned maintenance
 
 
 class FindingsJSON(TypedDict):
@@ -62,7 +63,17 @@ class FindingsJSON(TypedDict):
     generated_at: str | None
 
 
-def finding_json(finding: Finding) -> FindingJSON:
+def is_expected(kind: str, nodes: Iterable[object], in_maintenance: Container[str]) -> bool:
+    """A finding is expected when it names culprits and every one is in planned
+    maintenance (`in_maintenance`: "cluster/node"s), or, for a `path` (observer then
+    target), when either end is: the path fails because that node does."""
+    named = [str(node) for node in nodes]
+    if kind == FindingKind.PATH:
+        return any(node in in_maintenance for node in named)
+    return bool(named) and all(node in in_maintenance for node in named)
+
+
+def finding_json(finding: Finding, in_maintenance: Container[str] = ()) -> FindingJSON:
     out: FindingJSON = {
         "kind": finding.kind.value,
         "nodes": [str(n) for n in finding.nodes],
@@ -72,13 +83,18 @@ def finding_json(finding: Finding) -> FindingJSON:
     }
     if finding.kind is FindingKind.PARTITION:
         out["groups"] = [[str(n) for n in group] for group in finding.groups]
+    if is_expected(finding.kind, out["nodes"], in_maintenance):
+        out["expected"] = True
     return out
 
 
-def findings_json(findings: Iterable[Finding], generated_at: float) -> FindingsJSON:
-    """The document of `meshhealth diagnose -o json`."""
+def findings_json(
+    findings: Iterable[Finding], generated_at: float, in_maintenance: Container[str] = ()
+) -> FindingsJSON:
+    """The document of `meshhealth diagnose -o json` (`in_maintenance`: the nodes in
+    planned maintenance, whose findings are marked expected)."""
     return {
-        "findings": [finding_json(f) for f in findings],
+        "findings": [finding_json(f, in_maintenance) for f in findings],
         "generated_at": iso_time(generated_at),
     }
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from meshhealth.documents.maintenance import MAINTENANCE_REASON, note_document
 from meshhealth.documents.status_schema import (
     ClusterHealthDocument,
     DiscountedObserverDocument,
@@ -68,6 +69,11 @@ _DISCOUNT_WORDS: dict[str, tuple[str, str, str]] = {
         "its own probes are not trusted while it is degraded",
     ),
     "node-down": ("is down", "are down", "its last report is not trusted"),
+    "maintenance": (
+        "is in maintenance",
+        "are in maintenance",
+        "it is in planned maintenance: `meshhealth maintenance list` says until when",
+    ),
     "agent-down": (
         "has its agent down",
         "have their agents down",
@@ -79,7 +85,7 @@ _UNKNOWN_REASON = ("is discounted", "are discounted", "its own probes are not tr
 _NAMED_IN_HEADLINE = 3
 
 
-def _by_node(item: tuple[str, DiscountedObserver]) -> NaturalKey:
+def _by_node(item: tuple[str, object]) -> NaturalKey:
     return natural_key(item[0])  # "cluster/node": node2 before node10
 
 
@@ -89,18 +95,21 @@ def is_alone(verdict: ClusterHealthDocument) -> bool:
 
 def discounted_text(discounted: Mapping[str, DiscountedObserver]) -> str | None:
     """`lab1/node3 cannot reach out (egress-blocked)`: the discounted observers grouped by
-    why, in the findings' words (None: none)."""
+    why, in the findings' words (None: none). Nodes in maintenance are left out: the
+    headline counts them on its own (`, 1 in maintenance`)."""
     by_reason: dict[str, list[str]] = {}
     for name, observer in sorted(discounted.items(), key=_by_node):
-        by_reason.setdefault(observer.reason, []).append(name)
-    parts = []
-    for reason, names in by_reason.items():
-        one, many, _ = _DISCOUNT_WORDS.get(reason, _UNKNOWN_REASON)
-        shown = ", ".join(names[:_NAMED_IN_HEADLINE])
-        if len(names) > _NAMED_IN_HEADLINE:
-            shown += f" and {len(names) - _NAMED_IN_HEADLINE} more"
-        parts.append(f"{shown} {one if len(names) == 1 else many} ({reason})")
-    return "; ".join(parts) or None
+        if observer.reason != MAINTENANCE_REASON:
+            by_reason.setdefault(observer.reason, []).append(name)
+    return "; ".join(_reason_text(reason, names) for reason, names in by_reason.items()) or None
+
+
+def _reason_text(reason: str, names: list[str]) -> str:
+    one, many, _ = _DISCOUNT_WORDS.get(reason, _UNKNOWN_REASON)
+    shown = ", ".join(names[:_NAMED_IN_HEADLINE])
+    if len(names) > _NAMED_IN_HEADLINE:
+        shown += f" and {len(names) - _NAMED_IN_HEADLINE} more"
+    return f"{shown} {one if len(names) == 1 else many} ({reason})"
 
 
 def this_node_text(observer: DiscountedObserver) -> str:
@@ -120,7 +129,7 @@ def _discounted_document(
         {
             "node": name,
             "reason": observer.reason,
-            "text": discounted_text({name: observer}) or "",
+            "text": _reason_text(observer.reason, [name]),
             "fails": observer.fails,
             "targets": observer.targets,
             "reached_by": observer.reached_by,
@@ -153,12 +162,17 @@ def summary_verdict_document(
         "suspect": counts.suspect,
         "unknown": counts.unknown,
         "total": counts.total,
+        "maintenance": counts.maintenance,
         "observers_min": summary.observers_min,
         "observers_median": summary.observers_median,
         "node_states": dict(summary.node_states),
         "discounted_observers": _discounted_document(summary.discounted),
         "discounted_text": discounted_text(summary.discounted),
         "this_node": None,
+        "maintenance_nodes": [
+            note_document(name, note, now)
+            for name, note in sorted(summary.maintenance.items(), key=_by_node)
+        ],
     }
     own = summary.discounted.get(local_node) if local_node is not None else None
     if own is not None:
@@ -180,12 +194,14 @@ def _from_local(cluster: str, counts: SummaryDocument | None) -> ClusterHealthDo
         "suspect": counts["suspect"] if counts else 0,
         "unknown": counts["unknown"] if counts else 0,
         "total": counts["total"] if counts else 0,
+        "maintenance": 0,
         "observers_min": None,
         "observers_median": None,
         "node_states": {},
         "discounted_observers": [],
         "discounted_text": None,
         "this_node": None,
+        "maintenance_nodes": [],
     }
 
 
@@ -221,6 +237,8 @@ def finding_document(finding: SummaryFinding) -> FindingDocument:
     }
     if finding.groups:
         doc["groups"] = [list(group) for group in finding.groups]
+    if finding.expected:
+        doc["expected"] = True
     return doc
 
 

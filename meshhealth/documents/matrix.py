@@ -41,6 +41,7 @@ from typing import overload
 
 from meshhealth import defaults
 from meshhealth.documents.coverage import coverage, observer_counts
+from meshhealth.documents.maintenance import maintenance_document, note_text
 from meshhealth.documents.reachability import statuses_reachability
 from meshhealth.model import (
     REACHABILITY_PROTOCOLS,
@@ -55,6 +56,7 @@ from meshhealth.model import (
 )
 from meshhealth.naming import node_order
 from meshhealth.timefmt import format_interval
+from meshhealth.wire.maintenance import MaintenanceWindow, active_windows
 
 SCHEMA_VERSION = 1
 
@@ -187,6 +189,8 @@ class Matrix:
     # The lines of `lines` that are information, not a warning (the `Coverage:` line
     # while every node has the plan's k observers); the others call for a look.
     notes: tuple[str, ...] = ()
+    # "cluster/node" -> its planned maintenance window, of the windows on at generated_at
+    maintenance: Mapping[str, MaintenanceWindow] = field(default_factory=dict)
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -248,6 +252,7 @@ def build_matrix(
     extra_nodes: Iterable[NodeRef] = (),
     source_clusters: Iterable[str] = (),
     unavailable: Mapping[str, str] | None = None,
+    maintenance: Iterable[MaintenanceWindow] = (),
 ) -> Matrix:
     """The matrix of `reports` as seen at unix time `now`.
 
@@ -255,7 +260,8 @@ def build_matrix(
     being reported on. Rows: every reporting node, and every other node of a cluster
     whose reports were read (`source_clusters`, plus the clusters of `reports`): such a
     node has no report, its row is all unknown. `unavailable`: clusters whose reports
-    could not be read (cluster -> error).
+    could not be read (cluster -> error). `maintenance`: planned maintenance windows;
+    those on at `now` are kept, each said in a note line.
     """
     by_source: dict[NodeRef, HealthReport] = {}
     for report in reports:
@@ -272,14 +278,17 @@ def build_matrix(
     fresh = [by_source[row.source] for row in rows if row.source in by_source and not row.stale]
     observers = observer_counts(fresh, columns)
     covered = coverage([r.plan for r in fresh if r.plan is not None], columns, observers)
+    on = active_windows(maintenance, now)
+    in_maintenance = tuple(note_text(maintenance_document(w, now)) for w in on.values())
     return Matrix(
         generated_at=now,
         columns=columns,
         rows=rows,
         unavailable=dict(unavailable or {}),
-        lines=(*summary_lines(rows, columns), *covered.lines),
+        lines=(*summary_lines(rows, columns), *covered.lines, *in_maintenance),
         observers=tuple(observers),
-        notes=covered.notes,
+        notes=(*covered.notes, *in_maintenance),
+        maintenance=on,
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
+from meshhealth.documents.maintenance import MaintenanceDocument
 from meshhealth.documents.plan import ProbePlanDocument as ProbePlanDocument  # noqa: PLC0414
 from meshhealth.model import Reachability
 
@@ -171,6 +172,8 @@ class ClusterHealthDocument(TypedDict):
     suspect: int
     unknown: int
     total: int
+    # Nodes in planned maintenance: in none of the counts above, nor in `total`
+    maintenance: int
     observers_min: int | None  # fewest observers of any node (summary only)
     observers_median: float | None
     # cluster/node -> state of every node that is not reachable (summary only)
@@ -181,6 +184,8 @@ class ClusterHealthDocument(TypedDict):
     discounted_text: str | None
     # When this node is one of them: what is wrong with it, the status's first line
     this_node: str | None
+    # The nodes in planned maintenance, each with its own state and window (summary only)
+    maintenance_nodes: list[MaintenanceDocument]
     # Only when true: a cluster of one node that nobody observes (no other node to probe
     # it): its counts say nothing, and the texts say so (ALONE_TEXT).
     alone: NotRequired[bool]
@@ -195,6 +200,8 @@ class FindingDocument(TypedDict):
     since: str | None
     evidence: str
     groups: NotRequired[list[list[str]]]  # partition only
+    # Only when true: every culprit is in planned maintenance (kept, not alerted on)
+    expected: NotRequired[bool]
     # Only when true: this node's own probes, newer than the summary that carries the
     # finding, pass on the paths it rests on (the evidence says so too)
     stale: NotRequired[bool]

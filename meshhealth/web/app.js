@@ -244,7 +244,9 @@ function renderSummary() {
   if (verdict) {
     const extra = (verdict.unreachable ? `, ${verdict.unreachable} unreachable` : "") +
       (verdict.suspect ? `, ${verdict.suspect} suspect` : "") +
-      (verdict.unknown ? `, ${verdict.unknown} unknown` : "");
+      (verdict.unknown ? `, ${verdict.unknown} unknown` : "") +
+      // Nodes in planned maintenance: in no count (documents/maintenance.py headline_suffix).
+      (verdict.maintenance ? `, ${verdict.maintenance} in maintenance` : "");
     const low = verdict.observers_min, median = verdict.observers_median;
     const observers = low === null ? ""
       : low === median ? ` (${low} observer${low === 1 ? "" : "s"} each)`
@@ -272,10 +274,12 @@ function renderSummary() {
     lines.push(typeof f === "string" ? f
       : `${f.kind}: ${(f.nodes || []).join(", ")}` +
         (f.confidence !== undefined ? ` (confidence ${Math.round(f.confidence * 100)}%)` : "") +
+        (f.expected ? " (expected: in maintenance)" : "") +
         (f.evidence ? ` — ${f.evidence}` : ""));
   }
   for (const l of S.matrix?.lines || []) lines.push(l);
-  // Information (the coverage line while every node has its k observers): no warning mark.
+  // Information (the coverage line while every node has its k observers, each node in
+  // planned maintenance: documents/matrix.py): no warning mark.
   const notes = S.matrix?.notes || [];
   $("findings").innerHTML = lines.map((l) => `<li>${esc(l)}</li>`).join("") +
     notes.map((l) => `<li class="note">${esc(l)}</li>`).join("");

@@ -5,6 +5,7 @@
     meshhealth/state/health/v1/<cluster>/<node>    HealthReport    (node lease)
     meshhealth/state/retained/v1/<cluster>/<node>  RetainedNode    (no lease)
     meshhealth/state/rollup/v1/<cluster>/<node>    NodeRollups     (no lease)
+    meshhealth/state/maintenance/v1/<cluster>/<node>  MaintenanceWindow (its own lease)
     meshhealth/state/aggregator/v1/<cluster>       AggregatorClaim (the holder's lease)
     meshhealth/state/summary/v1/<cluster>          ClusterSummary  (the holder's lease)
     meshhealth/state/events/v1/<cluster>/<id>      FindingEvent    (no lease)
@@ -48,6 +49,7 @@ class KeyKind(enum.StrEnum):
     HEALTH = "health"
     RETAINED = "retained"
     ROLLUP = "rollup"
+    MAINTENANCE = "maintenance"
     CLUSTER_CONFIG = "cluster-config"
     AGGREGATOR = "aggregator"
     SUMMARY = "summary"
@@ -61,6 +63,7 @@ _STATE_KINDS = (
     KeyKind.RETAINED,
     KeyKind.EVENT,
     KeyKind.ROLLUP,
+    KeyKind.MAINTENANCE,
 )
 # One entry per cluster: `state/<kind>/v1/<cluster>`, no name segment.
 _CLUSTER_KINDS = (KeyKind.AGGREGATOR, KeyKind.SUMMARY)
@@ -70,8 +73,8 @@ _CLUSTER_KINDS = (KeyKind.AGGREGATOR, KeyKind.SUMMARY)
 class ParsedKey:
     kind: KeyKind
     cluster: str
-    # node name (NODE, HEALTH, RETAINED, ROLLUP), canonical ip (IP), event id (EVENT),
-    # None (CLUSTER_CONFIG, AGGREGATOR, SUMMARY)
+    # node name (NODE, HEALTH, RETAINED, ROLLUP, MAINTENANCE), canonical ip (IP), event
+    # id (EVENT), None (CLUSTER_CONFIG, AGGREGATOR, SUMMARY)
     name: str | None
 
 
@@ -165,6 +168,11 @@ def rollup_key(cluster: str, node: str) -> str:
     return f"{rollup_prefix(cluster)}{validate_node_name(node)}"
 
 
+def maintenance_key(cluster: str, node: str) -> str:
+    """A planned maintenance window of `node` (under the window's own lease)."""
+    return f"{maintenance_prefix(cluster)}{validate_node_name(node)}"
+
+
 def cluster_config_key(cluster: str) -> str:
     return f"{cluster_config_prefix()}{validate_cluster_name(cluster)}"
 
@@ -219,6 +227,11 @@ def events_prefix(cluster: str | None = None) -> str:
 def rollup_prefix(cluster: str | None = None) -> str:
     """Prefix of the roll-up entries of `cluster` (of all clusters when None)."""
     return _state_prefix(KeyKind.ROLLUP, cluster)
+
+
+def maintenance_prefix(cluster: str | None = None) -> str:
+    """Prefix of the maintenance windows of `cluster` (of all clusters when None)."""
+    return _state_prefix(KeyKind.MAINTENANCE, cluster)
 
 
 def cluster_config_prefix() -> str:

@@ -7,7 +7,10 @@ observers; how many observers fail to reach each target with failures (others re
 these as confirmations of their own suspicion: `failing_observers`); diagnosis's
 findings; the state of every node that is not reachable (`node_states`) and the
 observers the verdict discounted (`discounted`). The last two are optional on read
-(absent: empty) and always written.
+(absent: empty) and always written. Nodes in planned maintenance are counted apart
+(`nodes.maintenance`, not in `total`), each with its own state in `maintenance`, and a
+finding whose culprits are all in maintenance is `expected`: all three optional, left
+out when empty, so an older reader sees the verdict without them.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from meshhealth import defaults
 from meshhealth.wire import fields as f
 from meshhealth.wire.envelope import Codec
 from meshhealth.wire.fields import DecodeError, Field
@@ -44,6 +48,7 @@ class NodeCounts:
     unreachable: int = 0
     suspect: int = 0
     unknown: int = 0
+    maintenance: int = 0  # in planned maintenance: in none of the above, nor in `total`
 
     @property
     def total(self) -> int:
@@ -60,6 +65,18 @@ class SummaryFinding:
     since: float  # unix seconds
     evidence: str
     groups: tuple[tuple[str, ...], ...] = ()  # partition only
+    expected: bool = False  # every culprit is in planned maintenance
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceNote:
+    """A node in planned maintenance (meshhealth.wire.maintenance): its own state, kept
+    though it is left out of the verdict, and its window's end, reason and setter."""
+
+    state: str  # reachable, unreachable, suspect, unknown
+    end: float  # unix seconds
+    reason: str = ""
+    by: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +108,8 @@ class ClusterSummary:
     node_states: Mapping[str, str] = field(default_factory=dict)
     # "cluster/node" -> the observers the verdict left out, and why
     discounted: Mapping[str, DiscountedObserver] = field(default_factory=dict)
+    # "cluster/node" -> its maintenance, for every node of the cluster in maintenance
+    maintenance: Mapping[str, MaintenanceNote] = field(default_factory=dict)
 
     def same_content(self, other: ClusterSummary | None) -> bool:
         """Equal but for `generated_at`: nothing a reader would act on changed."""
@@ -120,8 +139,12 @@ FINDING_FIELDS = (
     f.time_field("since"),
     Field("evidence", f.text(MAX_EVIDENCE_CHARS, allow_empty=True)),
     Field("groups", _groups, default=()),
+    Field("expected", f.boolean, default=False),
 )
-COUNT_FIELDS = tuple(Field(n, _count) for n in ("reachable", "unreachable", "suspect", "unknown"))
+COUNT_FIELDS = (
+    *(Field(n, _count) for n in ("reachable", "unreachable", "suspect", "unknown")),
+    Field("maintenance", _count, default=0),
+)
 OBSERVERS_FIELDS = (Field("min", _count), Field("median", f.seconds))
 DISCOUNTED_FIELDS = (
     Field(
@@ -133,6 +156,12 @@ DISCOUNTED_FIELDS = (
         ),
     ),
     *(Field(name, _count) for name in ("fails", "targets", "reached_by", "observers")),
+)
+MAINTENANCE_FIELDS = (
+    Field("state", f.one_of(("reachable", *NODE_STATES))),
+    f.time_field("end"),
+    Field("reason", f.text(defaults.MAINTENANCE_REASON_MAX_CHARS, allow_empty=True), default=""),
+    Field("by", f.text(allow_empty=True), default=""),
 )
 FIELDS = (
     Field("cluster", f.cluster_name),
@@ -157,6 +186,11 @@ FIELDS = (
         f.map_of(f.node_ref, f.record(DISCOUNTED_FIELDS, DiscountedObserver), MAX_DISCOUNTED),
         default={},
         always=True,
+    ),
+    Field(
+        "maintenance",
+        f.map_of(f.node_ref, f.record(MAINTENANCE_FIELDS, MaintenanceNote), MAX_NODE_STATES),
+        default={},
     ),
 )
 

@@ -17,13 +17,18 @@ from meshhealth.wire.event import EVENT, FindingEvent
 from meshhealth.wire.fields import DecodeError
 from meshhealth.wire.health import HEALTH
 from meshhealth.wire.ip_entry import IP_ENTRY
+from meshhealth.wire.maintenance import MAINTENANCE, MaintenanceWindow
 from meshhealth.wire.node import NODE
 from meshhealth.wire.retained import RETAINED
 from meshhealth.wire.rollup import ROLLUP, NodeRollups
 from meshhealth.wire.summary import SUMMARY, ClusterSummary
 
-Entry = Node | IPEntry | ClusterConfig | HealthReport | RetainedNode | NodeRollups
-E = TypeVar("E", Node, IPEntry, ClusterConfig, HealthReport, RetainedNode, NodeRollups)
+Entry = (
+    Node | IPEntry | ClusterConfig | HealthReport | RetainedNode | NodeRollups | MaintenanceWindow
+)
+E = TypeVar(
+    "E", Node, IPEntry, ClusterConfig, HealthReport, RetainedNode, NodeRollups, MaintenanceWindow
+)
 K = keys.KeyKind
 # Each kind's codec, and what its value says of the key's cluster and name parts:
 # (field, the key's part, the value's).
@@ -37,6 +42,10 @@ _BY_KIND: dict[keys.KeyKind, tuple[Codec[Any], _AGREE]] = {
         lambda v, k: [("cluster", k.cluster, v.node.cluster), ("name", k.name, v.node.name)],
     ),
     K.ROLLUP: (ROLLUP, lambda v, k: [("cluster", k.cluster, v.cluster), ("node", k.name, v.node)]),
+    K.MAINTENANCE: (
+        MAINTENANCE,
+        lambda v, k: [("cluster", k.cluster, v.cluster), ("node", k.name, v.node)],
+    ),
     K.CLUSTER_CONFIG: (CLUSTER_CONFIG, lambda v, k: [("name", k.cluster, v.name)]),
     K.AGGREGATOR: (CLAIM, lambda v, k: [("cluster", k.cluster, v.cluster)]),
     K.SUMMARY: (SUMMARY, lambda v, k: [("cluster", k.cluster, v.cluster)]),
@@ -51,6 +60,7 @@ _CODECS: dict[type, Codec[Any]] = {
     ClusterConfig: CLUSTER_CONFIG,
     HealthReport: HEALTH,
     NodeRollups: ROLLUP,
+    MaintenanceWindow: MAINTENANCE,
     AggregatorClaim: CLAIM,
     ClusterSummary: SUMMARY,
     FindingEvent: EVENT,

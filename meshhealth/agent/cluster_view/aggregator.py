@@ -19,8 +19,10 @@ Only registered nodes' reports count (`registered`: this cluster's discovery, wh
 probe set is the nodes with ip entries its address policy accepts): a health entry
 written under the name of a node that is not registered (a forged or left-over entry)
 is left out of the matrix, logged once per node, so it can neither fail nor vouch for
-anyone. The summary waits for discovery's first listing, and is evaluated again when
-the registered nodes change.
+anyone. The cluster's planned maintenance windows are followed the same way
+(`state/maintenance/v1/<cluster>/`): a window that starts or is ended is an event, and
+the aggregator wakes up when one runs out. The summary waits for discovery's first
+listing, and is evaluated again when the registered nodes change.
 """
 
 from __future__ import annotations
@@ -42,20 +44,27 @@ from meshhealth.diagnosis.diagnose import diagnose
 from meshhealth.diagnosis.from_matrix import matrix_view
 from meshhealth.documents.matrix import build_matrix, stale_after_s
 from meshhealth.kvstore import Backoff, Etcd, EtcdError, LeaseIs, Put
-from meshhealth.matrix_source import HealthReports, registered_reports
+from meshhealth.matrix_source import HealthReports, MaintenanceWindows, registered_reports
 from meshhealth.model import HealthReport
 from meshhealth.wire import keys
+from meshhealth.wire.maintenance import MaintenanceWindow
 from meshhealth.wire.summary import ClusterSummary, encode_summary
 
 log = logging.getLogger(__name__)
 
 
 def summarise(
-    reports: Sequence[HealthReport], *, cluster: str, aggregator: str, now: float
+    reports: Sequence[HealthReport],
+    *,
+    cluster: str,
+    aggregator: str,
+    now: float,
+    maintenance: Sequence[MaintenanceWindow] = (),
 ) -> tuple[ClusterSummary, float]:
-    """The summary of `reports` at `now`, and the unix time at which the next fresh
-    report turns stale (inf: none will). Pure."""
-    matrix = build_matrix(reports, now=now, source_clusters=[cluster])
+    """The summary of `reports` and the planned `maintenance` windows at `now`, and the
+    unix time at which it next changes without an event: the next fresh report turns
+    stale, or a window on now ends (inf: neither will). Pure."""
+    matrix = build_matrix(reports, now=now, source_clusters=[cluster], maintenance=maintenance)
     summary = build_summary(
         matrix, diagnose(matrix_view(matrix)), cluster=cluster, aggregator=aggregator
     )
@@ -64,7 +73,8 @@ def summarise(
         for report in reports
         if report.probe_time + stale_after_s(report.interval_s) > now
     ]
-    return summary, min(turns_stale, default=math.inf)
+    ends = [window.end for window in matrix.maintenance.values()]
+    return summary, min([*turns_stale, *ends], default=math.inf)
 
 
 class Aggregator:
@@ -133,13 +143,16 @@ class Aggregator:
 
     async def _lead(self) -> None:
         reports = HealthReports(self.etcd, self.cluster, on_change=self._note_change)
+        windows = MaintenanceWindows(self.etcd, self.cluster, on_change=self._note_change)
         self.reports = reports
         async with trio.open_nursery() as nursery:
             nursery.start_soon(reports.follow)
+            nursery.start_soon(windows.follow)
             if self.registered is not None:
                 nursery.start_soon(self._follow_registered, self.registered)
                 await self.registered.synced.wait()
             await reports.listed.wait()
+            await windows.listed.wait()
             backoff = Backoff(defaults.ETCD_RECONNECT_MIN_S, defaults.ETCD_RECONNECT_MAX_S)
             await self._load_timeline(backoff)
             while True:
@@ -149,6 +162,7 @@ class Aggregator:
                     cluster=self.cluster,
                     aggregator=self.node,
                     now=self._clock(),
+                    maintenance=windows.windows(),
                 )
                 summary = keep_since(summary, self.written)
                 self.evaluations += 1
