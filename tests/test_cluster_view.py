@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 
+import pytest
 import trio
 
 from meshhealth.agent.cluster_view.aggregator import Aggregator
@@ -405,3 +406,36 @@ async def _put_fresh_reports(etcd: Etcd, reports: list[HealthReport]) -> None:
     for report in reports:
         fresh = replace(report, probe_time=report.probe_time + shift)
         await etcd.put(keys.health_key(report.cluster, report.node), encode_health_report(fresh))
+
+
+async def test_a_compacted_claim_watch_is_retried_not_fatal(etcd_server: EtcdServer) -> None:
+    """A claim nobody touches for long leaves its watcher resuming from an old revision;
+    once etcd has compacted it, the watch fails with `Compacted`. That must reach the
+    election's retry loop as itself (not wrapped in a nursery's ExceptionGroup, which
+    killed agents in the chaos soak), and the election goes on knowing its holder."""
+    from meshhealth.kvstore.watch import Compacted
+
+    async with (
+        trio.open_nursery() as nursery,
+        agent(nursery, etcd_server.endpoint, "node1") as a1,
+        agent(nursery, etcd_server.endpoint, "node2") as a2,
+    ):
+        agents = [a1, a2]
+        await poll_until(
+            lambda: len(leaders(agents)) == 1 and all(a.election.holder for a in agents),
+            20,
+            what="one holder that everyone knows",
+        )
+        watcher = next(a for a in agents if not a.election.leading)
+        for i in range(5):
+            await watcher.etcd.put(f"meshhealth/test/compact/{i}", b"x")
+        _, revision = await watcher.etcd.get("meshhealth/test/compact/0")
+        await trio.to_thread.run_sync(etcd_server.etcdctl, "compact", str(revision))
+        with pytest.raises(Compacted):
+            await watcher.election._hold_or_watch(1, watcher.lease.changes, 0)
+        holder = leaders(agents)[0]
+        await poll_until(
+            lambda: watcher.election.holder == holder and not watcher.election.leading,
+            10,
+            what="the watcher still follows the holder",
+        )

@@ -191,10 +191,16 @@ class AggregatorElection:
         (while we hold it) our health changed."""
         if self.holder is None and not self.leading:
             return
+        failed: list[EtcdError | ResyncNeeded] = []
         async with trio.open_nursery() as nursery:
 
             async def until_deleted() -> None:
-                await self._watch_claim(revision)
+                # The watch's errors leave the nursery as themselves, for `run` to retry
+                # (a quiet claim's watch resumed after compaction is `Compacted`).
+                try:
+                    await self._watch_claim(revision)
+                except (EtcdError, ResyncNeeded) as error:
+                    failed.append(error)
                 nursery.cancel_scope.cancel()
 
             async def until_new_lease() -> None:
@@ -211,6 +217,8 @@ class AggregatorElection:
             nursery.start_soon(until_deleted)
             nursery.start_soon(until_new_lease)
             nursery.start_soon(until_unwell)
+        if failed:
+            raise failed[0]
 
     async def _resign(self, lease_id: int) -> None:
         """Delete our claim (only while it is still under our lease)."""
