@@ -51,8 +51,9 @@ def examples(markdown: str) -> list[Example]:
 
 
 def find_example(markdown: str, command: str, *, after: str = "") -> Example:
-    """The first example running `command` (whitespace-insensitive) that follows the
-    example running `after` (when given)."""
+    """The first example running `command` (whitespace-insensitive); with `after`, the
+    first that follows the example running `after` before any other `lab fault` (the
+    story of that fault, not of the next one)."""
     want = " ".join(command.split())
     seen_after = not after
     for example in examples(markdown):
@@ -60,6 +61,8 @@ def find_example(markdown: str, command: str, *, after: str = "") -> Example:
         if not seen_after:
             seen_after = text == " ".join(after.split())
             continue
+        if after and text.startswith("meshhealth lab fault"):
+            break
         if text == want:
             return example
     raise LookupError(f"no example of {command!r}" + (f" after {after!r}" if after else ""))

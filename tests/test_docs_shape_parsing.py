@@ -48,6 +48,10 @@ def test_find_example_after_another() -> None:
     )
     with pytest.raises(LookupError):
         find_example(DOC, "meshhealth diagnose")
+    two = "```console\n# meshhealth lab fault a\n# meshhealth lab fault b\n# x\nout\n```\n"
+    assert find_example(two, "x", after="meshhealth lab fault b").output == ("out",)
+    with pytest.raises(LookupError):  # not from the next fault's story
+        find_example(two, "x", after="meshhealth lab fault a")
 
 
 @pytest.mark.parametrize(
