@@ -3,7 +3,7 @@
 `parse_listen` is the grammar of `meshhealth responder --listen`, where the port may be
 left out: a bare IPv6 address is all address (`::1` -> port default), so an IPv6 address
 with a port needs brackets. The agent's `IP:PORT` options (`--metrics-listen`,
-`--feed-listen`) always have a port and split at the last colon (meshhealth.agent.config_values).
+`--feed-listen`) always have a port and split at the last colon (meshhealth.agent.config.values).
 """
 
 from __future__ import annotations

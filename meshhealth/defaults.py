@@ -4,7 +4,7 @@ One section per module (or group of modules) that uses the values, named in the 
 header; the comment above a value (or above a group of values) is its reason. A new
 tunable goes into the section of its module, with its reason, and the module imports it
 from here. docs/configuration.md is generated from this file and from the agent's option
-table (`python -m meshhealth.agent.config_doc`); tests/test_configuration_doc.py fails
+table (`python -m meshhealth.agent.config.doc`); tests/test_configuration_doc.py fails
 when it is out of step, and when a value has no reason.
 """
 
@@ -115,7 +115,7 @@ UDP_ECHO_MAX_SOURCES: Final = 8192
 # stays bounded (docs/kvstore.md, "Size": each port is one more path per target).
 TCP_PROBE_MAX_PORTS: Final = 8
 
-# --- indirect probes (meshhealth.agent.indirect_server, .indirect_probes) -------------
+# --- indirect probes (meshhealth.agent.indirect.server, .indirect.probes) -------------
 # Helpers asked when a direct probe fails: Lifeguard's (SWIM's) k = 3 indirect probes.
 # Three independent paths make "target down" believable without asking everyone.
 INDIRECT_HELPERS: Final = 3

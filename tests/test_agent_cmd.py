@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from meshhealth.agent.app import AgentStartError
-from meshhealth.agent.config import AgentConfig, resolve_config
+from meshhealth.agent.config.agent_config import AgentConfig, resolve_config
 from meshhealth.agent.membership.registrar import NodeNameTaken
 from meshhealth.cli.agent_cmd import run_agent_process, start_error_in
 

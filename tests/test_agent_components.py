@@ -8,7 +8,7 @@ import re
 import trio
 
 from meshhealth.agent.components import build_components
-from meshhealth.agent.config import resolve_config
+from meshhealth.agent.config.agent_config import resolve_config
 from meshhealth.kvstore import open_etcd
 from meshhealth.wire import keys
 from tests.etcd_helpers import FAST_ETCD, poll_until

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from meshhealth import defaults
-from meshhealth.agent.config import AgentConfig, ConfigError, resolve_config
-from meshhealth.agent.config_options import OPTIONS
-from meshhealth.agent.config_sources import add_agent_arguments
+from meshhealth.agent.config.agent_config import AgentConfig, ConfigError, resolve_config
+from meshhealth.agent.config.options import OPTIONS
+from meshhealth.agent.config.sources import add_agent_arguments
 
 BASE_FLAGS: dict[str, Any] = {"node_ip": "10.0.0.1", "health_ip": "10.1.0.2", "node": "n1"}
 

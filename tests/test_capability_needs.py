@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from meshhealth.agent.capability_needs import CapabilityMode, describe, needed_capabilities
-from meshhealth.agent.config import resolve_config
+from meshhealth.agent.config.agent_config import resolve_config
 from meshhealth.privileges import parse_status, read_privileges
 
 BASE = {"cluster": "c1", "node": "n1", "node_ip": "10.0.0.1", "health_ip": "10.200.0.2"}

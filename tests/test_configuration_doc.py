@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from meshhealth import defaults
-from meshhealth.agent.config_doc import DOC_PATH, main, read_tunables, render
-from meshhealth.agent.config_options import OPTIONS
+from meshhealth.agent.config.doc import DOC_PATH, main, read_tunables, render
+from meshhealth.agent.config.options import OPTIONS
 
 SOURCE = Path(defaults.__file__).read_text(encoding="utf-8")
 ROOT = Path(__file__).resolve().parent.parent
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_configuration_doc_is_in_step_with_the_code() -> None:
     assert DOC_PATH == ROOT / "docs" / "configuration.md"
     assert DOC_PATH.read_text(encoding="utf-8") == render(SOURCE), (
-        "docs/configuration.md is stale: run .venv/bin/python -m meshhealth.agent.config_doc"
+        "docs/configuration.md is stale: run .venv/bin/python -m meshhealth.agent.config.doc"
     )
 
 

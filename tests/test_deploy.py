@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from meshhealth.agent.capability_needs import CapabilityMode, needed_capabilities
-from meshhealth.agent.config import resolve_config
+from meshhealth.agent.config.agent_config import resolve_config
 from meshhealth.lab import netns_ops
 from tests.agent_cluster import AgentCluster, wait_for
 from tests.plugins.etcd_server import EtcdServer, running_etcd

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from meshhealth.agent.config_options import OPTIONS, Option
-from meshhealth.agent.config_sources import show_default
+from meshhealth.agent.config.options import OPTIONS, Option
+from meshhealth.agent.config.sources import show_default
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "agent.md"
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import trio
 
-from meshhealth.agent.config import resolve_config
+from meshhealth.agent.config.agent_config import resolve_config
 from meshhealth.agent.health_endpoint import namespace as endpoint_netns
 from meshhealth.agent.health_endpoint.child import responder_argv
 from meshhealth.agent.health_endpoint.routes import RouteProgrammer

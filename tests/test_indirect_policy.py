@@ -1,5 +1,5 @@
 """Indirect probes, pure parts: the request's query, the answer's document, the choice of
-helpers and the conclusion rule (meshhealth.documents.indirect, agent/indirect_policy)."""
+helpers and the conclusion rule (meshhealth.documents.indirect, agent/indirect/policy.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from meshhealth.agent.indirect_policy import (
+from meshhealth.agent.indirect.policy import (
     Conclusion,
     HelperOutcome,
     IndirectCheck,

@@ -1,4 +1,4 @@
-"""The requester of indirect probes (meshhealth.agent.indirect_probes) in trio time
+"""The requester of indirect probes (meshhealth.agent.indirect.probes) in trio time
 (MockClock): what a round queues, the one deadline of a check, what is forgotten, and
 the findings in the status document and `meshhealth status`."""
 
@@ -8,8 +8,8 @@ import pytest
 import trio
 import trio.testing
 
-from meshhealth.agent.indirect_policy import Conclusion, HelperOutcome, check_notes
-from meshhealth.agent.indirect_probes import IndirectProbes, confirm_suspicion
+from meshhealth.agent.indirect.policy import Conclusion, HelperOutcome, check_notes
+from meshhealth.agent.indirect.probes import IndirectProbes, confirm_suspicion
 from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.agent.probe_results import ProbeResults
 from meshhealth.cli.format_status import path_line

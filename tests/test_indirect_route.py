@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 import trio
 
 from meshhealth.agent.agent_metrics import IndirectCounters
-from meshhealth.agent.indirect_policy import Conclusion
-from meshhealth.agent.indirect_probes import IndirectProbes, make_asker
-from meshhealth.agent.indirect_server import IndirectServer
+from meshhealth.agent.indirect.policy import Conclusion
+from meshhealth.agent.indirect.probes import IndirectProbes, make_asker
+from meshhealth.agent.indirect.server import IndirectServer
 from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.agent.membership.registrar import Registrar
 from meshhealth.documents.indirect import (

@@ -30,9 +30,9 @@ import kubernetes.client
 import pytest
 import yaml
 
-from meshhealth.agent.config import ENV_ETCD_PASSWORD
-from meshhealth.agent.config_options import OPTIONS
-from meshhealth.agent.config_sources import load_agent_config
+from meshhealth.agent.config.agent_config import ENV_ETCD_PASSWORD
+from meshhealth.agent.config.options import OPTIONS
+from meshhealth.agent.config.sources import load_agent_config
 from meshhealth.agent.etcd_access import agent_etcd_access
 from meshhealth.cli.main import build_parser
 from meshhealth.kvstore.secret_files import secret_file_problem

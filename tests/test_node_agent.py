@@ -17,7 +17,7 @@ import trio.testing
 from meshhealth.agent.admin_handler import AgentAdminHandler
 from meshhealth.agent.agent_metrics import agent_metrics
 from meshhealth.agent.cluster_view.follower import SummaryFollower
-from meshhealth.agent.indirect_probes import IndirectProbes
+from meshhealth.agent.indirect.probes import IndirectProbes
 from meshhealth.agent.local_health_monitor import LocalHealthMonitor
 from meshhealth.agent.matrix_reader import MatrixReader
 from meshhealth.agent.membership.publisher import WELL, LocalHealthMark

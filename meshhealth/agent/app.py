@@ -36,7 +36,7 @@ from meshhealth import defaults
 from meshhealth.addresses import format_address
 from meshhealth.agent.cluster_view.timeline import read_cluster_events
 from meshhealth.agent.components import AgentComponents, build_components
-from meshhealth.agent.config import AgentConfig
+from meshhealth.agent.config.agent_config import AgentConfig
 from meshhealth.agent.etcd_access import agent_etcd_access
 from meshhealth.agent.membership.clustermesh import MeshConfigError
 from meshhealth.agent.membership.mesh_dir import load_remote_specs

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from meshhealth.privileges import PrivilegeError, Privileges, limit_capabilities, read_privileges
 
 if TYPE_CHECKING:
-    from meshhealth.agent.config import AgentConfig
+    from meshhealth.agent.config.agent_config import AgentConfig
 
 PRIVILEGED_PORTS = 1024  # a listener below this needs CAP_NET_BIND_SERVICE
 

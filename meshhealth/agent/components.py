@@ -48,13 +48,13 @@ from meshhealth.agent.agent_metrics import AgentMetrics, agent_metrics
 from meshhealth.agent.cluster_view.aggregator import Aggregator
 from meshhealth.agent.cluster_view.election import AggregatorElection
 from meshhealth.agent.cluster_view.follower import SummaryFollower
-from meshhealth.agent.config import AgentConfig
+from meshhealth.agent.config.agent_config import AgentConfig
 from meshhealth.agent.health_endpoint.route_policy import parse_networks
 from meshhealth.agent.health_endpoint.routes import RouteProgrammer
 from meshhealth.agent.health_endpoint.supervisor import HealthEndpoint, endpoint_from_config
-from meshhealth.agent.indirect_policy import IndirectCheck, check_notes
-from meshhealth.agent.indirect_probes import IndirectProbes, confirm_suspicion, make_asker
-from meshhealth.agent.indirect_server import IndirectServer
+from meshhealth.agent.indirect.policy import IndirectCheck, check_notes
+from meshhealth.agent.indirect.probes import IndirectProbes, confirm_suspicion, make_asker
+from meshhealth.agent.indirect.server import IndirectServer
 from meshhealth.agent.local_health_monitor import LocalHealthMonitor
 from meshhealth.agent.matrix_reader import MatrixReader
 from meshhealth.agent.membership.clustermesh import ClusterMesh, RemoteSpec, default_cluster_id

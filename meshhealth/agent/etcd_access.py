@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from meshhealth.agent.config import AgentConfig
+from meshhealth.agent.config.agent_config import AgentConfig
 from meshhealth.kvstore.etcd_config import (
     EtcdAccess,
     EtcdAuth,

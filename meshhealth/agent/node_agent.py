@@ -82,7 +82,7 @@ class RoundFeed(Protocol):
 
 
 class RoundIndirect(Protocol):
-    """What the agent needs of indirect probes (meshhealth.agent.indirect_probes)."""
+    """What the agent needs of indirect probes (meshhealth.agent.indirect.probes)."""
 
     def note_round(self, report: RoundReport) -> None:
         """Queue a check of the round's failed paths; forget those that are OK again."""

@@ -8,8 +8,8 @@ import os
 from collections.abc import Awaitable, Callable
 
 from meshhealth import defaults
-from meshhealth.agent.config import ENV_ETCD_PASSWORD, AgentConfig, ConfigError
-from meshhealth.agent.config_sources import add_agent_arguments, load_agent_config
+from meshhealth.agent.config.agent_config import ENV_ETCD_PASSWORD, AgentConfig, ConfigError
+from meshhealth.agent.config.sources import add_agent_arguments, load_agent_config
 from meshhealth.cli.common import print_error, refuse_password_flag
 from meshhealth.log_format import LOG_FORMATS, configure_logging
 

@@ -16,7 +16,7 @@ Protection against slow or hostile clients:
 - Request heads are capped by h11 (`max_incomplete_event_size`), bodies by a counter.
 
 The agent adds routes of its own (`ExtraRoute`: `GET /v1/indirect`, indirect probes for
-peers, meshhealth.agent.indirect_server): a request to one is handed to its handler with
+peers, meshhealth.agent.indirect.server): a request to one is handed to its handler with
 the peer's address, and its cycle's deadline grows by the route's `budget_s` once the
 request is read, so a handler that probes has its probes' time. The health endpoint's
 process has no such routes.

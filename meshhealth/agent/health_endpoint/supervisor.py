@@ -49,7 +49,7 @@ from meshhealth.log_format import event_fields
 from meshhealth.netns import call_in_netns
 
 if TYPE_CHECKING:
-    from meshhealth.agent.config import AgentConfig
+    from meshhealth.agent.config.agent_config import AgentConfig
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -1,6 +1,6 @@
 """Value parsers of the agent's options: a flag/env string or a TOML value -> typed value.
 
-Pure. Each raises ValueError with a message fit for users; meshhealth.agent.config adds
+Pure. Each raises ValueError with a message fit for users; meshhealth.agent.config.agent_config adds
 the source (flag, environment variable or file key). Where the project already has a
 validator for a kind of value (node and cluster names in meshhealth.wire.keys, IP addresses
 in meshhealth.wire.keys.canonical_ip, etcd endpoints in meshhealth.kvstore.endpoints), the

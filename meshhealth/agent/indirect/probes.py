@@ -7,7 +7,7 @@
 
 After each round, every other node with a failed path is checked (at most `max_checks`
 at once; a target whose check still runs is not queued again): up to `helpers` other
-agents (meshhealth.agent.indirect_policy.choose_helpers: those whose published reports
+agents (meshhealth.agent.indirect.policy.choose_helpers: those whose published reports
 show the target reachable first, then those the probe plan has probe it, then any live
 registered node) are asked at once, over
 `GET /v1/indirect` on their responder, to probe the target now. The whole check runs
@@ -32,7 +32,7 @@ import trio
 
 from meshhealth import defaults
 from meshhealth.agent.agent_metrics import IndirectCounters
-from meshhealth.agent.indirect_policy import (
+from meshhealth.agent.indirect.policy import (
     Conclusion,
     HelperOutcome,
     IndirectCheck,

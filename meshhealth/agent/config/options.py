@@ -2,7 +2,7 @@
 
 The argparse flags (`Option.flag`), the environment variables (`Option.env`), the TOML
 keys (`Option.name`) and docs/configuration.md all come from OPTIONS; config.py resolves
-them into an AgentConfig. A new option is one row here (its parser from config_values),
+them into an AgentConfig. A new option is one row here (its parser from values.py),
 one field of AgentConfig and, when its default needs a reason, one constant in
 meshhealth.defaults.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from meshhealth import defaults
-from meshhealth.agent import config_values as values
+from meshhealth.agent.config import values
 
 
 @dataclass(frozen=True, slots=True)

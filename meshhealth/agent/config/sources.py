@@ -11,8 +11,8 @@ import argparse
 import tomllib
 from collections.abc import Mapping
 
-from meshhealth.agent.config import AgentConfig, ConfigError, resolve_config
-from meshhealth.agent.config_options import OPTIONS, Option
+from meshhealth.agent.config.agent_config import AgentConfig, ConfigError, resolve_config
+from meshhealth.agent.config.options import OPTIONS, Option
 
 CONFIG_ENV = "MESHHEALTH_CONFIG"
 

@@ -1,14 +1,14 @@
 """Agent configuration: the resolver over three sources (pure), for the table of
-options in config_options.py.
+options in options.py.
 
 Precedence: command-line flag > `MESHHEALTH_<NAME>` environment variable > TOML config file
 (`--config PATH` / `MESHHEALTH_CONFIG`) > the default from meshhealth.defaults.
 
 The argparse flags, the environment variable names and the TOML keys are all derived from
-OPTIONS (meshhealth.agent.config_sources turns them into flags and reads the file), so
+OPTIONS (meshhealth.agent.config.sources turns them into flags and reads the file), so
 they cannot drift apart; docs/configuration.md is generated from OPTIONS and checked by a
 test. A new option is one field of AgentConfig, one row of OPTIONS (its parser from
-meshhealth.agent.config_values) and, when it has a default worth a reason, one constant
+meshhealth.agent.config.values) and, when it has a default worth a reason, one constant
 in meshhealth.defaults.
 """
 
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from meshhealth import defaults
-from meshhealth.agent import config_values as values
-from meshhealth.agent.config_options import OPTIONS, OPTIONS_BY_NAME, Option
+from meshhealth.agent.config import values
+from meshhealth.agent.config.options import OPTIONS, OPTIONS_BY_NAME, Option
 from meshhealth.wire.keys import validate_node_name
 
 HEALTH_MODES = values.HEALTH_MODES
