@@ -19,10 +19,11 @@ import trio.testing
 from meshhealth.model import ProbeResult, ProbeStatus
 from meshhealth.netns import socket_in_netns
 from meshhealth.probe import icmp
-from meshhealth.probe.icmp import PERMISSION_MESSAGE, open_pinger
+from meshhealth.probe.icmp import open_pinger
 from meshhealth.probe.icmp_match import EchoProbe
 from meshhealth.probe.icmp_packet import build_echo_request, checksum, parse_datagram
 from meshhealth.probe.icmp_socket import (
+    PERMISSION_MESSAGE,
     SO_TIMESTAMPNS,
     TIMESTAMP_CMSG_SPACE,
     enable_kernel_timestamps,
@@ -152,7 +153,8 @@ def test_without_cap_net_raw_the_error_says_so() -> None:
     code = textwrap.dedent(
         """
         import trio
-        from meshhealth.probe.icmp import PingerPermissionError, open_pinger
+        from meshhealth.probe.icmp import open_pinger
+        from meshhealth.probe.icmp_socket import PingerPermissionError
         async def main():
             async with open_pinger() as pinger:
                 try:

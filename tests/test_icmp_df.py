@@ -9,7 +9,7 @@ import pytest
 
 from meshhealth import defaults, model
 from meshhealth.model import ProbeStatus
-from meshhealth.probe import icmp
+from meshhealth.probe import icmp_socket
 from meshhealth.probe.icmp import open_pinger
 from meshhealth.probe.icmp_match import EchoProbe, ReplyMatcher
 from meshhealth.probe.icmp_packet import build_echo_request, checksum
@@ -63,7 +63,7 @@ async def test_sizes_below_the_headers_are_refused() -> None:
     async with open_pinger() as pinger:
         try:
             pinger.open_socket_for("127.0.0.1")
-        except icmp.PingerPermissionError:
+        except icmp_socket.PingerPermissionError:
             pytest.skip("needs root: raw ICMP sockets")
         (result,) = await pinger.ping_batch(["127.0.0.1"], count=1, df_sizes=[40])
     assert result.status is ProbeStatus.ERROR

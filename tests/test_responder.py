@@ -18,7 +18,7 @@ import trio
 from meshhealth import __version__, defaults, model
 from meshhealth.addresses import format_address, parse_listen
 from meshhealth.cli import responder_cmd
-from meshhealth.probe import responder
+from meshhealth.probe import hello_reply
 from meshhealth.probe.http import http_probe
 from meshhealth.probe.responder import ResponderStats, serve_responder
 from tests.plugins.ipv6_loopback import IPV6_LOOPBACK
@@ -85,7 +85,7 @@ def status_codes(raw: bytes) -> list[int]:
     ],
 )
 def test_route(method: bytes, target: bytes, status: int) -> None:
-    reply = responder.route(method, target, "node1")
+    reply = hello_reply.route(method, target, "node1")
     assert reply.status_code == status
     headers = dict(reply.headers)
     assert headers["Content-Length"] == str(len(reply.body))
@@ -95,7 +95,7 @@ def test_route(method: bytes, target: bytes, status: int) -> None:
 
 
 def test_hello_body_says_who_answers() -> None:
-    doc = json.loads(responder.hello_body("node7"))
+    doc = json.loads(hello_reply.hello_body("node7"))
     assert doc == {"status": "ok", "node": "node7", "version": __version__}
 
 

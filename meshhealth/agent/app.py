@@ -49,7 +49,8 @@ from meshhealth.agent.serving.web_server import WebData, serve_web
 from meshhealth.documents.feed import feed_socket_path
 from meshhealth.kvstore import open_etcd
 from meshhealth.kvstore.etcd_config import EtcdConfigError
-from meshhealth.probe.icmp import Pinger, PingerPermissionError, open_pinger
+from meshhealth.probe.icmp import Pinger, open_pinger
+from meshhealth.probe.icmp_socket import PingerPermissionError
 from meshhealth.probe.responder import serve_responder
 from meshhealth.probe.udp_responder import EchoGate, serve_udp_echo
 

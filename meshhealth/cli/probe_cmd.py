@@ -350,7 +350,7 @@ def run(args: argparse.Namespace) -> int:
         )
     import trio
 
-    from meshhealth.probe.icmp import PingerPermissionError
+    from meshhealth.probe.icmp_socket import PingerPermissionError
 
     try:
         session = build_session(args)

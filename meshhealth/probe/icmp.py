@@ -62,9 +62,7 @@ from meshhealth.probe.icmp_payload import (
 )
 from meshhealth.probe.icmp_socket import (
     HOP_LIMIT_SPACE,
-    PERMISSION_MESSAGE,
     TIMESTAMP_CMSG_SPACE,
-    PingerPermissionError,
     enable_kernel_timestamps,
     hop_limit,
     open_dont_fragment_socket,
@@ -72,8 +70,6 @@ from meshhealth.probe.icmp_socket import (
     receive_delay_s,
     route_mtu,
 )
-
-__all__ = ["PERMISSION_MESSAGE", "Pinger", "PingerPermissionError", "open_pinger"]
 
 log = logging.getLogger(__name__)
 

@@ -54,20 +54,9 @@ from meshhealth.http_server import (
     read_request,
     send_response,
 )
-from meshhealth.probe.hello_reply import Reply, error_reply, hello_body, route, text_reply
+from meshhealth.probe.hello_reply import Reply, error_reply, route, text_reply
 
 log = logging.getLogger(__name__)
-
-__all__ = [
-    "ExtraRoute",
-    "Reply",
-    "ResponderStats",
-    "RouteRequest",
-    "error_reply",
-    "hello_body",
-    "route",
-    "serve_responder",
-]
 
 
 @dataclass(frozen=True, slots=True)
