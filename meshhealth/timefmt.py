@@ -120,6 +120,22 @@ def parse_iso_time(text: str) -> float:
     return stamp.timestamp()
 
 
+def parse_when(text: str, now: float) -> float:
+    """Unix seconds of a `--since`/`--at` value: a duration back from `now` (2h), or a
+    time (ISO 8601; no zone: UTC). ValueError naming the value."""
+    try:
+        return now - parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        return parse_iso_time(text)
+    except ValueError:
+        raise ValueError(
+            f"invalid time {text!r}: use a duration back from now (2h, 30m) or an ISO 8601 "
+            "time (2026-11-27T03:12Z)"
+        ) from None
+
+
 def parse_duration(text: str) -> float:
     """Seconds of a duration such as `2h`, `90s`, `1h30m`, `7d`, `1.5h` (units d, h,
     m, s). ValueError naming the text for anything else."""

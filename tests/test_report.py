@@ -199,6 +199,6 @@ def test_report_usage_errors_are_one_line_exit_2() -> None:
     result = report_cli("--since", "yesterday")
     assert result.returncode == 2
     assert result.stderr == (
-        "meshhealth report: --since: expected a duration like 24h or an ISO 8601 time, "
-        "got 'yesterday'\n"
+        "meshhealth report: --since: invalid time 'yesterday': use a duration back from now "
+        "(2h, 30m) or an ISO 8601 time (2026-11-27T03:12Z)\n"
     )

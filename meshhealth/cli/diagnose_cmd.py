@@ -66,9 +66,10 @@ def run_at(args: argparse.Namespace) -> int:
     import time
 
     from meshhealth.cli.common import usage_error
-    from meshhealth.cli.events_cmd import parse_when, read_events_from_args
+    from meshhealth.cli.events_cmd import read_events_from_args
     from meshhealth.cli.format_findings import format_findings_json, format_findings_text
     from meshhealth.diagnosis.timeline import findings_at, open_at
+    from meshhealth.timefmt import parse_when
 
     try:
         when = parse_when(args.at, time.time())

@@ -61,24 +61,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=run)
 
 
-def parse_when(text: str, now: float) -> float:
-    """Unix seconds of a `--since`/`--at` value: a duration back from `now` (2h), or a
-    time (ISO 8601; no zone: UTC). ValueError naming the value."""
-    from meshhealth.timefmt import parse_duration, parse_iso_time
-
-    try:
-        return now - parse_duration(text)
-    except ValueError:
-        pass
-    try:
-        return parse_iso_time(text)
-    except ValueError:
-        raise ValueError(
-            f"invalid time {text!r}: use a duration back from now (2h, 30m) or an ISO 8601 "
-            "time (2026-11-27T03:12Z)"
-        ) from None
-
-
 def names_node(event: FindingEvent, node: str) -> bool:
     """Whether `event` names `node` (`cluster/node`, or the node name alone)."""
     return any(n == node or n.partition("/")[2] == node for n in event.nodes)
@@ -144,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
     from meshhealth.cli.format_events import format_events_json, format_events_text
     from meshhealth.diagnosis.timeline import since
     from meshhealth.documents.events import events_document
+    from meshhealth.timefmt import parse_when
 
     now = time.time()
     start: float | None = None

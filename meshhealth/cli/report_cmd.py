@@ -8,7 +8,6 @@ error or when etcd could not be read (one line on stderr).
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -38,9 +37,6 @@ examples:
   meshhealth report --since 7d --top 20 -o json
   meshhealth report --since 2026-11-27T03:00:00Z --until 2026-11-27T03:30:00Z
 """
-
-_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -87,20 +83,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def parse_span(since: str, until: str | None, now: float) -> tuple[float, float]:
-    """(since, until) in unix seconds; ValueError naming the flag."""
-    from meshhealth.timefmt import parse_iso_time
+    """(since, until) in unix seconds; ValueError naming the flag. `--since` is a
+    duration back from `--until` or a time, as `events --since` reads it."""
+    from meshhealth.timefmt import parse_iso_time, parse_when
 
-    def at(flag: str, text: str) -> float:
-        try:
-            return parse_iso_time(text)
-        except ValueError:
-            raise ValueError(
-                f"{flag}: expected a duration like 24h or an ISO 8601 time, got {text!r}"
-            ) from None
-
-    end = now if until is None else at("--until", until)
-    match = _DURATION_RE.fullmatch(since.strip())
-    start = end - float(match[1]) * _UNIT_S[match[2]] if match else at("--since", since)
+    try:
+        end = now if until is None else parse_iso_time(until)
+    except ValueError:
+        raise ValueError(f"--until: expected an ISO 8601 time, got {until!r}") from None
+    try:
+        start = parse_when(since.strip(), end)
+    except ValueError as error:
+        raise ValueError(f"--since: {error}") from None
     if not start < end:
         raise ValueError(f"--since must be before --until, got {since!r}")
     return start, end
