@@ -49,6 +49,19 @@ def add_etcd_option(parser: argparse.ArgumentParser, *, metavar: str = "URLS") -
     add_etcd_access_options(parser)
 
 
+def add_etcd_timeout_option(parser: argparse.ArgumentParser) -> None:
+    """`--timeout SECONDS`: how long a command waits for etcd's answer (checked > 0 by
+    the command)."""
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=defaults.ETCD_REQUEST_TIMEOUT_S,
+        metavar="SECONDS",
+        help="give up when etcd has not answered within this time "
+        f"(default {defaults.ETCD_REQUEST_TIMEOUT_S:g})",
+    )
+
+
 def add_etcd_access_options(parser: argparse.ArgumentParser) -> None:
     """`--etcd-config`, `--etcd-ca/-cert/-key`, `--etcd-user`, `--etcd-password-file`,
     each defaulting to its environment variable (read by `etcd_access_from_args`).

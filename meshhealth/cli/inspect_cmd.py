@@ -15,11 +15,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from meshhealth import defaults
 from meshhealth.cli.common import (
     ENV_ETCD,
     EXIT_UNAVAILABLE,
     add_etcd_option,
+    add_etcd_timeout_option,
     etcd_access_from_args,
     print_error,
     usage_error,
@@ -178,14 +178,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "-o", "--output", choices=("json", "text"), default="json", help="output format"
     )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=defaults.ETCD_REQUEST_TIMEOUT_S,
-        metavar="SECONDS",
-        help="give up when etcd has not answered within this time "
-        f"(default {defaults.ETCD_REQUEST_TIMEOUT_S:g})",
-    )
+    add_etcd_timeout_option(parser)
     parser.set_defaults(func=run)
 
 

@@ -29,6 +29,7 @@ from meshhealth.cli.common import (
     ENV_ETCD,
     EXIT_UNAVAILABLE,
     add_etcd_option,
+    add_etcd_timeout_option,
     etcd_access_from_args,
     print_error,
     usage_error,
@@ -154,14 +155,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             f"{defaults.DEFAULT_CLUSTER}; list: every cluster)",
         )
         add_etcd_option(action, metavar="URL[,URL...]")
-        action.add_argument(
-            "--timeout",
-            type=float,
-            default=defaults.ETCD_REQUEST_TIMEOUT_S,
-            metavar="SECONDS",
-            help="give up when etcd has not answered within this time "
-            f"(default {defaults.ETCD_REQUEST_TIMEOUT_S:g})",
-        )
+        add_etcd_timeout_option(action)
     parser.set_defaults(func=run)
 
 

@@ -15,6 +15,7 @@ from meshhealth import defaults
 from meshhealth.cli.common import (
     EXIT_UNAVAILABLE,
     add_etcd_option,
+    add_etcd_timeout_option,
     etcd_access_from_args,
     print_error,
     usage_error,
@@ -76,13 +77,7 @@ def add_matrix_source_options(parser: argparse.ArgumentParser) -> None:
         metavar="NAME=URLS",
         help="also read the reports of remote cluster NAME from its etcd (repeatable)",
     )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=defaults.ETCD_REQUEST_TIMEOUT_S,
-        metavar="SECONDS",
-        help=f"per-etcd deadline (default {defaults.ETCD_REQUEST_TIMEOUT_S:g})",
-    )
+    add_etcd_timeout_option(parser)
 
 
 def etcd_sources_from_args(args: argparse.Namespace) -> list[tuple[str | None, EtcdAccess]]:

@@ -12,10 +12,10 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from meshhealth import defaults
 from meshhealth.cli.common import (
     EXIT_UNAVAILABLE,
     add_etcd_option,
+    add_etcd_timeout_option,
     etcd_access_from_args,
     print_error,
     usage_error,
@@ -72,13 +72,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "-o", "--output", choices=("text", "json"), default="text", help="output format"
     )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=defaults.ETCD_REQUEST_TIMEOUT_S,
-        metavar="SECONDS",
-        help=f"etcd deadline (default {defaults.ETCD_REQUEST_TIMEOUT_S:g})",
-    )
+    add_etcd_timeout_option(parser)
     parser.set_defaults(func=run)
 
 
