@@ -339,9 +339,11 @@ SUMMARY_DEBOUNCE_S: Final = 1.0
 # past the bound (not on it) when it looks again.
 SUMMARY_STALE_MARGIN_S: Final = 0.1
 # An agent that is itself unwell (degraded: loop lag, etcd trouble, its own probes
-# failing) gives up the aggregator claim and waits this long after seeing it free before
-# it claims it again, so a healthy agent takes it (a cut-off aggregator published 0/4
-# for the whole cluster); past it, an unwell agent aggregates rather than nobody.
+# failing) for this long gives up the aggregator claim (a shorter blip keeps it: under
+# load agents turn degraded for a second and the claim would flap), and waits this long
+# after seeing it free before it claims it again, so a healthy agent takes it (a cut-off
+# aggregator published 0/4 for the whole cluster); past it, an unwell agent aggregates
+# rather than nobody.
 AGGREGATOR_UNFIT_GRACE_S: Final = 5.0
 # How often a follower looks at the list of clusters to follow (a local list: admitted
 # clustermesh remotes have no event); a new remote's summary is followed within this.

@@ -439,3 +439,27 @@ async def test_a_compacted_claim_watch_is_retried_not_fatal(etcd_server: EtcdSer
             10,
             what="the watcher still follows the holder",
         )
+
+
+async def test_a_holder_unwell_for_a_moment_keeps_the_claim(etcd_server: EtcdServer) -> None:
+    """Under load an agent turns degraded for a second now and then: the claim stays
+    where it is unless the holder stays unwell for its grace (no aggregator flapping)."""
+    async with (
+        trio.open_nursery() as nursery,
+        agent(nursery, etcd_server.endpoint, "node1") as a1,
+        agent(nursery, etcd_server.endpoint, "node2") as a2,
+    ):
+        await poll_until(lambda: len(leaders([a1, a2])) == 1, 20, what="a holder")
+        holder = a1 if a1.election.leading else a2
+        for _ in range(3):
+            holder.health.set_fit(False)
+            await trio.sleep(UNFIT_GRACE_S / 4)  # the blip's length is the test's input
+            holder.health.set_fit(True)
+            await trio.sleep(UNFIT_GRACE_S / 4)
+        await trio.sleep(UNFIT_GRACE_S)  # past any grace the blips could have started
+        assert holder.election.leading and holder.election.resignations == 0
+        holder.health.set_fit(False)  # unwell for good: it hands over after its grace
+        start = trio.current_time()
+        await poll_until(lambda: not holder.election.leading, 10, what="the hand-over")
+        assert trio.current_time() - start >= UNFIT_GRACE_S * 0.9
+        nursery.cancel_scope.cancel()

@@ -11,8 +11,9 @@ registrar's), so it vanishes with the holder: a clean shutdown revokes the lease
 key goes at once), a crash lets it expire (within the lease TTL). Every agent that does
 not hold it watches that one key and tries again when it is deleted; the holder watches
 it too, and tries again with its new lease when the registrar re-registers. An agent
-that becomes unwell (its local health: degraded) deletes its claim, and an unwell agent
-waits AGGREGATOR_UNFIT_GRACE_S before it claims a free key, so a healthy one aggregates.
+that stays unwell (its local health: degraded) for AGGREGATOR_UNFIT_GRACE_S deletes its
+claim (a shorter blip does not move it), and an unwell agent waits as long before it
+claims a free key, so a healthy one aggregates.
 Nothing is polled: the watch, the registrar's and the local health's `wait_changed` and
 etcd's health say when to act.
 """
@@ -207,11 +208,19 @@ class AggregatorElection:
                 await self.registrar.wait_changed(registrar_seen)
                 nursery.cancel_scope.cancel()
 
-            async def until_unwell() -> None:  # it turns unwell while holding the claim
+            async def until_unwell() -> None:  # unwell for a grace while holding the claim
                 seen, was_fit = fitness_seen, self.fitness.fit
-                while not (self.leading and was_fit and not self.fitness.fit):
-                    was_fit = self.fitness.fit
-                    seen = await self.fitness.wait_changed(seen)
+                while True:
+                    while not (self.leading and was_fit and not self.fitness.fit):
+                        was_fit = self.fitness.fit
+                        seen = await self.fitness.wait_changed(seen)
+                    # A holder unwell for a moment (a busy second under load) keeps the
+                    # claim: handing it round on every blip would flap the aggregator.
+                    with trio.move_on_after(self.unfit_grace_s):
+                        while not self.fitness.fit:
+                            seen = await self.fitness.wait_changed(seen)
+                    if not self.fitness.fit:
+                        break
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(until_deleted)
