@@ -215,3 +215,20 @@ def test_metrics_mark_the_node_and_its_expected_findings() -> None:
 )
 def test_which_findings_are_expected(kind: str, nodes: list[str], expected: bool) -> None:
     assert is_expected(kind, nodes, {"lab1/node3", "lab1/node4"}) is expected
+
+
+@pytest.mark.parametrize(
+    ("story", "windows", "failing"),
+    [
+        (S.healthy, [], 0),
+        (S.node_unreachable_by_all, [], 4),  # node1, node2 -> node3; node3 -> node1, node2
+        (S.node_unreachable_by_all, [window("lab1/node3")], 0),  # planned: no failure
+        (S.node_unreachable_by_all, [window("lab1/node1")], 2),  # node2 <-> node3 left
+        (S.node_unreachable_by_all, [window("lab1/node3", end=S.NOW - 1)], 4),  # over
+    ],
+)
+def test_matrix_fail_on_unreachable_leaves_out_nodes_in_maintenance(
+    story: Callable[[], list[HealthReport]], windows: list[MaintenanceWindow], failing: int
+) -> None:
+    matrix = build_matrix(story(), now=S.NOW, source_clusters=["lab1"], maintenance=windows)
+    assert matrix.unexpected_failures() == failing

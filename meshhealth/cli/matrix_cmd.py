@@ -55,7 +55,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--fail-on-unreachable",
         action="store_true",
-        help="exit 1 when any cell is unreachable or stale",
+        help="exit 1 when any cell is unreachable or stale (cells of a node in planned "
+        "maintenance do not count)",
     )
     parser.set_defaults(func=run)
 
@@ -169,7 +170,6 @@ def run(args: argparse.Namespace) -> int:
         text = format_matrix_text(doc, found["findings"], verdicts)
     sys.stdout.write(text)
     sys.stdout.flush()
-    counts = matrix.counts()
-    if args.fail_on_unreachable and (counts["unreachable"] or counts["stale"]):
+    if args.fail_on_unreachable and matrix.unexpected_failures():
         return 1
     return 0

@@ -197,6 +197,22 @@ class Matrix:
         """The summary lines that call for a look (`lines` but the notes)."""
         return tuple(line for line in self.lines if line not in self.notes)
 
+    def unexpected_failures(self) -> int:
+        """Unreachable or stale cells neither of whose nodes is in planned maintenance
+        (what `matrix --fail-on-unreachable` fails on)."""
+        away = set(self.maintenance)
+        failing = (Reachability.UNREACHABLE, Reachability.STALE)
+        total = 0
+        for row in self.rows:
+            if f"{row.source[0]}/{row.source[1]}" in away:
+                continue
+            total += sum(
+                1
+                for cell in row.cells
+                if cell.state in failing and f"{cell.target[0]}/{cell.target[1]}" not in away
+            )
+        return total
+
     def counts(self) -> dict[str, int]:
         counts: dict[str, int] = dict.fromkeys(CELL_STATES, 0)
         for row in self.rows:
