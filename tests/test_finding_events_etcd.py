@@ -274,3 +274,34 @@ async def test_old_events_are_deleted_from_etcd_and_only_by_the_holder(
             assert not await other.record([], now=now)  # it would close `still`
             assert (await stored_events(a1.etcd))[still.id].closed_at is None
         nursery.cancel_scope.cancel()
+
+
+async def test_an_event_that_does_not_decode_is_counted_and_left(
+    etcd_server: EtcdServer,
+) -> None:
+    """A junk value under the events prefix: the loading aggregator skips it with one
+    warning and counts it in meshhealth_kvstore_invalid_values_total{kind=events}."""
+    from typing import cast
+
+    from meshhealth.agent.agent_metrics import agent_metrics
+    from meshhealth.agent.cluster_view.election import AggregatorElection
+    from meshhealth.agent.cluster_view.timeline import FindingTimeline
+    from meshhealth.kvstore import open_etcd
+    from meshhealth.metrics import Registry
+
+    metrics = agent_metrics(Registry(), source_cluster="lab1", source_node="node1")
+    junk = keys.event_key("lab1", "0000000000001-000000000000")
+    async with open_etcd(etcd_server.endpoint) as etcd:
+        await etcd.put(junk, b"\x81\xa1v\x63")
+        timeline = FindingTimeline(
+            etcd,
+            cast(AggregatorElection, None),  # loading writes nothing
+            cluster="lab1",
+            node="node1",
+            invalid_metric=metrics.invalid_values_of("events"),
+        )
+        await timeline.load()
+        assert timeline.loaded and timeline.stored == {} and timeline.invalid == 1
+        assert metrics.invalid_values_of("events").value == 1
+        kv, _ = await etcd.get(junk)
+        assert kv is not None  # left as it is

@@ -297,6 +297,7 @@ def build_components(
         node=config.node,
         metrics=metrics.writes_of("summary"),
         events_metrics=metrics.writes_of("events"),
+        invalid_events=metrics.invalid_values_of("events"),
         registered=discovery,  # only registered nodes' reports count
     )
     metrics.aggregating.labels().read_from(lambda: 1.0 if election.leading else 0.0)

@@ -45,6 +45,7 @@ from meshhealth.diagnosis.from_matrix import matrix_view
 from meshhealth.documents.matrix import build_matrix, stale_after_s
 from meshhealth.kvstore import Backoff, Etcd, EtcdError, LeaseIs, Put
 from meshhealth.matrix_source import HealthReports, MaintenanceWindows, registered_reports
+from meshhealth.metrics import CounterSeries
 from meshhealth.model import HealthReport
 from meshhealth.wire import keys
 from meshhealth.wire.maintenance import MaintenanceWindow
@@ -97,6 +98,7 @@ class Aggregator:
         clock: Callable[[], float] = time.time,
         metrics: WriteCounters | None = None,
         events_metrics: WriteCounters | None = None,
+        invalid_events: CounterSeries | None = None,
         registered: Discovery | None = None,
     ) -> None:
         self.etcd = etcd
@@ -115,7 +117,12 @@ class Aggregator:
         self.ignored: tuple[tuple[str, str], ...] = ()  # unregistered reporters, last time
         self._ignored_said: set[tuple[str, str]] = set()
         self.timeline = FindingTimeline(
-            etcd, election, cluster=cluster, node=node, metrics=events_metrics
+            etcd,
+            election,
+            cluster=cluster,
+            node=node,
+            metrics=events_metrics,
+            invalid_metric=invalid_events,
         )
 
     @property

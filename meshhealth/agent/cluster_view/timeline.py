@@ -26,6 +26,7 @@ from meshhealth.agent.cluster_view.election import AggregatorElection
 from meshhealth.diagnosis.timeline import advance, expired, next_expiry
 from meshhealth.kvstore import Delete, Etcd, EtcdError, LeaseIs, Put
 from meshhealth.log_format import event_fields
+from meshhealth.metrics import CounterSeries
 from meshhealth.timefmt import iso_time
 from meshhealth.wire import keys
 from meshhealth.wire.event import FindingEvent, encode_event
@@ -85,6 +86,7 @@ class FindingTimeline:
         cluster: str,
         node: str,
         metrics: WriteCounters | None = None,
+        invalid_metric: CounterSeries | None = None,
         max_age_s: float = defaults.EVENTS_MAX_AGE_S,
         max_count: int = defaults.EVENTS_MAX_COUNT,
     ) -> None:
@@ -102,7 +104,12 @@ class FindingTimeline:
         self.opened = 0
         self.closed = 0
         self.deleted = 0
-        self.invalid = 0
+        self._invalid_metric = invalid_metric if invalid_metric is not None else CounterSeries()
+
+    @property
+    def invalid(self) -> int:
+        """Events that did not decode: read from its metric series, the one count."""
+        return int(self._invalid_metric.value)
 
     async def load(self) -> None:
         """Read the cluster's events (EtcdError: try again)."""
@@ -113,7 +120,7 @@ class FindingTimeline:
             try:
                 event = decode_event_value(kv.key, kv.value)
             except DecodeError as error:
-                self.invalid += 1
+                self._invalid_metric.inc()
                 log.warning("finding event %s does not decode: %s (left as it is)", kv.key, error)
                 continue
             stored[event.id] = event
