@@ -21,8 +21,8 @@ import msgpack
 import trio
 
 from meshhealth import defaults
-from meshhealth.agent.membership.publisher import Publisher
 from meshhealth.agent.membership.registrar import Registrar
+from meshhealth.agent.reporting.publisher import Publisher
 from meshhealth.kvstore import Etcd, EtcdError, EventKind, open_etcd
 from meshhealth.model import (
     HealthReport,

@@ -308,7 +308,7 @@ ROUTE_RETRY_S: Final = 1.0
 ROUTE_MIN_PREFIX_V4: Final = 16
 ROUTE_MIN_PREFIX_V6: Final = 48
 
-# --- publisher and matrix (meshhealth.agent.membership.publisher, meshhealth.documents.matrix) ---
+# --- publisher and matrix (meshhealth.agent.reporting.publisher, meshhealth.documents.matrix) ---
 # A node whose paths keep their status rewrites its health entry after this long (a
 # liveness refresh, on the first round past it): readers tell a live prober from a hung
 # one, for one write per node per minute at most (1,000 nodes: 17 writes/s at most;

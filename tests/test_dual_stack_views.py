@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from meshhealth.agent.membership.publisher import change_signature, health_report
+from meshhealth.agent.reporting.publisher import change_signature, health_report
 from meshhealth.cli.watch_state import WatchState, aggregate_paths, apply_feed_message
 from meshhealth.documents.feed import path_message
 from meshhealth.documents.matrix import build_matrix

@@ -9,11 +9,11 @@ from collections.abc import Mapping
 from meshhealth.agent.agent_metrics import agent_metrics
 from meshhealth.agent.cluster_view.follower import SummaryFollower
 from meshhealth.agent.local_health_monitor import LocalHealthMonitor, failing_targets
-from meshhealth.agent.membership.publisher import WELL, LocalHealthMark, health_report
 from meshhealth.agent.node_agent import NodeAgent
 from meshhealth.agent.path_history import PathHistory
 from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.agent.probe_results import ProbeResults
+from meshhealth.agent.reporting.publisher import WELL, LocalHealthMark, health_report
 from meshhealth.cli.format_status import format_status_text
 from meshhealth.documents.status import (
     NO_VERDICTS,

@@ -20,11 +20,11 @@ from meshhealth.agent.cluster_view.follower import SummaryFollower
 from meshhealth.agent.indirect.probes import IndirectProbes
 from meshhealth.agent.local_health_monitor import LocalHealthMonitor
 from meshhealth.agent.matrix_reader import MatrixReader
-from meshhealth.agent.membership.publisher import WELL, LocalHealthMark
 from meshhealth.agent.node_agent import NodeAgent
 from meshhealth.agent.path_history import PathHistory
 from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.agent.probe_results import ProbeResults
+from meshhealth.agent.reporting.publisher import WELL, LocalHealthMark
 from meshhealth.agent.serving.feed_server import FeedClient, FeedHub
 from meshhealth.agent.status_source import StatusSource
 from meshhealth.documents.status import (

@@ -9,12 +9,12 @@ from dataclasses import replace
 import msgpack
 import pytest
 
-from meshhealth.agent.membership.publisher import (
+from meshhealth.agent.path_verdicts import PathVerdicts
+from meshhealth.agent.reporting.publisher import (
     LocalHealthMark,
     change_signature,
     health_report,
 )
-from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.cli.format_matrix import report_text
 from meshhealth.cli.watch_state import NodeView, PathView, aggregate_paths
 from meshhealth.diagnosis.cells import NodeId, PathKind

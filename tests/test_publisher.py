@@ -14,7 +14,7 @@ import trio
 
 from meshhealth import defaults
 from meshhealth.agent.agent_metrics import WriteCounters
-from meshhealth.agent.membership.publisher import (
+from meshhealth.agent.reporting.publisher import (
     Publisher,
     PublishPolicy,
     change_signature,

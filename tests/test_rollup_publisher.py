@@ -1,4 +1,4 @@
-"""Roll-ups in etcd (agent/membership/rollup_publisher.py) against a real etcd: written
+"""Roll-ups in etcd (agent/reporting/rollup_publisher.py) against a real etcd: written
 when a 10-minute window closes and at most then, read back by the next run and
 continued; and a real agent keeps them across restarts."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import trio
 
 from meshhealth.agent.agent_metrics import WriteCounters
-from meshhealth.agent.membership.rollup_publisher import RollupPublisher
 from meshhealth.agent.path_rollups import PathRollups
+from meshhealth.agent.reporting.rollup_publisher import RollupPublisher
 from meshhealth.kvstore import open_etcd
 from meshhealth.model import (
     PathKey,
@@ -168,7 +168,7 @@ def stored(server: EtcdServer, value: bytes | None = None) -> bytes | None:
 
 
 def test_nodes_write_at_their_own_place_in_the_spread() -> None:
-    from meshhealth.agent.membership.rollup_publisher import write_phase
+    from meshhealth.agent.reporting.rollup_publisher import write_phase
 
     phases = [write_phase("c1", f"node-{i}") for i in range(600)]
     assert all(0 <= phase < 1 for phase in phases)

@@ -61,10 +61,8 @@ from meshhealth.agent.membership.clustermesh import ClusterMesh, RemoteSpec, def
 from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.agent.membership.peer_nodes import PeerNodes
 from meshhealth.agent.membership.probe_targets import PlanSettings, ProbeTargets
-from meshhealth.agent.membership.publisher import Publisher
 from meshhealth.agent.membership.registrar import Registrar
 from meshhealth.agent.membership.retained_nodes import RetainedNodes
-from meshhealth.agent.membership.rollup_publisher import RollupPublisher
 from meshhealth.agent.metric_readings import read_at_scrape
 from meshhealth.agent.node_agent import NodeAgent
 from meshhealth.agent.path_history import PathHistory
@@ -72,6 +70,8 @@ from meshhealth.agent.path_rollups import PathRollups
 from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.agent.probe_results import ProbeResults
 from meshhealth.agent.prober_loop import ProberLoop, RoundProgress
+from meshhealth.agent.reporting.publisher import Publisher
+from meshhealth.agent.reporting.rollup_publisher import RollupPublisher
 from meshhealth.agent.serving.feed_server import FeedHub
 from meshhealth.agent.status_source import AgentIdentity, StatusSource
 from meshhealth.documents.status import LocalNode

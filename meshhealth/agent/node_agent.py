@@ -38,10 +38,10 @@ import trio
 from meshhealth.agent.agent_metrics import AgentMetrics
 from meshhealth.agent.cluster_view.follower import SummaryFollower
 from meshhealth.agent.local_health_monitor import LocalHealthMonitor
-from meshhealth.agent.membership.publisher import LocalHealthMark
 from meshhealth.agent.path_history import PathHistory
 from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.agent.probe_results import ProbeResults
+from meshhealth.agent.reporting.publisher import LocalHealthMark
 from meshhealth.documents.status import Verdicts
 from meshhealth.model import PathKey, PathReport, PathSummary, ProbeResult, RoundReport
 
@@ -49,7 +49,7 @@ log = logging.getLogger("meshhealth.agent")
 
 
 class RoundPublisher(Protocol):
-    """What the agent needs of the publisher (meshhealth.agent.membership.publisher)."""
+    """What the agent needs of the publisher (meshhealth.agent.reporting.publisher)."""
 
     def note_round(
         self,
@@ -65,7 +65,7 @@ class RoundPublisher(Protocol):
 
 
 class RoundRollups(Protocol):
-    """What the agent needs of the roll-ups (meshhealth.agent.membership.rollup_publisher)."""
+    """What the agent needs of the roll-ups (meshhealth.agent.reporting.rollup_publisher)."""
 
     def note_round(self, report: RoundReport) -> None:
         """Add the round's results; the roll-ups' task writes when a window closed."""
