@@ -169,6 +169,16 @@ CASES: list[tuple[str, MatrixView, list[tuple[str, tuple[str, ...]]]]] = [
      [("udp-blocked", _n("d"))]),
     ("udp-blocked on one path", mesh(ABCD, default="udp-ok", cells={("a", "d"): "udp"}),
      [("udp-blocked", _n("a", "d"))]),
+    # a starved agent answers its UDP echoes late, and times its own probes late: that
+    # is its starvation, not a UDP block (the chaos soak's starve fault)
+    ("observer-degraded, not udp-blocked: UDP echoes to a lagging agent come late",
+     mesh(ABCD, default="udp-ok", cells={("a", "d"): "udp", ("b", "d"): "udp"},
+          degraded="d", reasons=("loop-lag",)),
+     [("observer-degraded", _n("d"))]),
+    ("observer-degraded, not udp-blocked: a lagging observer's UDP probes time out",
+     mesh(ABCD, default="udp-ok", cells={("d", "a"): "udp"}, degraded="d",
+          reasons=("loop-lag",)),
+     [("observer-degraded", _n("d"))]),
     # an agent that is gone answers neither HTTP nor UDP: agent-down only
     ("agent-down, its UDP echo gone too",
      mesh(ABCD, default="udp-ok", cells=column("d", ABCD, "agent+udp")),

@@ -39,6 +39,9 @@ from meshhealth.diagnosis.local_health import REASON_LOOP_LAG, REASON_TARGETS_FA
 from meshhealth.diagnosis.localise import Blame, localise
 from meshhealth.diagnosis.partition import Partition, find_partition
 
+# Layers whose probes a starved agent at either end makes late (see `diagnose`).
+_ANSWERED_BY_AGENTS = frozenset({Layer.UDP, Layer.TCP})
+
 # What a failing pair means in each layer, for the evidence line.
 _FAILS_AS = {
     Layer.CONNECTIVITY: "nothing answers (ICMP and HTTP, NodeIP and HealthIP)",
@@ -91,10 +94,16 @@ def diagnose(
             share=share,
             counts=(evidence.row_ok, evidence.col_ok),
         )
-        findings += [_blame_finding(layer, blame, grid, evidence) for blame in found.blames]
-        paths = found.paths
+        blames, paths = found.blames, found.paths
         if layer is Layer.AGENT:  # a starved agent answers late: not the path's fault
             paths = tuple(p for p in paths if p[1] not in lagging)
+        if layer in _ANSWERED_BY_AGENTS:
+            # UDP echoes are answered by the target's agent, and every L4 probe is timed
+            # by the observer's: a starved agent at either end makes them late. That is
+            # its starvation (observer-degraded, named below), not a UDP or port block.
+            blames = tuple(b for b in blames if b.node not in lagging)
+            paths = tuple(p for p in paths if p[0] not in lagging and p[1] not in lagging)
+        findings += [_blame_finding(layer, blame, grid, evidence) for blame in blames]
         findings += [_path_finding(layer, pair, evidence) for pair in paths]
     # A dead observer's last report (its agent named down) is not evidence of a path: the
     # probes its dying round lost are its own.
