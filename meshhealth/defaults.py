@@ -31,6 +31,16 @@ ICMP_COUNT: Final = 3
 ICMP_INTERVAL_S: Final = 0.1
 # `meshhealth probe --trace`: the highest TTL tried, as traceroute's default.
 TRACE_MAX_HOPS: Final = 30
+# The agent's own trace (agent/path_tracer.py) when a NodeIP ICMP path turns unreachable:
+# one echo per hop, 16 hops (one window: a cluster's nodes are a few routers apart),
+# answers awaited 1 s, so a trace costs at most 16 packets and about a second.
+AGENT_TRACE_MAX_HOPS: Final = 16
+AGENT_TRACE_TIMEOUT_S: Final = 1.0
+# At most one trace per target per 5 minutes (a flapping path is not traced every
+# round) and 6 per minute in all (a node cut off from everyone does not trace the whole
+# cluster at once: the first few already say where its way stops).
+AGENT_TRACE_PER_TARGET_S: Final = 300.0
+AGENT_TRACES_PER_MINUTE: Final = 6
 # The don't-fragment MTU probe (one big echo per round to each NodeIP): its IP packet
 # size. MTU_PROBE_AUTO (the default) takes the MTU of the route to each target, so a
 # path that cannot carry full-size packets shows however the link is configured;

@@ -268,6 +268,16 @@ class PathHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class TraceStop:
+    """Where a trace from this node towards a target whose NodeIP ICMP path turned
+    unreachable stopped: the farthest hop that answered (None, hop 0: none did)."""
+
+    address: str | None
+    hop: int  # 1 = the first router; 0 when no hop answered
+    at: float  # unix seconds: when the trace ran
+
+
+@dataclass(frozen=True, slots=True)
 class TargetHealth:
     cluster: str
     node: str
@@ -278,6 +288,8 @@ class TargetHealth:
     # Their family, `ipv4` or `ipv6` (ADDRESS_FAMILIES); None when the target has no
     # secondary paths or the writer predates the field.
     secondary_family: str | None = None
+    # While its NodeIP ICMP path is unreachable: where this node's trace to it stopped.
+    trace: TraceStop | None = None
 
 
 @dataclass(frozen=True, slots=True)

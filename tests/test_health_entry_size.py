@@ -15,6 +15,7 @@ from meshhealth.model import (
     ProbeStatus,
     TargetHealth,
     TargetType,
+    TraceStop,
     path_name,
 )
 from meshhealth.wire.health import encode_health_report
@@ -34,6 +35,9 @@ PER_REPORT_FAMILY_BYTES = 24
 # `extra_paths` key), and each TCP port of --probe-tcp-ports (a 5-digit port).
 PER_TARGET_DF_UDP_BYTES = 135
 PER_TCP_PORT_BYTES = 64
+# Where this node's trace to a target stopped (`trace`, only while its NodeIP ICMP path is
+# unreachable): the longest IPv6 address, a hop and a time.
+PER_TARGET_TRACE_BYTES = 80
 
 
 def _name(i: int) -> str:
@@ -141,4 +145,30 @@ def test_every_extra_path_at_the_default_k_stays_under_8_kb(dual_stack: bool) ->
     report = _report(targets, dual_stack=dual_stack)
     size = _size(_with_extra_paths(report, defaults.TCP_PROBE_MAX_PORTS))
     print(f"{targets} targets, every extra path, dual stack {dual_stack}: {size} bytes")
+    assert size <= ENTRY_LIMIT_BYTES
+
+
+def _with_traces(report: HealthReport) -> HealthReport:
+    """Every target with a trace that stopped after the longest IPv6 address."""
+    stop = TraceStop("fd00:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 16, 1_700_000_000.123456)
+    targets = tuple(dataclasses.replace(t, trace=stop) for t in report.targets)
+    return dataclasses.replace(report, targets=targets)
+
+
+def test_trace_per_target() -> None:
+    """A trace costs a fixed amount per target: still O(K)."""
+    for n in (1, 6, 16):
+        per_target = (_size(_with_traces(_report(n))) - _size(_report(n))) / n
+        assert 40 < per_target <= PER_TARGET_TRACE_BYTES, (n, per_target)
+
+
+@pytest.mark.parametrize("dual_stack", [False, True])
+def test_every_target_traced_at_the_default_k_stays_under_8_kb(dual_stack: bool) -> None:
+    """Every extra path and a trace to every target at the default K: under 8 KB."""
+    report = _with_extra_paths(
+        _report(defaults.PLAN_PROBE_TARGETS + 1, dual_stack=dual_stack),
+        defaults.TCP_PROBE_MAX_PORTS,
+    )
+    size = _size(_with_traces(report))
+    print(f"every extra path and a trace per target, dual stack {dual_stack}: {size} bytes")
     assert size <= ENTRY_LIMIT_BYTES

@@ -2,7 +2,8 @@
 (`lab up --racks 2 --nodes 4`, real agents), `meshhealth probe --trace` from a node of
 rack1 to a node of rack2 (inside the lab, through `lab exec`) sees the router as hop 1
 and the target as hop 2; after `lab fault link-drop rack2` the agents see the path time
-out and the trace stops after the router; `lab fault clear rack2` brings both back
+out and the trace stops after the router, and so does the agent's own trace, quoted in
+a finding's evidence; `lab fault clear rack2` brings both back
 (root; CI runs this). Removed with `lab down` in the fixture's finally.
 """
 
@@ -17,6 +18,7 @@ import pytest
 from meshhealth.lab import plan as P
 from meshhealth.lab.build import endpoint_names_taken
 from tests.plugins.netns import require_root
+from tests.test_lab_fault_stories import wait_findings
 from tests.test_lab_stories import (
     ALL_OK,
     INTERVAL_S,
@@ -87,6 +89,13 @@ def test_trace_between_racks_sees_the_router_then_stops_after_it(story: StoryLab
     assert status == 1
     assert lines[1].startswith(f" 1  {ROUTER}  ")
     assert lines[2:] == ["2-8  * * *", f"stops after {ROUTER} (hop 1): no answer from hop 2 on"]
+    # node1's agent traced on its own when the path turned unreachable: the finding says
+    # where the way stops (diagnosis quotes a failing observer's published trace).
+    quoted = f"stops after {ROUTER} (hop 1)"
+    found = wait_findings(
+        story, lambda f: any(quoted in x["evidence"] for x in f), f"a finding saying {quoted}"
+    )
+    print("\n".join(f"{x['kind']} {x['nodes']}: {x['evidence']}" for x in found))
 
     done = story.cli("fault", "clear", "rack2")
     assert done.returncode == 0 and "cleared link-drop on rack2" in done.stdout

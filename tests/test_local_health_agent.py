@@ -11,9 +11,10 @@ from meshhealth.agent.cluster_view.follower import SummaryFollower
 from meshhealth.agent.local_health_monitor import LocalHealthMonitor, failing_targets
 from meshhealth.agent.node_agent import NodeAgent
 from meshhealth.agent.path_history import PathHistory
+from meshhealth.agent.path_tracer import PathTracer
 from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.agent.probe_results import ProbeResults
-from meshhealth.agent.reporting.publisher import WELL, LocalHealthMark, health_report
+from meshhealth.agent.reporting.publisher import WELL, LocalHealthMark, Traces, health_report
 from meshhealth.cli.format_status import format_status_text
 from meshhealth.documents.status import (
     NO_VERDICTS,
@@ -122,6 +123,9 @@ class _Publisher:
     def note_verdicts(self, verdicts: Verdicts) -> None:
         pass
 
+    def note_traces(self, traces: Traces) -> None:
+        pass
+
 
 class _Feed:
     def publish_path(self, report: PathReport, previous: ProbeResult | None) -> None:
@@ -157,6 +161,7 @@ def test_a_degraded_agents_report_is_marked_and_its_suspicion_waits_longer() -> 
         feed=_Feed(),
         summaries=SummaryFollower(lambda: ()),
         rollups=_Rollups(),
+        tracer=PathTracer(),
     )
     agent.on_round(_round(set()))
     assert publisher.reports[-1].degraded_since is None

@@ -22,9 +22,10 @@ from meshhealth.agent.local_health_monitor import LocalHealthMonitor
 from meshhealth.agent.matrix_reader import MatrixReader
 from meshhealth.agent.node_agent import NodeAgent
 from meshhealth.agent.path_history import PathHistory
+from meshhealth.agent.path_tracer import PathTracer
 from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.agent.probe_results import ProbeResults
-from meshhealth.agent.reporting.publisher import WELL, LocalHealthMark
+from meshhealth.agent.reporting.publisher import WELL, LocalHealthMark, Traces
 from meshhealth.agent.serving.feed_server import FeedClient, FeedHub
 from meshhealth.agent.status_source import StatusSource
 from meshhealth.documents.status import (
@@ -98,6 +99,7 @@ class Rig:
             feed=self.hub,
             summaries=SummaryFollower(lambda: ()),
             rollups=self.rolled,
+            tracer=PathTracer(),
         )
 
     def note_round(
@@ -111,6 +113,9 @@ class Rig:
 
     def note_verdicts(self, verdicts: Verdicts) -> None:
         self.verdicts_noted.append(verdicts)
+
+    def note_traces(self, traces: Traces) -> None:
+        pass
 
     def status(self) -> StatusDocument:
         self.status_calls += 1

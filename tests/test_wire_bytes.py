@@ -18,6 +18,7 @@ from meshhealth.model import (
     ProbeStatus,
     RetainedNode,
     TargetHealth,
+    TraceStop,
 )
 from meshhealth.wire.claim import AggregatorClaim, decode_claim, encode_claim
 from meshhealth.wire.cluster_config import decode_cluster_config, encode_cluster_config
@@ -113,6 +114,19 @@ VALUES = {
             health_score=3,
             degraded_since=1_699_999_990.0,
             degraded_reasons=("cpu-starved", "x-1"),
+        ),
+    ),
+    "health_traced": (
+        "health",
+        HealthReport(
+            "n1",
+            "c1",
+            1_700_000_000.0,
+            5.0,
+            (
+                TargetHealth("c1", "n2", {}, trace=TraceStop("10.77.0.254", 1, 1_700_000_000.5)),
+                TargetHealth("c1", "n3", {}, trace=TraceStop(None, 0, 1_700_000_000.5)),
+            ),
         ),
     ),
     "claim": ("claim", AggregatorClaim("c1", "n1", 1_700_000_000.75)),
@@ -293,6 +307,13 @@ GOLDEN = {
         "756e64730aa966756c6c5f6d657368c2b366756c6c5f6d6573685f6d61785f6e6f64657310a56e6f64657328"
         "ac6865616c74685f73636f726503ae64656772616465645f73696e6365cb41d954fc3d800000b06465677261"
         "6465645f726561736f6e7392ab6370752d73746172766564a3782d31"
+    ),
+    "health_traced": (
+        "86a17601a46e6f6465a26e31a7636c7573746572a26331aa70726f62655f74696d65cb41d954fc40000000aa"
+        "696e74657276616c5f73cb4014000000000000a7746172676574739284a7636c7573746572a26331a46e6f64"
+        "65a26e32a5706174687380a5747261636583a761646472657373ab31302e37372e302e323534a3686f7001a2"
+        "6174cb41d954fc4020000084a7636c7573746572a26331a46e6f6465a26e33a5706174687380a57472616365"
+        "83a761646472657373c0a3686f7000a26174cb41d954fc40200000"
     ),
     "claim": ("84a17601a7636c7573746572a26331a46e6f6465a26e31a573696e6365cb41d954fc40300000"),
     "event_open": (

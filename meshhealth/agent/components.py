@@ -67,6 +67,7 @@ from meshhealth.agent.metric_readings import read_at_scrape
 from meshhealth.agent.node_agent import NodeAgent
 from meshhealth.agent.path_history import PathHistory
 from meshhealth.agent.path_rollups import PathRollups
+from meshhealth.agent.path_tracer import PathTracer
 from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.agent.probe_results import ProbeResults
 from meshhealth.agent.prober_loop import ProberLoop, RoundProgress
@@ -349,6 +350,7 @@ def build_components(
         feed=feed,
         summaries=summaries,
         rollups=rollups,
+        tracer=PathTracer(),
     )
     probe_round = partial(
         run_round,

@@ -2,7 +2,7 @@
 the state they leave.
 
     agent = NodeAgent(results, history, health, metrics=..., publisher=..., indirect=...,
-                      feed=..., summaries=..., rollups=...)
+                      feed=..., summaries=..., rollups=..., tracer=...)
     await run_round(targets, ..., on_result=agent.on_result)  # each result, as it ends
     agent.on_round(report)                                    # the round is over
     await nursery.start(agent.run)      # between rounds: the verdicts' timer, changes
@@ -18,8 +18,10 @@ finished round updates, in this order: the agent's own health (the suspicion tim
 stretches with it), the record (nodes that left are forgotten, the summaries taken), the
 metrics, the publisher (it decides whether etcd needs a write), indirect probes (they
 ask peers about the round's failed paths), the history, the roll-ups (10-minute and
-hourly windows per path, for `meshhealth report`), and the feed (the `round`
-message, built from the status document, which has the round by then).
+hourly windows per path, for `meshhealth report`), the tracer (a trace to each target
+whose NodeIP ICMP path is newly unreachable, run in its own task: where it stops goes
+to the publisher when it is known), and the feed (the `round` message, built from the
+status document, which has the round by then).
 
 Between rounds (`run`), a verdict that changes (a confirmation, the timer) and a new
 cluster summary (other observers' failures confirm a suspect path) update the metrics
@@ -39,9 +41,10 @@ from meshhealth.agent.agent_metrics import AgentMetrics
 from meshhealth.agent.cluster_view.follower import SummaryFollower
 from meshhealth.agent.local_health_monitor import LocalHealthMonitor
 from meshhealth.agent.path_history import PathHistory
+from meshhealth.agent.path_tracer import PathTracer
 from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.agent.probe_results import ProbeResults
-from meshhealth.agent.reporting.publisher import LocalHealthMark
+from meshhealth.agent.reporting.publisher import LocalHealthMark, Traces
 from meshhealth.documents.status import Verdicts
 from meshhealth.model import PathKey, PathReport, PathSummary, ProbeResult, RoundReport
 
@@ -62,6 +65,9 @@ class RoundPublisher(Protocol):
 
     def note_verdicts(self, verdicts: Verdicts) -> None:
         """Paths' verdicts changed between rounds."""
+
+    def note_traces(self, traces: Traces) -> None:
+        """Where this agent's traces stopped changed."""
 
 
 class RoundRollups(Protocol):
@@ -103,6 +109,7 @@ class NodeAgent:
         feed: RoundFeed,
         summaries: SummaryFollower,
         rollups: RoundRollups,
+        tracer: PathTracer,
     ) -> None:
         self.results = results
         self.history = history
@@ -113,6 +120,7 @@ class NodeAgent:
         self.feed = feed
         self.summaries = summaries
         self.rollups = rollups
+        self.tracer = tracer
         self.last_round: RoundReport | None = None
 
     @property
@@ -143,6 +151,7 @@ class NodeAgent:
         self.history.record_round(report)
         self.history.retain_targets(report.targets)
         self.rollups.note_round(report)
+        self.tracer.note_round(report, self.results.verdict_states())
         log.debug(
             "round of %d paths to %d nodes took %.3fs, %d failing",
             len(report.paths),
@@ -157,6 +166,8 @@ class NodeAgent:
         change of verdict or of the cluster summaries."""
         async with trio.open_nursery() as nursery:
             await nursery.start(self.verdicts.run)
+            await nursery.start(self.tracer.run)
+            nursery.start_soon(self._follow_traces)
             nursery.start_soon(self._follow_summaries)
             nursery.start_soon(self._follow_verdicts)
             task_status.started()
@@ -169,6 +180,14 @@ class NodeAgent:
             seen = await self.summaries.wait_changed(seen)
             self.metrics.sync_summaries(self.summaries.summaries())
             self.verdicts.confirm_from_observers()
+
+    async def _follow_traces(self) -> None:
+        """Where a trace stopped, or a trace forgotten: the publisher follows (etcd gets
+        it with its next write)."""
+        seen = 0
+        while True:
+            seen, stops = await self.tracer.changed(seen)
+            self.publisher.note_traces(stops)
 
     async def _follow_verdicts(self) -> None:
         """Paths whose verdict changed between rounds (a confirmation, the timer): the

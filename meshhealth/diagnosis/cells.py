@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from meshhealth.model import Reachability
+from meshhealth.model import Reachability, TraceStop
 
 
 class NodeId(NamedTuple):
@@ -71,6 +71,9 @@ class MatrixCell:
     # The TCP ports (--probe-tcp-ports) whose connect is unreachable: NODE_TCP's
     # evidence, so a port-blocked finding names them; empty when none fails.
     failing_ports: tuple[int, ...] = ()
+    # Where the observer's trace to the target stopped (its NodeIP ICMP path unreachable);
+    # None when it has none.
+    trace: TraceStop | None = None
 
     def state(self, kind: PathKind) -> Reachability:
         seen = self.paths.get(kind)

@@ -21,6 +21,10 @@ In order:
    only reason is `targets-failing` while others reach it (ICMP and HTTP to its agent)
    is `egress-blocked`: its own failing probes are the evidence.
 
+A port-blocked finding's evidence names the failing ports; a path, partition or
+node-isolated finding's evidence ends with where a failing observer's trace stopped
+(the report's per-target `trace`, agent/path_tracer.py), when one has been published.
+
 Findings are sorted by confidence (highest first), then kind and nodes: the same matrix
 gives the same findings whatever the order of its cells.
 """
@@ -38,6 +42,7 @@ from meshhealth.diagnosis.layers import Grid, Layer, LayerEvidence, Pair, build_
 from meshhealth.diagnosis.local_health import REASON_LOOP_LAG, REASON_TARGETS_FAILING
 from meshhealth.diagnosis.localise import Blame, localise
 from meshhealth.diagnosis.partition import Partition, find_partition
+from meshhealth.model import TraceStop
 
 # Layers whose probes a starved agent at either end makes late (see `diagnose`).
 _ANSWERED_BY_AGENTS = frozenset({Layer.UDP, Layer.TCP})
@@ -118,6 +123,7 @@ def diagnose(
     )  # fmt: skip
     findings += _observer_findings(grid, named, min_observers, share)
     findings = _name_the_ports(findings, view)
+    findings = _quote_a_trace(findings, view)
     return tuple(sorted(findings, key=lambda f: (-f.confidence, f.kind.value, f.nodes)))
 
 
@@ -132,6 +138,36 @@ def _name_the_ports(findings: list[Finding], view: MatrixView) -> list[Finding]:
         if finding.kind is FindingKind.PORT_BLOCKED and failing:
             named = ", ".join(map(str, failing))
             out.append(replace(finding, evidence=f"{finding.evidence}; TCP port {named}"))
+        else:
+            out.append(finding)
+    return out
+
+
+# Findings whose evidence quotes where a failing observer's trace stopped.
+_TRACED_KINDS = frozenset({FindingKind.PATH, FindingKind.PARTITION, FindingKind.NODE_ISOLATED})
+
+
+def trace_text(observer: NodeId, stop: TraceStop) -> str:
+    """`the trace from lab1/a stops after 10.77.0.254 (hop 1)`: the evidence's words."""
+    if stop.address is None:
+        return f"the trace from {observer} gets no answer from any hop"
+    return f"the trace from {observer} stops after {stop.address} (hop {stop.hop})"
+
+
+def _quote_a_trace(findings: list[Finding], view: MatrixView) -> list[Finding]:
+    """A path, partition or node-isolated finding's evidence with where the trace of one
+    of its failing observers stopped (the first of its cells, in order, that has one)."""
+    if not any(f.kind in _TRACED_KINDS for f in findings):
+        return findings
+    traces = {(c.observer, c.target): c.trace for c in view.cells if c.trace is not None}
+    if not traces:
+        return findings
+    out = []
+    for finding in findings:
+        traced = next((pair for pair in finding.cells if pair in traces), None)
+        if finding.kind in _TRACED_KINDS and traced is not None:
+            quote = trace_text(traced[0], traces[traced])
+            out.append(replace(finding, evidence=f"{finding.evidence}; {quote}"))
         else:
             out.append(finding)
     return out

@@ -131,7 +131,9 @@ def _cells(row: Row, shared: _Shared) -> list[MatrixCell]:
             ports = _failing_ports(cell.paths) if PathKind.NODE_TCP in paths else ()
             target = NodeId(*cell.target)
             cells.append(
-                MatrixCell(observer, target, paths, secondary, cell.secondary_family, ports)
+                MatrixCell(
+                    observer, target, paths, secondary, cell.secondary_family, ports, cell.trace
+                )
             )
     return cells
 

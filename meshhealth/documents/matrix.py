@@ -52,6 +52,7 @@ from meshhealth.model import (
     Reachability,
     TargetHealth,
     TargetType,
+    TraceStop,
     path_name,
 )
 from meshhealth.naming import node_order
@@ -97,6 +98,7 @@ class Cell:
     # A dual-stack target's secondary addresses, same names; they count in `state`.
     secondary_paths: Mapping[str, PathHealth] = field(default_factory=dict)
     secondary_family: str | None = None  # ipv4, ipv6; None: not said
+    trace: TraceStop | None = None  # where the source's trace to it stopped; None: none
 
     @property
     def rtt_s(self) -> float | None:
@@ -353,6 +355,7 @@ def _row(
             dict(reported.paths),
             dict(reported.secondary_paths),
             reported.secondary_family,
+            reported.trace,
         )
     age = max(0.0, now - report.probe_time)
     return Row(

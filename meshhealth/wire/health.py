@@ -25,6 +25,7 @@ from meshhealth.model import (
     Protocol,
     TargetHealth,
     TargetType,
+    TraceStop,
     path_name,
 )
 from meshhealth.wire import fields as f
@@ -40,6 +41,7 @@ MAX_PLAN_EPOCH = 2**53
 MAX_PLAN_K = MAX_TARGETS
 MAX_PLAN_ROTATION_ROUNDS = 1_000_000
 MAX_PLAN_NODES = 1_000_000
+MAX_TRACE_HOP = 255  # an IP TTL
 
 # "node/icmp", "node/http", "endpoint/icmp", "endpoint/http": every reader knows them.
 CORE_PATH_NAMES: tuple[str, ...] = tuple(
@@ -107,6 +109,15 @@ def _paths(skip_unknown: bool = False) -> f.Check:
     return check
 
 
+# Where this node's trace to the target stopped (optional: while its NodeIP ICMP path is
+# unreachable): the farthest answering hop's address (nil: none answered), its number.
+TRACE_FIELDS = (
+    Field("address", f.nullable(f.ip)),
+    Field("hop", f.integer(0, MAX_TRACE_HOP)),
+    f.time_field("at"),
+)
+_trace = f.record(TRACE_FIELDS, TraceStop)
+
 _family = f.one_of(ADDRESS_FAMILIES)
 TARGET_FIELDS = (
     Field("cluster", f.cluster_name),
@@ -114,6 +125,7 @@ TARGET_FIELDS = (
     Field("paths", _paths()),
     Field("extra_paths", _paths(skip_unknown=True), default={}),  # names we know only
     Field("secondary_paths", _paths(), default={}),  # dual stack
+    Field("trace", _trace, default=None),  # older readers ignore it
 )
 PLAN_FIELDS = (
     Field("epoch", f.integer(0, MAX_PLAN_EPOCH)),
@@ -147,6 +159,8 @@ def _targets(r: HealthReport) -> list[dict[str, object]]:
             target["secondary_paths"] = f.plain(t.secondary_paths)
         if t.secondary_family != (shared if t.secondary_paths else None):
             target["secondary_family"] = t.secondary_family
+        if t.trace is not None:  # optional: only while a trace says where the way stops
+            target["trace"] = f.plain(t.trace)
         wire.append(target)
     return wire
 

@@ -48,6 +48,7 @@ from meshhealth.model import (
     RoundReport,
     TargetHealth,
     TargetType,
+    TraceStop,
     path_name,
     tcp_ports_of,
 )
@@ -69,6 +70,10 @@ class LocalHealthMark:
 
 WELL = LocalHealthMark()
 
+# Where this agent's traces stopped, per target (cluster, node): meshhealth.agent.path_tracer.
+Traces = Mapping[tuple[str, str], TraceStop]
+NO_TRACES: Traces = {}
+
 # What a write must follow, as `change_signature` extracts it from a report.
 ChangeSignature = dict[tuple[str, ...], object]
 
@@ -85,11 +90,13 @@ def health_report(
     interval_s: float,
     verdicts: Verdicts = NO_VERDICTS,
     local: LocalHealthMark = WELL,
+    traces: Traces = NO_TRACES,
 ) -> HealthReport:
     """What this node sees after `report`: per target of the round, every probed path's
     newest status and RTT and its loss over the stats window; a failing path's
-    suspicion verdict (suspect or unreachable) and since when; this agent's local
-    health score and, while degraded, since when."""
+    suspicion verdict (suspect or unreachable) and since when; where this node's trace
+    to a target stopped (`traces`); this agent's local health score and, while
+    degraded, since when."""
     targets: list[TargetHealth] = []
     # (protocol, port) of every path kind: each protocol, and TCP once per probed port
     kinds: list[tuple[ProbeProtocol, int]]
@@ -124,6 +131,7 @@ def health_report(
                 paths=paths[0],
                 secondary_paths=paths[1],
                 secondary_family=target.secondary_family if paths[1] else None,
+                trace=traces.get((target.cluster, target.node)),
             )
         )
     return HealthReport(
@@ -151,6 +159,11 @@ def change_signature(report: HealthReport) -> ChangeSignature:
     if report.degraded_since is not None:
         signature[("degraded",)] = report.degraded_reasons
     for target in report.targets:
+        if target.trace is not None:
+            signature[(target.cluster, target.node, "trace")] = (
+                target.trace.address,
+                target.trace.hop,
+            )
         for name, path in target.paths.items():
             signature[(target.cluster, target.node, name)] = (
                 path.status if path.state is None else (path.status, path.state)
@@ -285,6 +298,8 @@ class Publisher:
         self._report: HealthReport | None = None
         self._round: tuple[RoundReport, Mapping[PathKey, PathSummary], LocalHealthMark] | None
         self._round = None
+        self._verdicts: Verdicts = NO_VERDICTS
+        self._traces: Traces = NO_TRACES
         self._wake = trio.Event()
         self.writes_by_reason: dict[str, int] = {}
         self.settled = 0
@@ -318,8 +333,15 @@ class Publisher:
         if self._round is not None:
             self._note(verdicts)
 
+    def note_traces(self, traces: Traces) -> None:
+        """Where this agent's traces stopped changed: the last round's report with them."""
+        self._traces = traces
+        if self._round is not None:
+            self._note(self._verdicts)
+
     def _note(self, verdicts: Verdicts) -> None:
         assert self._round is not None
+        self._verdicts = verdicts
         report, summaries, local = self._round
         health = health_report(
             report,
@@ -329,6 +351,7 @@ class Publisher:
             interval_s=self.interval_s,
             verdicts=verdicts,
             local=local,
+            traces=self._traces,
         )
         self._report = health
         self.policy.note_report(change_signature(health), health.probe_time, trio.current_time())
