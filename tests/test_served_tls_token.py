@@ -28,6 +28,7 @@ from meshhealth.agent.serving.bearer_token import (
 from meshhealth.agent.serving.metrics_server import serve_metrics
 from meshhealth.agent.serving.route_table import Route, RouteTable
 from meshhealth.agent.serving.server_tls import ServerTlsError, server_ssl_context
+from meshhealth.agent.serving.web_access import WebAccess
 from meshhealth.agent.serving.web_server import serve_web, text_error
 from meshhealth.http_server import HttpRequest, HttpResponse
 from meshhealth.lab.certs import KeyPair, make_ca, make_cert
@@ -335,3 +336,43 @@ async def test_the_web_page_and_its_feed_over_tls_with_a_token(
         answer = await trio.to_thread.run_sync(plain_get, port)
         assert not answer.startswith(b"HTTP/")
         nursery.cancel_scope.cancel()
+
+
+async def test_the_connection_cap_applies_before_the_handshake(
+    pki: tuple[KeyPair, KeyPair],
+) -> None:
+    """A client that connects and never says hello holds its slot: with the cap at one,
+    the next TLS client is closed at once, without a handshake."""
+    ca, server = pki
+    tls, _ = served_security(str(server.cert), str(server.key), None, "metrics")
+    context = client_context(ca)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(
+            lambda task_status: serve_metrics(
+                "127.0.0.1", 0, Registry(), max_connections=1, tls=tls, task_status=task_status
+            )
+        )
+        silent = await trio.open_tcp_stream("127.0.0.1", port)
+        async with silent:
+            with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+                await trio.to_thread.run_sync(https_get, port, "/metrics", context)
+        # Once the silent client is gone its slot is free again.
+        with trio.fail_after(5):
+            while True:
+                try:
+                    status, _, _ = await trio.to_thread.run_sync(
+                        https_get, port, "/metrics", context
+                    )
+                    break
+                except (ssl.SSLError, ConnectionError):
+                    await trio.sleep(0.05)
+        assert status == 200
+        nursery.cancel_scope.cancel()
+
+
+def test_a_host_without_port_means_443_over_tls() -> None:
+    plain = WebAccess.for_listen("10.77.0.1", 443, node_ips=())
+    tls = WebAccess.for_listen("10.77.0.1", 443, node_ips=(), https=True)
+    assert not plain.host_allowed("10.77.0.1")
+    assert tls.host_allowed("10.77.0.1")
+    assert tls.host_allowed("10.77.0.1:443")
