@@ -164,8 +164,9 @@ def admission(
 
 
 def _source(stream: Any) -> str | None:
-    """The peer's IP address of a TCP stream; None for other streams (unix sockets)."""
-    sock = getattr(stream, "socket", None)
+    """The peer's IP address of a TCP stream (or of the TCP stream under TLS); None for
+    other streams (unix sockets)."""
+    sock = getattr(getattr(stream, "transport_stream", stream), "socket", None)
     try:
         peer = sock.getpeername() if sock is not None else None
     except OSError:

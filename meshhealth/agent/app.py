@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import logging
 import signal
+import ssl
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from functools import partial
@@ -42,8 +43,10 @@ from meshhealth.agent.membership.clustermesh import MeshConfigError
 from meshhealth.agent.membership.mesh_dir import load_remote_specs
 from meshhealth.agent.membership.registrar import NodeNameTaken
 from meshhealth.agent.serving.admin_api import serve_admin_api
+from meshhealth.agent.serving.bearer_token import BearerToken, TokenFileError
 from meshhealth.agent.serving.feed_server import serve_feed_tcp, serve_feed_unix
 from meshhealth.agent.serving.metrics_server import serve_metrics
+from meshhealth.agent.serving.server_tls import ServerTlsError, server_ssl_context
 from meshhealth.agent.serving.unix_socket import AdminSocketError
 from meshhealth.agent.serving.web_server import WebData, serve_web
 from meshhealth.documents.feed import feed_socket_path
@@ -82,6 +85,19 @@ async def _start(
         raise AgentStartError(str(error)) from None
     except OSError as error:
         raise AgentStartError(f"cannot {what}: {error.strerror}") from None
+
+
+def served_security(
+    cert: str | None, key: str | None, token_file: str | None, what: str
+) -> tuple[ssl.SSLContext | None, BearerToken | None]:
+    """The TLS context and the bearer token of the web page or /metrics, from their
+    files; a file that cannot be used is an AgentStartError naming it."""
+    try:
+        tls = server_ssl_context(cert, key) if cert is not None and key is not None else None
+        token = BearerToken.from_file(token_file, what) if token_file is not None else None
+    except (ServerTlsError, TokenFileError) as error:
+        raise AgentStartError(f"--{what}: {error}") from None
+    return tls, token
 
 
 def web_data(parts: AgentComponents) -> WebData:
@@ -128,11 +144,17 @@ async def _start_serving(nursery: trio.Nursery, parts: AgentComponents) -> None:
     if config.web_listen is not None:
         host, port = config.web_listen
         what = f"serve the web page on {host}:{port}"
-        await _start(nursery, what, serve_web, host, port, web_data(parts))
+        tls, token = served_security(config.web_cert, config.web_key, config.web_token_file, "web")
+        serve = partial(serve_web, tls=tls, token=token)
+        await _start(nursery, what, serve, host, port, web_data(parts))
     if config.metrics_listen is not None:
         host, port = config.metrics_listen
         what = f"serve metrics on {host}:{port}"
-        await _start(nursery, what, serve_metrics, host, port, parts.registry)
+        tls, token = served_security(
+            config.metrics_cert, config.metrics_key, config.metrics_token_file, "metrics"
+        )
+        serve = partial(serve_metrics, tls=tls, token=token)
+        await _start(nursery, what, serve, host, port, parts.registry)
     for node_ip in (config.node_ip, config.node_ip_secondary):
         if node_ip is None:
             continue

@@ -103,6 +103,7 @@ async function getJSON(url, timeoutMs = 10000) {
   const timer = setTimeout(() => ctrl.abort(), timeoutMs);
   try {
     const resp = await fetch(url, { signal: ctrl.signal, cache: "no-store" });
+    if (resp.status === 401) throw new Error(`${url}: HTTP 401: this page needs its token: open it once as /?token=TOKEN`);
     if (!resp.ok) throw new Error(`${url}: HTTP ${resp.status}`);
     return await resp.json();
   } finally {

@@ -70,6 +70,13 @@ class AgentConfig:
     endpoint_user: str = defaults.ENDPOINT_USER  # the responder's user (when root)
     web_listen: tuple[str, int] | None = None  # the live web page (docs/ui.md)
     web_allowed_hosts: tuple[str, ...] = ()  # more Host names it answers to
+    # TLS and the bearer token of the web page and of /metrics (docs/security.md)
+    web_cert: str | None = None
+    web_key: str | None = None
+    web_token_file: str | None = None
+    metrics_cert: str | None = None
+    metrics_key: str | None = None
+    metrics_token_file: str | None = None
     # the probe plan (docs/scale.md): targets per node past the full-mesh size, or a
     # full mesh at any size
     probe_targets: int = defaults.PLAN_PROBE_TARGETS
@@ -142,6 +149,21 @@ def _check_dual_stack(chosen: Mapping[str, Any]) -> None:
         )
 
 
+def _check_served_files(chosen: Mapping[str, Any]) -> None:
+    """A certificate comes with its key, and both (and a token file) with the port they
+    protect."""
+    for server in ("web", "metrics"):
+        cert, key = chosen[f"{server}_cert"], chosen[f"{server}_key"]
+        if (cert is None) != (key is None):
+            given, missing = ("cert", "key") if key is None else ("key", "cert")
+            raise ConfigError(f"--{server}-{given}: needs --{server}-{missing}")
+        if chosen[f"{server}_listen"] is None:
+            for what in ("cert", "key", "token_file"):
+                if chosen[f"{server}_{what}"] is not None:
+                    flag = f"--{server}-{what.replace('_', '-')}"
+                    raise ConfigError(f"{flag}: needs --{server}-listen")
+
+
 def resolve_config(
     flags: Mapping[str, object],
     env: Mapping[str, str],
@@ -172,6 +194,7 @@ def resolve_config(
     if chosen["etcd_config"] is not None and "etcd" not in given:
         chosen["etcd"] = ()  # the endpoints of the etcd configuration file
     chosen["etcd_password"] = env.get(ENV_ETCD_PASSWORD) or None
+    _check_served_files(chosen)
     if chosen["node"] is None:
         try:
             chosen["node"] = validate_node_name(hostname().split(".")[0].lower())

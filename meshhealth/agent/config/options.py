@@ -172,6 +172,50 @@ OPTIONS: tuple[Option, ...] = (
         metavar="NAME,...",
     ),
     Option(
+        "web_cert",
+        values.as_str,
+        None,
+        "serve the web page over HTTPS (and its feed over wss) with this certificate "
+        "chain (PEM); needs --web-key",
+        metavar="FILE",
+    ),
+    Option(
+        "web_key",
+        values.as_str,
+        None,
+        "the key of --web-cert (PEM, readable by its owner only)",
+        metavar="FILE",
+    ),
+    Option(
+        "web_token_file",
+        values.as_str,
+        None,
+        "the web page's JSON and feed need this bearer token (the file holds it, owner-"
+        "only); open the page once as /?token=TOKEN",
+        metavar="FILE",
+    ),
+    Option(
+        "metrics_cert",
+        values.as_str,
+        None,
+        "serve /metrics over HTTPS with this certificate chain (PEM); needs --metrics-key",
+        metavar="FILE",
+    ),
+    Option(
+        "metrics_key",
+        values.as_str,
+        None,
+        "the key of --metrics-cert (PEM, readable by its owner only)",
+        metavar="FILE",
+    ),
+    Option(
+        "metrics_token_file",
+        values.as_str,
+        None,
+        "/metrics needs Authorization: Bearer with this token (the file holds it, owner-only)",
+        metavar="FILE",
+    ),
+    Option(
         "health_mode",
         values.health_mode,
         "netns",

@@ -76,17 +76,23 @@ class WebAccess:
 
     port: int
     hosts: frozenset[str]
+    https: bool = False  # a Host without a port means 443, not 80
 
     @staticmethod
     def for_listen(
-        host: str, port: int, *, node_ips: Iterable[str | None], extra: Iterable[str] = ()
+        host: str,
+        port: int,
+        *,
+        node_ips: Iterable[str | None],
+        extra: Iterable[str] = (),
+        https: bool = False,
     ) -> WebAccess:
         names = {_normal(ip) for ip in node_ips if ip}
         if not is_wildcard(host):
             names.add(_normal(host))
         names |= LOOPBACK_NAMES
         names |= {_normal(name) for name in extra}
-        return WebAccess(port, frozenset(names))
+        return WebAccess(port, frozenset(names), https)
 
     def _ours(self, name: str, port: int | None, default_port: int) -> bool:
         return _normal(name) in self.hosts and (port or default_port) == self.port
@@ -94,7 +100,7 @@ class WebAccess:
     def host_allowed(self, header: str | None) -> bool:
         """Whether a request's `Host` names this page (absent: no)."""
         parsed = _split_host(header) if header is not None else None
-        return parsed is not None and self._ours(parsed[0], parsed[1], 80)
+        return parsed is not None and self._ours(parsed[0], parsed[1], 443 if self.https else 80)
 
     def _peer(self, origin: str, peer_ips: Iterable[str | None]) -> bool:
         parts = urlsplit(origin)

@@ -27,7 +27,14 @@ another agent's page of the mesh in `Access-Control-Allow-Origin` (never `*`), s
 a page opened on one agent can show the history another agent keeps of its own paths
 (web_access.py).
 
-A connection's first request head is read here: a WebSocket upgrade to the feed goes,
+With `--web-cert`/`--web-key` the port speaks HTTPS only (and the feed is `wss://`):
+server_tls.py. With `--web-token-file` every JSON route and the feed upgrade need the
+token (bearer_token.py; 401 otherwise), the page's own files do not: the page is opened
+once as `/?token=TOKEN`, which sets an HttpOnly SameSite=Strict cookie and redirects to
+`/`; its requests then carry the cookie.
+
+A connection's first request head is read here (over TLS: after the handshake, which
+the first read makes): a WebSocket upgrade to the feed goes,
 with the bytes already read, to the feed's handler (`ReplayStream`); anything else to
 the agent's one HTTP connection loop (meshhealth.http_server.serve_connection), with its
 limits (connections, read timeout).
@@ -37,6 +44,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,8 +57,10 @@ import trio
 
 from meshhealth import defaults
 from meshhealth.agent.path_history import PathHistory
+from meshhealth.agent.serving.bearer_token import BearerToken
 from meshhealth.agent.serving.feed_server import FeedHub, handle_feed_stream
 from meshhealth.agent.serving.route_table import Route, RouteTable
+from meshhealth.agent.serving.server_tls import tls_listener
 from meshhealth.agent.serving.web_access import WebAccess, is_wildcard
 from meshhealth.agent.serving.web_views import (
     cell_document,
@@ -181,10 +191,16 @@ class WebApp:
     """Answers the page's requests (everything but the WebSocket)."""
 
     def __init__(
-        self, data: WebData, access: WebAccess, assets: Mapping[str, bytes], max_age_s: float
+        self,
+        data: WebData,
+        access: WebAccess,
+        assets: Mapping[str, bytes],
+        max_age_s: float,
+        token: BearerToken | None = None,
     ) -> None:
         self.data = data
         self.access = access
+        self.token = token
         self.assets = assets
         self.matrix = ReadCache(data.read_matrix, max_age_s)
         self.events = ReadCache(data.read_events, defaults.WEB_EVENTS_MAX_AGE_S)
@@ -193,7 +209,7 @@ class WebApp:
         self.routes = RouteTable(
             "web",
             [
-                *(Route(path, "GET", self._asset) for path in ASSETS),
+                *(Route(path, "GET", self._asset, public=True) for path in ASSETS),
                 Route("/v1/web/status", "GET", self._status),
                 Route("/v1/web/matrix", "GET", self._compact_matrix),
                 Route("/v1/web/events", "GET", self._events),
@@ -202,6 +218,7 @@ class WebApp:
             ],
             error=text_error,
             hint="the page is at /",
+            guard=(lambda request: token.refusal(request.headers)) if token else None,
         )
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
@@ -211,7 +228,11 @@ class WebApp:
         return await self.routes.answer(request)
 
     async def _asset(self, request: HttpRequest) -> HttpResponse:
-        name, content_type = ASSETS[request.path]
+        if self.token is not None and request.path == "/":
+            login = self.token.login(request.query, secure=self.access.https)
+            if login is not None:
+                return login
+        name, content_type = ASSETS[request.path.rstrip("/") or "/"]
         return HttpResponse(
             200,
             self.assets[name],
@@ -351,16 +372,20 @@ async def _send(
 
 
 def feed_refusal(
-    access: WebAccess, peer_ips: Sequence[str | None], headers: Sequence[tuple[str, str]]
+    access: WebAccess,
+    peer_ips: Sequence[str | None],
+    headers: Sequence[tuple[str, str]],
+    token: BearerToken | None = None,
 ) -> HttpResponse | None:
-    """Why a WebSocket upgrade to the feed is refused (a foreign Host or page), or None."""
+    """Why a WebSocket upgrade to the feed is refused (a foreign Host or page, no
+    token when one is required), or None."""
     host = header(headers, "host")
     if not access.host_allowed(host):
         return text_error(421, f"web: Host {host!r} is not this page's address")
     origin = header(headers, "origin")
     if not access.origin_allowed(origin, peer_ips):
         return text_error(403, f"web: the feed is not served to pages of {origin!r}")
-    return None
+    return token.refusal(headers) if token is not None else None
 
 
 async def _refuse(stream: trio.abc.Stream, response: HttpResponse, timeout_s: float) -> None:
@@ -377,21 +402,25 @@ async def serve_web(
     *,
     max_connections: int = defaults.WEB_MAX_CONNECTIONS,
     read_timeout_s: float = defaults.WEB_READ_TIMEOUT_S,
+    tls: ssl.SSLContext | None = None,
+    token: BearerToken | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled; `started(port)` gives the bound port (0: any free one).
-    Bind errors are raised as OSError before `started`."""
+    Bind errors are raised as OSError before `started`. `tls`: HTTPS only; `token`:
+    the JSON routes and the feed need it."""
     listener = await open_tcp_listener(host, port)
     port_bound = bound_port(listener)
     where = f"web {host}:{port_bound}"
     access = WebAccess.for_listen(
-        host, port_bound, node_ips=data.node_ips, extra=data.allowed_hosts
+        host, port_bound, node_ips=data.node_ips, extra=data.allowed_hosts, https=tls is not None
     )
     app = WebApp(
         data,
         access,
         load_assets(),
         max_age_s=data.interval_s * defaults.WEB_MATRIX_MAX_AGE_FRACTION,
+        token=token,
     )
     if is_wildcard(host):
         log.warning(
@@ -410,7 +439,7 @@ async def serve_web(
                 head = await read_head(stream)
             replay = ReplayStream(stream, head)
             if is_feed_upgrade(head):
-                refusal = feed_refusal(access, data.peer_ips(), head_headers(head))
+                refusal = feed_refusal(access, data.peer_ips(), head_headers(head), token)
                 if refusal is not None:
                     log.warning("%s: refused a feed upgrade: %s", where, refusal.body.decode())
                     await _refuse(replay, refusal, read_timeout_s)
@@ -424,5 +453,5 @@ async def serve_web(
             return
 
     task_status.started(port_bound)
-    async with listener:
-        await accept_connections(listener, serve_one, max_connections=max_connections, name=where)
+    async with tls_listener(listener, tls) as served:
+        await accept_connections(served, serve_one, max_connections=max_connections, name=where)
