@@ -257,6 +257,8 @@ ADMIN_MAX_ANSWER_BYTES: Final = 64 * 1024 * 1024
 # /metrics: a scrape is one short request; a few scrapers at once are plenty.
 METRICS_READ_TIMEOUT_S: Final = 5.0
 METRICS_MAX_CONNECTIONS: Final = 16
+# ... and from one address: a scraper or two, so one host cannot hold them all.
+METRICS_MAX_PER_SOURCE: Final = 4
 # Buckets of meshhealth_node_connectivity_latency_seconds (meshhealth.agent.agent_metrics):
 # 50 µs (loopback, same rack) to 5 s (beyond the probe timeout) in 1-2.5-5 steps.
 LATENCY_BUCKETS_S: Final = (
@@ -437,6 +439,8 @@ PATH_HISTORY_MINUTES: Final = 60
 WEB_PORT: Final = 9963
 # Page viewers' HTTP connections at once (a page holds 1-2 plus its WebSocket).
 WEB_MAX_CONNECTIONS: Final = 64
+# ... and from one address: a few viewers behind one NAT, not every slot for one host.
+WEB_MAX_PER_SOURCE: Final = 16
 # A request (its head) must arrive within this time; idle keep-alive connections close.
 WEB_READ_TIMEOUT_S: Final = 10.0
 # The matrix the page shows is read from etcd at most once per this share of the probe

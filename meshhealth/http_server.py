@@ -72,6 +72,7 @@ class ServerLimits:
     max_connections: int
     read_timeout_s: float
     max_body_bytes: int = 64 * 1024
+    per_source: int | None = None  # connections from one address (None: no cap)
 
 
 @dataclass(slots=True)
@@ -136,7 +137,11 @@ async def serve_http(
 
     async with listener:
         await accept_connections(
-            listener, serve_one, max_connections=limits.max_connections, name=name
+            listener,
+            serve_one,
+            max_connections=limits.max_connections,
+            name=name,
+            per_source=limits.per_source,
         )
 
 

@@ -449,3 +449,31 @@ def test_the_cluster_verdict_per_node_and_the_discounted_observers() -> None:
     ]
     metrics.sync_summaries({})
     assert "meshhealth_discounted_observer{" not in registry.expose()
+
+
+async def test_one_address_cannot_hold_every_metrics_connection() -> None:
+    """At most METRICS_MAX_PER_SOURCE connections from one address: a host that opens
+    more (idle, never scraping) gets the extra ones closed at once, and another
+    address still scrapes."""
+    from meshhealth import defaults
+
+    async def connect(source: str, port: int) -> trio.SocketStream:
+        sock = trio.socket.socket()
+        await sock.bind((source, 0))
+        await sock.connect(("127.0.0.1", port))
+        return trio.SocketStream(sock)
+
+    registry = Registry()
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve_metrics, "127.0.0.1", 0, registry)
+        idle = [await connect("127.0.0.2", port) for _ in range(defaults.METRICS_MAX_PER_SOURCE)]
+        extra = await connect("127.0.0.2", port)
+        with trio.fail_after(5):
+            assert await extra.receive_some(100) == b""  # closed at once, nothing said
+        other = await connect("127.0.0.3", port)
+        await other.send_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        with trio.fail_after(5):
+            assert (await other.receive_some(100)).startswith(b"HTTP/1.1 200 ")
+        for stream in (*idle, extra, other):
+            await stream.aclose()
+        nursery.cancel_scope.cancel()

@@ -70,6 +70,10 @@ async def serve_metrics(
         tls_listener(listener, tls),
         table.answer,
         text_error,
-        ServerLimits(max_connections=max_connections, read_timeout_s=read_timeout_s),
+        ServerLimits(
+            max_connections=max_connections,
+            read_timeout_s=read_timeout_s,
+            per_source=defaults.METRICS_MAX_PER_SOURCE,
+        ),
         name=f"metrics {host}:{port_bound}",
     )

@@ -428,7 +428,9 @@ async def serve_web(
             where,
             ", ".join(sorted(access.hosts)),
         )
-    limits = ServerLimits(max_connections, read_timeout_s, max_body_bytes=0)
+    limits = ServerLimits(
+        max_connections, read_timeout_s, max_body_bytes=0, per_source=defaults.WEB_MAX_PER_SOURCE
+    )
     counter = 0
 
     async def serve_one(stream: trio.abc.Stream) -> None:
@@ -454,4 +456,10 @@ async def serve_web(
 
     task_status.started(port_bound)
     async with tls_listener(listener, tls) as served:
-        await accept_connections(served, serve_one, max_connections=max_connections, name=where)
+        await accept_connections(
+            served,
+            serve_one,
+            max_connections=max_connections,
+            name=where,
+            per_source=limits.per_source,
+        )
