@@ -205,7 +205,8 @@ ETCD_MAX_WATCHES: Final = 64
 # How often the agent looks at its etcd TLS and password files (inode, mtime, size):
 # a rotated certificate is used within this time, at the cost of a few stat calls.
 ETCD_FILES_POLL_S: Final = 2.0
-# Largest PEM file (CA, client certificate or key) read: a chain is a few kilobytes.
+# Largest PEM file (CA, certificate or key; etcd's and the served TLS's) read: a chain is
+# a few kilobytes.
 ETCD_PEM_MAX_BYTES: Final = 1024 * 1024
 # Largest etcd configuration file (--etcd-config) read: a real one is a few hundred bytes.
 ETCD_CONFIG_MAX_BYTES: Final = 64 * 1024

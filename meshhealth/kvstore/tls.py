@@ -25,12 +25,9 @@ from datetime import UTC, datetime
 
 import grpc
 
-from meshhealth import defaults
 from meshhealth.kvstore.endpoints import EtcdEndpoint
 from meshhealth.kvstore.etcd_config import TlsFiles
-from meshhealth.kvstore.secret_files import secret_file_problem
-
-MAX_PEM_BYTES = defaults.ETCD_PEM_MAX_BYTES
+from meshhealth.kvstore.secret_files import PemFileError, read_pem_file
 
 Fingerprint = tuple[tuple[str, int, int, int] | tuple[str, str], ...]
 
@@ -41,20 +38,11 @@ class TlsSetupError(Exception):
 
 def _read(path: str, what: str, *, secret: bool = False) -> bytes:
     """A PEM file's bytes; `secret` (a private key): refused unless only its owner may
-    read it."""
+    read it (secret_files.read_pem_file)."""
     try:
-        with open(path, "rb") as handle:
-            problem = secret_file_problem(handle.fileno()) if secret else None
-            data = handle.read(MAX_PEM_BYTES + 1)
-    except OSError as error:
-        raise TlsSetupError(f"{what} {path}: {error.strerror or error}") from None
-    if problem is not None:
-        raise TlsSetupError(f"{what} {path}: {problem}")
-    if len(data) > MAX_PEM_BYTES:
-        raise TlsSetupError(f"{what} {path}: larger than {MAX_PEM_BYTES} bytes")
-    if b"-----BEGIN " not in data:
-        raise TlsSetupError(f"{what} {path}: not a PEM file")
-    return data
+        return read_pem_file(path, what, secret=secret)
+    except PemFileError as error:
+        raise TlsSetupError(str(error)) from None
 
 
 # --- a certificate's validity, read from its DER -------------------------------------------------

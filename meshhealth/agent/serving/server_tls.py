@@ -22,9 +22,7 @@ from typing import Any
 
 import trio
 
-from meshhealth.kvstore.secret_files import secret_file_problem
-
-MAX_PEM_BYTES = 1024 * 1024
+from meshhealth.kvstore.secret_files import PemFileError, read_pem_file
 
 
 class ServerTlsError(ValueError):
@@ -33,17 +31,9 @@ class ServerTlsError(ValueError):
 
 def _check_pem(path: str, what: str, *, secret: bool) -> None:
     try:
-        with open(path, "rb") as handle:
-            problem = secret_file_problem(handle.fileno()) if secret else None
-            data = handle.read(MAX_PEM_BYTES + 1)
-    except OSError as error:
-        raise ServerTlsError(f"{what} {path}: {error.strerror or error}") from None
-    if problem is not None:
-        raise ServerTlsError(f"{what} {path}: {problem}")
-    if len(data) > MAX_PEM_BYTES:
-        raise ServerTlsError(f"{what} {path}: larger than {MAX_PEM_BYTES} bytes")
-    if b"-----BEGIN " not in data:
-        raise ServerTlsError(f"{what} {path}: not a PEM file")
+        read_pem_file(path, what, secret=secret)
+    except PemFileError as error:
+        raise ServerTlsError(str(error)) from None
 
 
 def server_ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:
