@@ -192,7 +192,7 @@ def test_single_stack_target_has_no_secondary_paths_field() -> None:
 
 def test_unknown_secondary_path_is_refused() -> None:
     wire = to_jsonable(report(TargetHealth("default", "n2", {"node/icmp": OK})))
-    wire["targets"][0]["secondary_paths"] = {"node/udp": {"status": "ok", "rtt_s": 0.0, "loss": 0}}  # type: ignore[index]
+    wire["targets"][0]["secondary_paths"] = {"node/quic": {"status": "ok", "rtt_s": 0.0, "loss": 0}}  # type: ignore[index]
     with pytest.raises(DecodeError, match=r"targets\[0\].secondary_paths': unknown path"):
         decode_health_report(pack(wire))
 
