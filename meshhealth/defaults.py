@@ -577,3 +577,11 @@ ROLLUP_MAX_BYTES: Final = 64 * 1024
 # of its name): N nodes write N / 600 values a second, evenly, instead of N at once
 # after each boundary; half the window, so a value is never more than 5 minutes late.
 ROLLUP_WRITE_SPREAD_S: Final = 300.0
+
+# A kernel receive stamp older than this is not a delay but the wall clock stepped
+# (NTP): the pinger ignores it and takes its own clock (probe/icmp_socket.py).
+ICMP_MAX_RECEIVE_DELAY_S: Final = 10.0
+# bench/chaos_soak.py: after a fault is cleared its nodes stay out of the next faults
+# this long, so one fault's traces are not taken for the next one's (a show bound: 20 s
+# + 5 intervals at the soak's interval).
+CHAOS_SETTLE_S: Final = 45.0

@@ -166,7 +166,8 @@ def test_bounds_hold_and_the_byte_count_is_exact(
     now = T0
     for offset, target, (kind, protocol), success, rtt in sorted(results):
         now = T0 + offset
-        path = PathKey("c1", f"n{target}", kind, protocol)
+        port = 10250 if protocol is Protocol.TCP else 0  # a TCP path has its port
+        path = PathKey("c1", f"n{target}", kind, protocol, port=port)
         rollups.record(path, ok(now, rtt) if success else bad(now))
         if offset % 7 == 0:
             rollups.close(now)

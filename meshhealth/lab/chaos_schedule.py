@@ -29,6 +29,7 @@ import random
 from dataclasses import dataclass
 from typing import Final
 
+from meshhealth import defaults
 from meshhealth.lab import etcd_members as M
 from meshhealth.lab import faults as F
 
@@ -40,7 +41,6 @@ MTU_SIZE: Final = 1400
 RESTART_S: Final = (2.0, 6.0)
 DURATION_S: Final = (25.0, 75.0)  # how long a fault stays (restart-agent: RESTART_S)
 GAP_S: Final = (4.0, 25.0)  # between two attempts to start a fault
-SETTLE_S: Final = 45.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +169,7 @@ def make_schedule(
     nodes: int,
     etcd_members: int,
     duration_s: float,
-    settle_s: float = SETTLE_S,
+    settle_s: float = defaults.CHAOS_SETTLE_S,
     attempts: int = 40,
 ) -> tuple[ScheduledFault, ...]:
     """The soak's faults, by start time. Each attempt draws the deck's next kind, its

@@ -7,6 +7,7 @@ import socket
 import struct
 import sys
 
+from meshhealth import defaults
 from meshhealth.netns import socket_in_netns
 from meshhealth.probe import icmp_bpf
 from meshhealth.probe.icmp_packet import (
@@ -29,8 +30,6 @@ SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _TIMESPEC = struct.Struct("=qq")  # struct timespec on a 64-bit kernel: tv_sec, tv_nsec
 TIMESTAMP_CMSG_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)  # ancillary buffer: one stamp
-# A receive delay past this is not a delay but the wall clock stepped (NTP): ignored.
-MAX_RECEIVE_DELAY_S = 10.0
 
 
 class PingerPermissionError(PermissionError):
@@ -164,10 +163,10 @@ def receive_delay_s(ancdata: list[tuple[int, int, bytes]], wall_now: float) -> f
     datagram whose control messages are `ancdata`: what to take off the time the reader
     saw it, so an RTT does not count the wait for the receiving task. 0.0 without a
     stamp, or when the wall clock stepped (a negative delay, or one past
-    MAX_RECEIVE_DELAY_S). Pure."""
+    defaults.ICMP_MAX_RECEIVE_DELAY_S). Pure."""
     for level, kind, data in ancdata:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
             seconds, nanoseconds = _TIMESPEC.unpack_from(data)
             delay = wall_now - (seconds + nanoseconds * 1e-9)
-            return delay if 0.0 <= delay <= MAX_RECEIVE_DELAY_S else 0.0
+            return delay if 0.0 <= delay <= defaults.ICMP_MAX_RECEIVE_DELAY_S else 0.0
     return 0.0

@@ -45,9 +45,9 @@ MAX_RTT_US = 3_600_000_000
 MAX_WINDOWS = 100_000  # per list; the value's byte bound is the real limit
 MAX_PATHS = 100_000
 MAX_PATH_CHARS = 64
-# `node/icmp`, `endpoint/http@secondary`, and path kinds newer writers add (tcp, udp):
+# `node/icmp`, `endpoint/http@secondary`, `node/tcp:10250`, and path kinds newer writers add:
 # the report shows them as they are.
-PATH_RE = re.compile(r"[a-z][a-z0-9-]*/[a-z][a-z0-9-]*(?:@[a-z][a-z0-9-]*)?")
+PATH_RE = re.compile(r"[a-z][a-z0-9-]*/[a-z][a-z0-9-]*(?::[1-9][0-9]{0,4})?(?:@[a-z][a-z0-9-]*)?")
 
 
 @dataclass(frozen=True, slots=True)
