@@ -227,6 +227,25 @@ async def test_busy_helper_refuses_at_once(etcd_server: EtcdServer) -> None:
         assert setup.server.counters.refused["busy"].value == 1
 
 
+async def test_the_same_request_twice_at_once_is_probed_twice(etcd_server: EtcdServer) -> None:
+    """A requester that asks again while its first probe still runs (a starved agent
+    retries) sends an equal request: both are served, neither fails with 500."""
+    async with mesh(etcd_server, max_concurrent=2) as setup:
+        setup.probe.gate = trio.Event()
+        statuses: list[int] = []
+
+        async def request() -> None:
+            statuses.append((await ask(GOOD))[0])
+
+        setup.nursery.start_soon(request)
+        setup.nursery.start_soon(request)
+        await poll_until(lambda: setup.probe.running == 2, 10.0, what="both probes running")
+        setup.probe.gate.set()
+        await poll_until(lambda: len(statuses) == 2, 10.0, what="both answered")
+        assert statuses == [200, 200]
+        assert setup.server.counters.served.value == 2
+
+
 async def test_requester_concludes_from_a_real_helper(etcd_server: EtcdServer) -> None:
     """The requester's side: only `h` can help; it reaches the target's HTTP (so the
     requester's own failure was its path), then, with the target's responder gone,

@@ -116,15 +116,19 @@ class IndirectServer:
         if target is None:
             why = f"{query.cluster}/{query.node} is not a registered node"
             return self._refuse("unknown-target", Refusal(404, why))
+        # A borrower of its own: two equal requests (one requester asking again while its
+        # first probe still runs) are equal RouteRequests, and trio's limiter refuses a
+        # borrower that already holds a token with RuntimeError.
+        borrower = object()
         try:
-            self.limiter.acquire_on_behalf_of_nowait(request)
+            self.limiter.acquire_on_behalf_of_nowait(borrower)
         except trio.WouldBlock:
             why = f"{self.limiter.total_tokens:g} indirect probes are running"
             return self._refuse("busy", Refusal(429, why))
         try:
             reports = await self._probe(target)
         finally:
-            self.limiter.release_on_behalf_of(request)
+            self.limiter.release_on_behalf_of(borrower)
         self.counters.served.inc()
         answer = build_answer(
             helper=self.own, target=(target.cluster, target.node), reports=reports
