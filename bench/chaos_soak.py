@@ -55,6 +55,7 @@ from meshhealth.lab.chaos_score import (
     Finding,
     Judge,
     View,
+    traceback_exceptions,
 )
 from meshhealth.netns import call_in_netns
 
@@ -223,7 +224,8 @@ def slow_checks(judge: Judge, probe: Probe, t: float, args: argparse.Namespace) 
             continue
         probe.log_offsets[node.qualified] = probe.log_offsets.get(node.qualified, 0) + len(new)
         found = new.count(b"Traceback")
-        tb.check(found == 0, f"t={t:.0f}s {found} traceback(s) in {node.log}")
+        raised = "; ".join(traceback_exceptions(new))
+        tb.check(found == 0, f"t={t:.0f}s {found} traceback(s) in {node.log}: {raised}")
     # RSS
     rss = judge.tallies[RSS]
     for node in plan.nodes:

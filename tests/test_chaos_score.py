@@ -15,6 +15,7 @@ from meshhealth.lab.chaos_score import (
     Finding,
     Judge,
     View,
+    traceback_exceptions,
 )
 
 BOUNDS = Bounds(show_s=20, name_s=30, clear_s=40)
@@ -148,3 +149,51 @@ def test_table_lists_every_invariant() -> None:
     rows = judge().table()
     assert rows[0].split() == ["invariant", "checks", "violations", "worst"]
     assert [r.split()[0] for r in rows[1:]] == list(INVARIANTS)
+
+
+PLAIN_TRACEBACK = b"""2026-11-27T08:00:00Z info agent: started
+Traceback (most recent call last):
+  File "/x/agent.py", line 3, in run
+    raise
+  File "/x/agent.py", line 9, in step
+    value = int(text)
+            ^^^^^^^^^
+ValueError: invalid literal for int() with base 10: 'x'
+2026-11-27T08:00:01Z info agent: next
+"""
+
+GROUP_TRACEBACK = b"""  + Exception Group Traceback (most recent call last):
+  |   File "/x/main.py", line 1, in <module>
+  |     trio.run(main)
+  | ExceptionGroup: Exceptions from Trio nursery (1 sub-exception)
+  +-+---------------- 1 ----------------
+    | Traceback (most recent call last):
+    |   File "/x/main.py", line 5, in main
+    |     await serve()
+    | KeyError: 'node'
+    +------------------------------------
+"""
+
+
+def test_traceback_exceptions_names_the_raised_line() -> None:
+    assert traceback_exceptions(PLAIN_TRACEBACK) == [
+        "ValueError: invalid literal for int() with base 10: 'x'"
+    ]
+
+
+def test_traceback_exceptions_reads_an_exception_group_and_its_members() -> None:
+    assert traceback_exceptions(GROUP_TRACEBACK) == [
+        "ExceptionGroup: Exceptions from Trio nursery (1 sub-exception)",
+        "KeyError: 'node'",
+    ]
+
+
+def test_traceback_exceptions_limit_cut_and_no_traceback() -> None:
+    assert (
+        traceback_exceptions(PLAIN_TRACEBACK * 5, limit=2)
+        == ["ValueError: invalid literal for int() with base 10: 'x'"] * 2
+    )
+    assert traceback_exceptions(b"Traceback (most recent call last):\n  File x\n") == ["(cut off)"]
+    assert traceback_exceptions(b"all quiet\n") == []
+    long = b"Traceback (most recent call last):\n  File x\nE: " + b"y" * 400 + b"\n"
+    assert len(traceback_exceptions(long)[0]) == 160

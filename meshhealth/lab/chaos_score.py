@@ -5,7 +5,7 @@
     judge.fault_off(fault, t)
     judge.observe(t, [View(node_states, findings), ...])   # every answering agent
     judge.registrations(t, {"node1", ...})    # the nodes registered in etcd
-    judge.tracebacks(agent_logs_with_one)     # ...
+    raised = traceback_exceptions(new_log_bytes)  # ["ValueError: ...", ...]
     print(judge.table())
 
 Each invariant counts its checks, its violations and a worst figure (a time in s, a
@@ -25,7 +25,8 @@ faults injected so far (meshhealth.lab.chaos_schedule.FaultSpec):
   one) is counted in `bystanders`, not as a violation.
 - **registered**: every node whose agent runs (not killed, or restarted more than
   `clear_s` ago) is registered.
-- **tracebacks**, **agent-rss**, **etcd-writes**: checked by the caller, counted here.
+- **tracebacks**, **agent-rss**, **etcd-writes**: checked by the caller, counted here;
+  `traceback_exceptions` names what each traceback in a log raised, for the report.
 """
 
 from __future__ import annotations
@@ -46,6 +47,32 @@ RSS: Final = "agent-rss"
 WRITES: Final = "etcd-writes"
 INVARIANTS: Final = (HEADLINE, NAMED, CLEARED, REGISTERED, TRACEBACKS, RSS, WRITES)
 _UNITS: Final = {RSS: "MB", WRITES: "/s", TRACEBACKS: ""}
+
+
+def traceback_exceptions(log: bytes, *, limit: int = 3) -> list[str]:
+    """The exception line ("ValueError: bad") ending each traceback in `log`, at most
+    `limit`, each cut to 160 characters; "(cut off)" when the log ends inside one.
+
+    An exception group's tracebacks are drawn with `|` and `+` in front; the line that
+    ends a traceback starts in the same column as its "Traceback" line."""
+    raised: list[str] = []
+    lines = log.decode("utf-8", "replace").splitlines()
+
+    def column(line: str) -> int:
+        return len(line) - len(line.lstrip(" |+-"))
+
+    i = 0
+    while i < len(lines) and len(raised) < limit:
+        line = lines[i]
+        i += 1
+        if "Traceback (most recent call last)" not in line:
+            continue
+        start = column(line)
+        while i < len(lines) and (not lines[i].strip(" |+-") or column(lines[i]) != start):
+            i += 1
+        raised.append(lines[i].lstrip(" |+-")[:160] if i < len(lines) else "(cut off)")
+        i += 1
+    return raised
 
 
 @dataclass(frozen=True, slots=True)
