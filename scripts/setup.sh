@@ -3,6 +3,8 @@
 #   - Debian packages (etcd, iproute2, nftables, fping, tmux; for the tests of deploy/ and
 #     of the web page: promtool from prometheus, systemd-analyze from systemd, chromium)
 #     through apt-get when missing
+#   - python3 and, when uv is missing, python3-pip to install it (a minimal Debian, e.g. a
+#     stock container, has neither)
 #   - uv, then the virtualenv .venv from pyproject.toml + uv.lock (locked, reproducible)
 # Sourced by scripts/test.sh and scripts/quickstart.sh; safe to run by itself.
 set -euo pipefail
@@ -12,6 +14,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 # binary -> Debian package that provides it
 declare -A NEEDED=(
+  [python3]=python3
   [etcd]=etcd-server
   [etcdctl]=etcd-client
   [ip]=iproute2
@@ -39,6 +42,12 @@ if ((${#missing[@]})); then
 fi
 
 if ! command -v uv >/dev/null 2>&1; then
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    # a minimal Debian (a stock container) has python3 without pip
+    echo "setup: installing Debian package python3-pip (to install uv)" >&2
+    apt-get update -qq >&2
+    apt-get install -y -qq --no-install-recommends python3-pip >&2
+  fi
   echo "setup: installing uv" >&2
   python3 -m pip install --quiet --disable-pip-version-check uv >&2 \
     || python3 -m pip install --quiet --break-system-packages uv >&2
