@@ -25,6 +25,7 @@ declare -A NEEDED=(
   [systemd-analyze]=systemd
   [chromium]=chromium
   [openssl]=openssl
+  [update-ca-certificates]=ca-certificates
 )
 
 missing=()
@@ -60,5 +61,9 @@ if ! command -v uv >/dev/null 2>&1; then
 fi
 
 cd "$ROOT"
+# uv trusts the system's CA store (ca-certificates, with a site's own CAs from
+# /usr/local/share/ca-certificates), not only its built-in roots: behind a TLS-inspecting
+# proxy PyPI is reachable as it is for apt and pip.
+export UV_SYSTEM_CERTS="${UV_SYSTEM_CERTS:-true}"
 uv sync --locked --quiet
 export PATH="$ROOT/.venv/bin:$PATH"
