@@ -15,6 +15,9 @@ injected (meshhealth/lab/chaos_score.py):
   named        each fault is named by its finding (kind and culprit) within a bound
   cleared      no finding names a node whose fault was cleared longer than a bound ago
   registered   every node whose agent runs is registered in etcd
+  timeline     at the end, from the findings timeline (`meshhealth events`, printed
+               too): each fault that had to be named has its event, opened within the
+               named bound and closed within the cleared bound
   tracebacks   no "Traceback" in any agent's log
   agent-rss    no agent's RSS grows more than a bound over the run
   etcd-writes  the agents' etcd writes (meshhealth_kvstore_writes_total) over every
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import http.client
+import json
 import os
 import re
 import shutil
@@ -49,15 +53,18 @@ from meshhealth.lab import state as S
 from meshhealth.lab.chaos_schedule import ScheduledFault, concurrency, make_schedule
 from meshhealth.lab.chaos_score import (
     RSS,
+    TIMELINE,
     TRACEBACKS,
     WRITES,
     Bounds,
+    Event,
     Finding,
     Judge,
     View,
     traceback_exceptions,
 )
 from meshhealth.netns import call_in_netns
+from meshhealth.timefmt import iso_time, parse_when
 
 PREFIX = "mhsk"
 CLUSTER = "lab1"
@@ -327,6 +334,7 @@ def run_soak(args: argparse.Namespace, judge: Judge) -> None:
     )
     probe = Probe()
     t0 = time.monotonic()
+    t0_unix = time.time()
     next_slow = 0.0
     on: set[ScheduledFault] = set()
     while True:
@@ -361,6 +369,49 @@ def run_soak(args: argparse.Namespace, judge: Judge) -> None:
         time.sleep(max(0.1, TICK_S - elapsed))
     for fault in list(on):  # nothing should be left: the schedule ends quiet
         clear(args.prefix, fault)
+    timeline = read_timeline(args.prefix, t0_unix - 1.0, t0_unix)
+    if timeline is None:
+        judge.tallies[TIMELINE].check(False, "the findings timeline could not be read")
+    else:
+        judge.timeline(timeline, end_s=time.monotonic() - t0)
+
+
+def read_timeline(prefix: str, since_unix: float, t0_unix: float) -> list[Event] | None:
+    """The findings timeline since the soak began, as `meshhealth events` prints it for an
+    operator (said here) and as events in the soak's seconds (None: not readable)."""
+    st, plan = load(prefix)
+    node = plan.nodes[0]
+    env = control.exec_env(plan, node, dict(os.environ), st)
+    base = ["ip", "netns", "exec", node.netns, sys.executable, "-m", "meshhealth", "events"]
+    since = ["--since", iso_time(since_unix) or "", "--cluster", CLUSTER]
+    try:
+        text = subprocess.run(
+            [*base, *since], env=env, capture_output=True, text=True, timeout=30, check=False
+        )
+        done = subprocess.run(
+            [*base, *since, "-o", "json"],
+            env=env, capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        say("meshhealth events: no answer within 30 s")
+        return None
+    say(f"$ meshhealth events --since {iso_time(since_unix)}")
+    for line in (text.stdout + text.stderr).splitlines():
+        say(f"  {line}")
+    if done.returncode != 0:
+        return None
+    events: list[Event] = []
+    for e in json.loads(done.stdout)["events"]:
+        closed = e["closed_at"]
+        events.append(
+            Event(
+                kind=e["kind"],
+                nodes=frozenset(e["nodes"]),
+                opened_s=parse_when(e["opened_at"], t0_unix) - t0_unix,
+                closed_s=None if closed is None else parse_when(closed, t0_unix) - t0_unix,
+            )
+        )
+    return events
 
 
 def keep_logs(prefix: str, to: Path) -> None:

@@ -11,7 +11,9 @@ from meshhealth.lab.chaos_score import (
     INVARIANTS,
     NAMED,
     REGISTERED,
+    TIMELINE,
     Bounds,
+    Event,
     Finding,
     Judge,
     View,
@@ -130,6 +132,49 @@ def test_finding_naming_a_bystander_too() -> None:
     j.observe(30, [View(down("node2"), [finding("path", "node2", "node3")])])
     j.observe(32, [View(down("node2"), [finding("path", "node2", "node3")])])
     assert j.bystander_worst == 4
+
+
+def event(kind: str, node: str, opened: float, closed: float | None) -> Event:
+    return Event(kind, frozenset({f"lab1/{node}"}), opened, closed)
+
+
+def test_timeline_wants_an_event_opened_and_closed_in_time() -> None:
+    j = judge()
+    j.fault_on(INGRESS, 0)
+    j.fault_off(INGRESS, 100)
+    j.fault_on(EGRESS, 10)  # never cleared: its event may stay open
+    j.fault_off(EGRESS, 200)
+    short = ScheduledFault(F.INGRESS_DROP, 150, 160, ("node4",))
+    j.fault_on(short, 150)  # on 10 s < name bound: not checked
+    j.fault_off(short, 160)
+    j.timeline(
+        [
+            event("ingress-blocked", "node2", 5, 90),
+            event("ingress-blocked", "node2", 95, 120),  # flapped, closed 20 s after
+            event("egress-blocked", "node3", 25, None),
+        ],
+        end_s=220,
+    )
+    assert counts(j, TIMELINE) == (2, 0)
+    assert j.tallies[TIMELINE].worst == 15
+
+
+def test_timeline_misses_late_wrong_and_lingering_events() -> None:
+    j = judge()
+    j.fault_on(INGRESS, 0)
+    j.fault_off(INGRESS, 100)
+    j.timeline([event("ingress-blocked", "node2", 31, 110)], end_s=200)  # opened late
+    j.timeline([event("node-isolated", "node2", 5, 110)], end_s=200)  # wrong kind
+    j.timeline([event("ingress-blocked", "node1", 5, 110)], end_s=200)  # wrong node
+    j.timeline([event("ingress-blocked", "node2", 5, None)], end_s=200)  # never closed
+    j.timeline([event("ingress-blocked", "node2", 5, 141)], end_s=200)  # closed late
+    j.timeline([event("ingress-blocked", "node2", 5, None)], end_s=130)  # not due yet
+    assert counts(j, TIMELINE) == (6, 5)
+    examples = j.tallies[TIMELINE].examples
+    assert examples[0] == "ingress-drop node2 at 0s: no ingress-blocked event opened within 30s"
+    assert examples[3] == (
+        "ingress-drop node2 at 0s: its event still open 40s after the fault was cleared"
+    )
 
 
 def test_registrations_skip_killed_agents_until_they_had_time() -> None:

@@ -25,6 +25,10 @@ faults injected so far (meshhealth.lab.chaos_schedule.FaultSpec):
   one) is counted in `bystanders`, not as a violation.
 - **registered**: every node whose agent runs (not killed, or restarted more than
   `clear_s` ago) is registered.
+- **timeline**: read once at the end from the findings timeline (`meshhealth events`):
+  every fault that had to be named has an event of one of its kinds with exactly its
+  culprits, opened within `name_s` of the fault, and closed within `clear_s` of its
+  clearing. Worst: the longest an event took to open.
 - **tracebacks**, **agent-rss**, **etcd-writes**: checked by the caller, counted here;
   `traceback_exceptions` names what each traceback in a log raised, for the report.
 """
@@ -42,10 +46,11 @@ HEADLINE: Final = "headline"
 NAMED: Final = "named"
 CLEARED: Final = "cleared"
 REGISTERED: Final = "registered"
+TIMELINE: Final = "timeline"
 TRACEBACKS: Final = "tracebacks"
 RSS: Final = "agent-rss"
 WRITES: Final = "etcd-writes"
-INVARIANTS: Final = (HEADLINE, NAMED, CLEARED, REGISTERED, TRACEBACKS, RSS, WRITES)
+INVARIANTS: Final = (HEADLINE, NAMED, CLEARED, REGISTERED, TIMELINE, TRACEBACKS, RSS, WRITES)
 _UNITS: Final = {RSS: "MB", WRITES: "/s", TRACEBACKS: ""}
 
 
@@ -86,6 +91,16 @@ class Bounds:
 class Finding:
     kind: str
     nodes: frozenset[str]  # cluster/node
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One event of the findings timeline, its times in the soak's seconds."""
+
+    kind: str
+    nodes: frozenset[str]  # cluster/node
+    opened_s: float
+    closed_s: float | None  # None: still open
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +302,41 @@ class Judge:
 
     def broken(self) -> list[str]:
         return [name for name in INVARIANTS if self.tallies[name].violations]
+
+    def timeline(self, events: Sequence[Event], end_s: float) -> None:
+        """`timeline`: each fault that had to be named (on for `name_s` before `end_s`)
+        has its event, opened in time and closed in time (see the module docstring)."""
+        tally = self.tallies[TIMELINE]
+        for a in self._applied:
+            spec = a.fault.spec
+            off = a.off_s if a.off_s is not None else end_s
+            if not spec.findings or off - a.on_s < self.bounds.name_s:
+                continue
+            culprits = self.culprits(a.fault)
+            during = [
+                e
+                for e in events
+                if e.kind in spec.findings and e.nodes == culprits and a.on_s <= e.opened_s <= off
+            ]
+            first = min((e.opened_s for e in during), default=None)
+            if first is None or first > a.on_s + self.bounds.name_s:
+                tally.check(
+                    False,
+                    f"{a.fault.label} at {a.on_s:.0f}s: no {'/'.join(spec.findings)} event "
+                    f"opened within {self.bounds.name_s:g}s",
+                )
+                continue
+            tally.worse(first - a.on_s)
+            due = None if a.off_s is None else a.off_s + self.bounds.clear_s
+            if due is None or due > end_s:
+                tally.check(True)
+                continue
+            late = [e for e in during if e.closed_s is None or e.closed_s > due]
+            tally.check(
+                not late,
+                f"{a.fault.label} at {a.on_s:.0f}s: its event still open "
+                f"{self.bounds.clear_s:g}s after the fault was cleared",
+            )
 
     def unnamed(self) -> list[str]:
         """Faults that needed a finding and never got one in every view."""
