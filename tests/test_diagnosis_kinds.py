@@ -94,6 +94,17 @@ CASES: list[tuple[str, MatrixView, list[tuple[str, tuple[str, ...]]]]] = [
     # only its column fails; its own probes work
     ("ingress-blocked", mesh(ABCD, cells=column("d", ABCD, "down")),
      [("ingress-blocked", _n("d"))]),
+    # one observer's cell half-failed (its ICMP still suspect-free, HTTP failed; big DF
+    # lost): nothing else reaches e, so no agent-layer or MTU path beside the node's
+    ("ingress-blocked: a half-failed cell into it is no path of its own",
+     mesh("abcdef", cells={**column("f", "abcdef", "down"), ("a", "f"): "agent"}),
+     [("ingress-blocked", _n("f"))]),
+    ("ingress-blocked: a cell into it that loses big DF probes only is no MTU path",
+     mesh("abcdef", cells={**column("f", "abcdef", "down"), ("a", "f"): "mtu"}),
+     [("ingress-blocked", _n("f"))]),
+    ("egress-blocked: a half-failed cell out of it is no path of its own",
+     mesh(ABCDE, cells={**row("e", ABCDE, "down"), ("e", "a"): "agent"}),
+     [("egress-blocked", _n("e"))]),
     ("one pair", mesh(ABCD, cells={("a", "d"): "down"}), [("path", _n("a", "d"))]),
     # two nodes, a broken link: nothing says which side; the first by name is named
     ("two nodes, one broken link", mesh("ab", cells={("a", "b"): "down", ("b", "a"): "down"}),

@@ -9,7 +9,8 @@ In order:
    partition are localised (007-style votes, `localise`) and each blamed node becomes a
    finding whose kind follows from its row and column: node-down, node-isolated,
    ingress-blocked, egress-blocked, agent-down, endpoint-down, mtu-blackhole,
-   udp-blocked, port-blocked;
+   udp-blocked, port-blocked; the layers above connectivity leave alone the pairs into a
+   node whose column connectivity blamed, and out of one whose row it blamed;
 3. failures no node explains are `path` findings (observer -> target); a dual-stack
    target whose secondary addresses fail while its primary ones answer is a `path`
    finding too (families.py); but HTTP to an
@@ -110,6 +111,8 @@ def diagnose(
             paths = tuple(p for p in paths if p[0] not in lagging and p[1] not in lagging)
         findings += [_blame_finding(layer, blame, grid, evidence) for blame in blames]
         findings += [_path_finding(layer, pair, evidence) for pair in paths]
+        if layer is Layer.CONNECTIVITY:
+            explained |= _cut_off_sides(blames, grid.nodes)
     # A dead observer's last report (its agent named down) is not evidence of a path: the
     # probes its dying round lost are its own.
     down = {
@@ -171,6 +174,21 @@ def _quote_a_trace(findings: list[Finding], view: MatrixView) -> list[Finding]:
         else:
             out.append(finding)
     return out
+
+
+def _cut_off_sides(blames: tuple[Blame, ...], nodes: tuple[NodeId, ...]) -> set[Pair]:
+    """The pairs into a node that nothing reaches (ingress-blocked, node-down, isolated)
+    and out of one that reaches nothing (egress-blocked, isolated): the layers above
+    connectivity (agent, endpoint, MTU, UDP, TCP) cannot say more of them, and a cell
+    there that a probe's timing left half-failed (ICMP still suspect, HTTP failed) is
+    no path fault beside the node's finding."""
+    sides: set[Pair] = set()
+    for blame in blames:
+        if blame.column_failing:
+            sides |= {(o, blame.node) for o in nodes if o != blame.node}
+        if blame.row_failing:
+            sides |= {(blame.node, t) for t in nodes if t != blame.node}
+    return sides
 
 
 def _only_targets_failing(grid: Grid, node: NodeId) -> bool:
