@@ -71,7 +71,7 @@ SAMPLER = r"""
 import json, sys, time
 import trio
 from meshhealth.diagnosis.diagnose import diagnose
-from meshhealth.diagnosis.from_matrix import matrix_view
+from meshhealth.diagnosis.view import matrix_view
 from meshhealth.kvstore import open_etcd
 from meshhealth.matrix_source import MatrixSource, read_matrix
 from meshhealth.model import ProbeStatus
@@ -238,7 +238,7 @@ def main() -> int:
     ap.add_argument("--prefix", default="mhacc")
     ap.add_argument("--skip-noise", action="store_true")
     a = ap.parse_args()
-    from meshhealth.diagnosis.from_matrix import PATH_KINDS
+    from meshhealth.diagnosis.view import PATH_KINDS
 
     has_df = "node/icmp-df" in PATH_KINDS
     # every observer has probed and published at least twice by then

@@ -17,7 +17,8 @@ garbage collector included, with the agent's GC settings: meshhealth.gc_tuning, 
 --default-gc), --repeat times (the min and the median are printed):
 
     build_matrix    documents/matrix.py: the reports -> the N x N matrix
-    matrix_view     diagnosis/from_matrix.py: the matrix as diagnosis reads it
+    matrix_view     diagnosis/view.py: the matrix as diagnosis reads it, indexed (the
+                    layers' verdicts per pair)
     diagnose        diagnosis/diagnose.py: the findings
     build_summary   diagnosis/cluster_summary.py: the verdict the aggregator publishes
     total           the four, one after the other
@@ -41,8 +42,8 @@ from meshhealth import defaults
 from meshhealth.diagnosis.cluster_summary import build_summary
 from meshhealth.diagnosis.diagnose import diagnose
 from meshhealth.diagnosis.findings import Finding
-from meshhealth.diagnosis.from_matrix import matrix_view
 from meshhealth.diagnosis.local_health import REASON_LOOP_LAG, REASON_TARGETS_FAILING
+from meshhealth.diagnosis.view import matrix_view
 from meshhealth.documents.matrix import build_matrix
 from meshhealth.gc_tuning import tune_gc_for_probing
 from meshhealth.model import HealthReport, PathHealth, PlanInfo, ProbeStatus, TargetHealth

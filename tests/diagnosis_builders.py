@@ -14,12 +14,12 @@ from collections.abc import Iterable, Mapping
 
 from meshhealth.diagnosis.cells import (
     MatrixCell,
-    MatrixView,
     NodeId,
     Observer,
     PathKind,
     PathObservation,
 )
+from meshhealth.diagnosis.view import MatrixView
 from meshhealth.model import Reachability
 
 NOW = 1_800_000_000.0

@@ -18,7 +18,7 @@ from dataclasses import replace
 from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.diagnosis.cluster_summary import build_summary
 from meshhealth.diagnosis.diagnose import diagnose
-from meshhealth.diagnosis.from_matrix import matrix_view
+from meshhealth.diagnosis.view import matrix_view
 from meshhealth.documents.matrix import build_matrix
 from meshhealth.documents.status import (
     EtcdState,

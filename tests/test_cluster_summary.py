@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from meshhealth.agent.cluster_view.aggregator import summarise
 from meshhealth.diagnosis.cluster_summary import build_summary, keep_since
 from meshhealth.diagnosis.diagnose import diagnose
-from meshhealth.diagnosis.from_matrix import matrix_view
+from meshhealth.diagnosis.view import matrix_view
 from meshhealth.documents.cluster_health import discounted_text, this_node_text
 from meshhealth.documents.matrix import build_matrix, stale_after_s
 from meshhealth.documents.reachability import node_consensus

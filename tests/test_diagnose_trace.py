@@ -11,7 +11,7 @@ import pytest
 from meshhealth.diagnosis.cells import NodeId
 from meshhealth.diagnosis.diagnose import diagnose, trace_text
 from meshhealth.diagnosis.findings import Finding
-from meshhealth.diagnosis.from_matrix import matrix_view
+from meshhealth.diagnosis.view import matrix_view
 from meshhealth.documents.matrix import build_matrix
 from meshhealth.model import HealthReport, TraceStop
 from tests import matrix_stories as S

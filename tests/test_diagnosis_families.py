@@ -7,9 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from meshhealth.diagnosis.cells import MatrixCell, MatrixView, Observer
+from meshhealth.diagnosis.cells import MatrixCell, Observer
 from meshhealth.diagnosis.diagnose import diagnose
 from meshhealth.diagnosis.findings import FindingKind
+from meshhealth.diagnosis.view import MatrixView
 from tests.diagnosis_builders import SINCE, cell, node
 
 ABCD = ("a", "b", "c", "d")

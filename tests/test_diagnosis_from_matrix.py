@@ -1,4 +1,4 @@
-"""The matrix document as diagnosis reads it (diagnosis/from_matrix.py), and the
+"""The matrix document as diagnosis reads it (diagnosis/view.py), and the
 findings the matrix stories give through it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from meshhealth.diagnosis.cells import NodeId, PathKind, PathObservation
 from meshhealth.diagnosis.diagnose import diagnose
-from meshhealth.diagnosis.from_matrix import matrix_view, path_state
+from meshhealth.diagnosis.view import matrix_view, path_state
 from meshhealth.documents.matrix import build_matrix
 from meshhealth.model import HealthReport, ProbeStatus, Reachability
 from tests import matrix_stories as S
@@ -101,12 +101,13 @@ def test_path_state(status: ProbeStatus, stale: bool, state: Reachability | None
 def test_cells_observers_and_nodes_of_the_stale_story() -> None:
     matrix = build_matrix(S.stale_and_missing(), now=S.NOW)
     view = matrix_view(matrix)
-    view.validate()
     remote = NodeId("lab2", "node1")
     # node3 and lab2/node1 report nothing: known nodes, not observers.
     assert {o.node for o in view.observers} == {N1, N2}
     assert not any(o.degraded for o in view.observers)
-    assert set(view.all_nodes()) == {N1, N2, N3, remote}
+    assert view.nodes == tuple(sorted({N1, N2, N3, remote}))
+    assert view.silent == {N2, N3, remote}  # node2 stale; node3, lab2/node1 no report
+    assert view.stale_since == {N2: S.NOW - 100.0} and view.fresh_rows == {N1}
     cells = {(c.observer, c.target): c for c in view.cells}
     assert set(cells) == {(N1, N1), (N1, N2), (N1, N3), (N1, remote), (N2, N1), (N2, N2)}
     fresh_since = S.NOW - 2.0

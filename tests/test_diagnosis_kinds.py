@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from meshhealth.diagnosis.cells import MatrixView, NodeId
+from meshhealth.diagnosis.cells import NodeId, Observer
 from meshhealth.diagnosis.diagnose import confidence, diagnose
 from meshhealth.diagnosis.findings import FindingKind
-from tests.diagnosis_builders import SINCE, cell, column, mesh, node, row
+from meshhealth.diagnosis.view import MatrixView
+from tests.diagnosis_builders import NOW, SINCE, cell, column, mesh, node, row
 
 ABCD = "abcd"
 ABCDE = "abcde"
@@ -317,13 +318,18 @@ def test_self_probes_are_ignored() -> None:
 
 
 def test_duplicate_cells_are_refused() -> None:
-    view = MatrixView.of([cell("a", "b", "ok"), cell("a", "b", "down")])
     with pytest.raises(ValueError, match="two cells for lab1/a -> lab1/b"):
-        diagnose(view)
+        MatrixView.of([cell("a", "b", "ok"), cell("a", "b", "down")])
+
+
+def test_duplicate_observers_are_refused() -> None:
+    twice = [Observer(NodeId("lab1", "a")), Observer(NodeId("lab1", "a"), NOW)]
+    with pytest.raises(ValueError, match="observer lab1/a listed twice"):
+        MatrixView.of([cell("a", "b", "ok")], twice)
 
 
 def test_an_empty_matrix_has_no_findings() -> None:
-    assert diagnose(MatrixView()) == ()
+    assert diagnose(MatrixView.of([])) == ()
     assert diagnose(MatrixView.of([], nodes=[NodeId("lab1", "a")])) == ()
 
 

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 from meshhealth.diagnosis.cells import (
     MatrixCell,
-    MatrixView,
     NodeId,
     Observer,
     PathKind,
@@ -26,6 +25,7 @@ from meshhealth.diagnosis.cells import (
 from meshhealth.diagnosis.diagnose import diagnose
 from meshhealth.diagnosis.findings import FindingKind, findings_json
 from meshhealth.diagnosis.local_health import REASON_CODES
+from meshhealth.diagnosis.view import MatrixView
 from meshhealth.model import Reachability
 
 T0 = 1_800_000_000.0
@@ -142,7 +142,7 @@ def test_findings_do_not_depend_on_input_order(view: MatrixView, random: object)
 @settings(deadline=None)  # how long a case takes depends on the load, not the code
 @given(any_views())
 def test_findings_are_well_formed(view: MatrixView) -> None:
-    known = set(view.all_nodes())
+    known = set(view.nodes)
     pairs = {(c.observer, c.target) for c in view.cells}
     for finding in diagnose(view):
         assert 0.0 < finding.confidence <= 1.0

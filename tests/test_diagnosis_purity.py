@@ -1,8 +1,8 @@
 """meshhealth.diagnosis is pure: no I/O library, no clock, only the foundation below it.
 
 Time comes in as arguments (`now`, `since`), so every rule is a function of its input.
-The package may later hold the adapter from the matrix document, so documents/ is
-allowed too; agent/, cli/, kvstore/, probe/ and lab/ are not.
+view.py reads the matrix document (documents/matrix.py), so documents/ is allowed
+too; agent/, cli/, kvstore/, probe/ and lab/ are not.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from meshhealth.cli.format_findings import (
 )
 from meshhealth.diagnosis.diagnose import diagnose
 from meshhealth.diagnosis.findings import FindingJSON, FindingsJSON, findings_json
-from meshhealth.diagnosis.from_matrix import matrix_view
+from meshhealth.diagnosis.view import matrix_view
 from meshhealth.documents.matrix import build_matrix
 from tests import diagnosis_builders as B
 from tests import matrix_stories as S

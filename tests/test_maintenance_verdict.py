@@ -17,7 +17,7 @@ from meshhealth.cli.format_status import maintenance_lines, summary_verdict_text
 from meshhealth.diagnosis.cluster_summary import build_summary
 from meshhealth.diagnosis.diagnose import diagnose
 from meshhealth.diagnosis.findings import findings_json, is_expected
-from meshhealth.diagnosis.from_matrix import matrix_view
+from meshhealth.diagnosis.view import matrix_view
 from meshhealth.documents.cluster_health import (
     discounted_text,
     finding_document,

@@ -419,7 +419,7 @@ def test_the_cluster_verdict_per_node_and_the_discounted_observers() -> None:
     and per discounted observer (a healthy cluster has none), gone when they are."""
     from meshhealth.diagnosis.cluster_summary import build_summary
     from meshhealth.diagnosis.diagnose import diagnose
-    from meshhealth.diagnosis.from_matrix import matrix_view
+    from meshhealth.diagnosis.view import matrix_view
     from meshhealth.documents.matrix import build_matrix
     from tests import matrix_stories
 

@@ -8,7 +8,7 @@ import msgpack
 
 from meshhealth.diagnosis.diagnose import diagnose
 from meshhealth.diagnosis.findings import FindingKind
-from meshhealth.diagnosis.from_matrix import matrix_view
+from meshhealth.diagnosis.view import matrix_view
 from meshhealth.documents.matrix import build_matrix
 from meshhealth.model import HealthReport, PathHealth, ProbeStatus, TargetHealth
 from meshhealth.wire.health import (

@@ -18,7 +18,7 @@ from meshhealth.agent.reporting.publisher import (
 from meshhealth.cli.format_matrix import report_text
 from meshhealth.cli.watch_state import NodeView, PathView, aggregate_paths
 from meshhealth.diagnosis.cells import NodeId, PathKind
-from meshhealth.diagnosis.from_matrix import matrix_view
+from meshhealth.diagnosis.view import matrix_view
 from meshhealth.documents.matrix import build_matrix, cell_state
 from meshhealth.documents.matrix_json import matrix_document
 from meshhealth.documents.reachability import statuses_reachability

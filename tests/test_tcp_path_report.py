@@ -9,7 +9,7 @@ import pytest
 from meshhealth.diagnosis.cells import PathKind
 from meshhealth.diagnosis.diagnose import diagnose
 from meshhealth.diagnosis.findings import FindingKind
-from meshhealth.diagnosis.from_matrix import matrix_view
+from meshhealth.diagnosis.view import matrix_view
 from meshhealth.documents.matrix import build_matrix
 from meshhealth.model import (
     HealthReport,

@@ -443,7 +443,7 @@ def test_page_says_in_maintenance() -> None:
     the page's text nodes, never markup)."""
     from meshhealth.diagnosis.cluster_summary import build_summary
     from meshhealth.diagnosis.diagnose import diagnose
-    from meshhealth.diagnosis.from_matrix import matrix_view
+    from meshhealth.diagnosis.view import matrix_view
     from meshhealth.documents.cluster_health import finding_document, summary_verdict_document
     from meshhealth.wire.maintenance import MaintenanceWindow
 

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from meshhealth.cli.format_findings import format_findings_json, format_findings_text
     from meshhealth.diagnosis.diagnose import diagnose
     from meshhealth.diagnosis.findings import findings_json
-    from meshhealth.diagnosis.from_matrix import matrix_view
+    from meshhealth.diagnosis.view import matrix_view
 
     if args.at is not None:
         return run_at(args)

@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     from meshhealth.diagnosis.cluster_summary import summaries_of
     from meshhealth.diagnosis.diagnose import diagnose
     from meshhealth.diagnosis.findings import findings_json
-    from meshhealth.diagnosis.from_matrix import matrix_view
+    from meshhealth.diagnosis.view import matrix_view
     from meshhealth.documents.cluster_health import SOURCE_REPORTS, summary_verdict_document
     from meshhealth.documents.matrix_json import matrix_document
 

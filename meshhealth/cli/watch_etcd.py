@@ -28,7 +28,7 @@ from meshhealth.cli.watch_cmd import Event, Notify, WatchError
 from meshhealth.cli.watch_state import WatchState, apply_health_reports
 from meshhealth.diagnosis.cluster_summary import summaries_of, summary_finding
 from meshhealth.diagnosis.diagnose import diagnose
-from meshhealth.diagnosis.from_matrix import matrix_view
+from meshhealth.diagnosis.view import matrix_view
 from meshhealth.documents.cluster_health import (
     SOURCE_REPORTS,
     finding_document,

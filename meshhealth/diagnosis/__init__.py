@@ -4,8 +4,9 @@
   with independent confirmations (Lifeguard's formula);
 - `local_health`: how unwell this agent is (loop lag, own targets failing, etcd), the
   factor that stretches its timeouts, and whether its reports count as degraded;
-- `cells`, `diagnose`, `findings`: the matrix as diagnosis reads it, the rules that turn
-  it into findings (node-down, partition, ...), and their JSON.
+- `view`, `diagnose`, `findings`: the matrix as diagnosis reads it (one `MatrixView`,
+  built from the matrix document), the rules that turn it into findings (node-down,
+  partition, ...), and their JSON.
 
 docs/diagnosis.md explains the states, the formula and every finding kind.
 """

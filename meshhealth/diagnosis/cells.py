@@ -1,7 +1,7 @@
-"""The matrix as diagnosis reads it: observers, targets, one state per path kind (pure).
+"""What diagnosis reads of one cell and one observer: one state per path kind (pure).
 
-These types are diagnosis's own input, independent of how the matrix document is
-stored or published: an adapter builds a `MatrixView` from the document.
+These types are diagnosis's own, independent of how the matrix document is stored or
+published: `view.py` reads them from the document into the one `MatrixView`.
 
 - a `MatrixCell` is what one observer knows about one target, one `PathObservation` per
   path kind; a kind missing from `paths` is unassigned;
@@ -15,7 +15,7 @@ stored or published: an adapter builds a `MatrixView` from the document.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -99,40 +99,3 @@ class Observer:
     @property
     def degraded(self) -> bool:
         return self.degraded_since is not None
-
-
-@dataclass(frozen=True, slots=True)
-class MatrixView:
-    """Everything diagnosis looks at. Order does not matter; duplicates are refused."""
-
-    observers: tuple[Observer, ...] = ()
-    cells: tuple[MatrixCell, ...] = ()
-    nodes: tuple[NodeId, ...] = ()  # known nodes that may appear in no cell
-
-    @staticmethod
-    def of(
-        cells: Iterable[MatrixCell],
-        observers: Iterable[Observer] = (),
-        nodes: Iterable[NodeId] = (),
-    ) -> MatrixView:
-        return MatrixView(tuple(observers), tuple(cells), tuple(nodes))
-
-    def all_nodes(self) -> tuple[NodeId, ...]:
-        found = set(self.nodes) | {o.node for o in self.observers}
-        for cell in self.cells:
-            found.update((cell.observer, cell.target))
-        return tuple(sorted(found))
-
-    def validate(self) -> None:
-        """ValueError naming the first duplicate cell or observer."""
-        seen: set[tuple[NodeId, NodeId]] = set()
-        for cell in self.cells:
-            pair = (cell.observer, cell.target)
-            if pair in seen:
-                raise ValueError(f"matrix: two cells for {cell.observer} -> {cell.target}")
-            seen.add(pair)
-        observers: set[NodeId] = set()
-        for observer in self.observers:
-            if observer.node in observers:
-                raise ValueError(f"matrix: observer {observer.node} listed twice")
-            observers.add(observer.node)

@@ -1,6 +1,6 @@
 """From the matrix to findings: whose fault it is (pure, no I/O).
 
-    findings = diagnose(view, now=time.time())
+    findings = diagnose(matrix_view(matrix))  # view.py: the matrix as diagnosis reads it
     doc = findings_json(findings, generated_at=now)
 
 In order:
@@ -36,13 +36,14 @@ from collections.abc import Mapping, Set
 from dataclasses import replace
 
 from meshhealth import defaults
-from meshhealth.diagnosis.cells import MatrixView, NodeId
+from meshhealth.diagnosis.cells import NodeId
 from meshhealth.diagnosis.families import secondary_findings
 from meshhealth.diagnosis.findings import Finding, FindingKind, confidence, names
-from meshhealth.diagnosis.layers import Grid, Layer, LayerEvidence, Pair, build_grid
+from meshhealth.diagnosis.layers import Layer, LayerEvidence, Pair
 from meshhealth.diagnosis.local_health import REASON_LOOP_LAG, REASON_TARGETS_FAILING
 from meshhealth.diagnosis.localise import Blame, localise
 from meshhealth.diagnosis.partition import Partition, find_partition
+from meshhealth.diagnosis.view import MatrixView
 from meshhealth.model import TraceStop
 
 # Layers whose probes a starved agent at either end makes late (see `diagnose`).
@@ -74,24 +75,23 @@ def diagnose(
     min_observers: int = defaults.DIAGNOSIS_MIN_OBSERVERS,
     share: float = defaults.DIAGNOSIS_FAIL_SHARE,
 ) -> tuple[Finding, ...]:
-    """The findings of `view` (ValueError on duplicate cells or observers)."""
-    grid = build_grid(view)
+    """The findings of `view`."""
     findings: list[Finding] = []
-    connectivity = grid.layers[Layer.CONNECTIVITY]
+    connectivity = view.layers[Layer.CONNECTIVITY]
     partition = find_partition(
-        grid.nodes, connectivity.fails.keys(), connectivity.oks, min_nodes=min_observers
+        view.nodes, connectivity.fails.keys(), connectivity.oks, min_nodes=min_observers
     )
-    lagging = {n for n, why in grid.degraded_reasons.items() if REASON_LOOP_LAG in why}
+    lagging = {n for n, why in view.degraded_reasons.items() if REASON_LOOP_LAG in why}
     explained: set[Pair] = set()
     if partition is not None:
         findings.append(_partition_finding(partition, connectivity))
         explained = set(partition.across)
     for layer in Layer:
-        evidence = grid.layers[layer]
-        witnesses = grid.silent if layer in (Layer.CONNECTIVITY, Layer.AGENT) else frozenset()
-        own = evidence.own_fails.keys() | _own_suspect_rows(grid, evidence)
+        evidence = view.layers[layer]
+        witnesses = view.silent if layer in (Layer.CONNECTIVITY, Layer.AGENT) else frozenset()
+        own = evidence.own_fails.keys() | _own_suspect_rows(view, evidence)
         found = localise(
-            grid.nodes,
+            view.nodes,
             evidence.fails.keys() - explained,
             evidence.oks,
             own_fails=own - explained,
@@ -109,10 +109,10 @@ def diagnose(
             # its starvation (observer-degraded, named below), not a UDP or port block.
             blames = tuple(b for b in blames if b.node not in lagging)
             paths = tuple(p for p in paths if p[0] not in lagging and p[1] not in lagging)
-        findings += [_blame_finding(layer, blame, grid, evidence) for blame in blames]
+        findings += [_blame_finding(layer, blame, view, evidence) for blame in blames]
         findings += [_path_finding(layer, pair, evidence) for pair in paths]
         if layer is Layer.CONNECTIVITY:
-            explained |= _cut_off_sides(blames, grid.nodes)
+            explained |= _cut_off_sides(blames, view.nodes)
     # A dead observer's last report (its agent named down) is not evidence of a path: the
     # probes its dying round lost are its own.
     down = {
@@ -121,10 +121,10 @@ def diagnose(
     findings = [f for f in findings if f.kind is not FindingKind.PATH or f.nodes[0] not in down]
     named = {node for finding in findings for node in finding.nodes}
     findings += secondary_findings(
-        view.cells, degraded=grid.degraded.keys(), named=named,
+        view.cells, degraded=view.degraded.keys(), named=named,
         min_observers=min_observers, share=share,
     )  # fmt: skip
-    findings += _observer_findings(grid, named, min_observers, share)
+    findings += _observer_findings(view, named, min_observers, share)
     findings = _name_the_ports(findings, view)
     findings = _quote_a_trace(findings, view)
     return tuple(sorted(findings, key=lambda f: (-f.confidence, f.kind.value, f.nodes)))
@@ -191,20 +191,20 @@ def _cut_off_sides(blames: tuple[Blame, ...], nodes: tuple[NodeId, ...]) -> set[
     return sides
 
 
-def _only_targets_failing(grid: Grid, node: NodeId) -> bool:
+def _only_targets_failing(view: MatrixView, node: NodeId) -> bool:
     """Its own report is degraded because most of its targets fail, and for nothing
     else: its failing row is the evidence, not a sign that it misjudges."""
-    return grid.degraded_reasons.get(node) == (REASON_TARGETS_FAILING,)
+    return view.degraded_reasons.get(node) == (REASON_TARGETS_FAILING,)
 
 
-def _own_suspect_rows(grid: Grid, evidence: LayerEvidence) -> set[Pair]:
+def _own_suspect_rows(view: MatrixView, evidence: LayerEvidence) -> set[Pair]:
     """The `suspect` cells of the rows of nodes degraded for targets-failing only.
 
     Such an agent suspects itself first and stretches its suspicion time, so its own
     failing row stays suspect for several intervals; counted as its own row, they tell
     an isolated node (row and column fail) from an ingress-blocked one at once. They
     only decide which side of a node already blamed fails, never whom to blame."""
-    return {pair for pair in evidence.own_unsure if _only_targets_failing(grid, pair[0])}
+    return {pair for pair in evidence.own_unsure if _only_targets_failing(view, pair[0])}
 
 
 def _since(pairs: Set[Pair], fails: Mapping[Pair, float]) -> float:
@@ -226,7 +226,7 @@ def _partition_finding(partition: Partition, evidence: LayerEvidence) -> Finding
     )
 
 
-def _kind(layer: Layer, blame: Blame, grid: Grid) -> FindingKind:
+def _kind(layer: Layer, blame: Blame, view: MatrixView) -> FindingKind:
     if layer in _LAYER_KINDS:
         return _LAYER_KINDS[layer]
     if not blame.column_failing:
@@ -234,20 +234,22 @@ def _kind(layer: Layer, blame: Blame, grid: Grid) -> FindingKind:
     if layer is Layer.AGENT:
         # Its agent does not answer, and its own report says its loop lags: a starved
         # agent (answering late or not at all), not a dead one.
-        if REASON_LOOP_LAG in grid.degraded_reasons.get(blame.node, ()):
+        if REASON_LOOP_LAG in view.degraded_reasons.get(blame.node, ()):
             return FindingKind.OBSERVER_DEGRADED
         return FindingKind.AGENT_DOWN
     if layer is Layer.ENDPOINT:
         return FindingKind.ENDPOINT_DOWN
     if blame.row_failing:
         return FindingKind.NODE_ISOLATED
-    if blame.node not in grid.fresh_rows:  # stale, missing or empty: no sign of life
+    if blame.node not in view.fresh_rows:  # stale, missing or empty: no sign of life
         return FindingKind.NODE_DOWN
     return FindingKind.INGRESS_BLOCKED
 
 
-def _blame_finding(layer: Layer, blame: Blame, grid: Grid, evidence: LayerEvidence) -> Finding:
-    kind = _kind(layer, blame, grid)
+def _blame_finding(
+    layer: Layer, blame: Blame, view: MatrixView, evidence: LayerEvidence
+) -> Finding:
+    kind = _kind(layer, blame, view)
     cells = blame.column | blame.row
     ok = (blame.column_ok if blame.column_failing else 0) + (
         blame.row_ok if blame.row_failing else 0
@@ -284,7 +286,7 @@ def _blame_finding(layer: Layer, blame: Blame, grid: Grid, evidence: LayerEviden
     elif kind is FindingKind.OBSERVER_DEGRADED:
         parts.append(f"its own report says its event loop lags ({REASON_LOOP_LAG}): starved")
     elif kind is FindingKind.NODE_ISOLATED and not blame.row:
-        parts.append(_discounted_row(blame, grid, evidence))
+        parts.append(_discounted_row(blame, view, evidence))
     if one_sided:
         score *= 0.5  # the other side is not known: half as sure which kind it is
     return Finding(
@@ -293,12 +295,12 @@ def _blame_finding(layer: Layer, blame: Blame, grid: Grid, evidence: LayerEviden
     )  # fmt: skip
 
 
-def _discounted_row(blame: Blame, grid: Grid, evidence: LayerEvidence) -> str:
+def _discounted_row(blame: Blame, view: MatrixView, evidence: LayerEvidence) -> str:
     """What a degraded node's own row says, when only it says so (its failures are
     discounted, so the blame explains none of them): how many of its targets fail, how
     many of those are still suspect (counted for targets-failing only)."""
     node = blame.node
-    unsure = _own_suspect_rows(grid, evidence) - evidence.own_fails.keys()
+    unsure = _own_suspect_rows(view, evidence) - evidence.own_fails.keys()
     row = {p for p in evidence.own_fails.keys() | unsure if p[0] == node}
     if not row:  # defensive: its row was judged failing on these very cells
         return "its own report (degraded) says it reaches none of its targets"
@@ -329,7 +331,9 @@ def _path_finding(layer: Layer, pair: Pair, evidence: LayerEvidence) -> Finding:
     )
 
 
-def _egress_finding(grid: Grid, node: NodeId, min_observers: int, share: float) -> Finding | None:
+def _egress_finding(
+    view: MatrixView, node: NodeId, min_observers: int, share: float
+) -> Finding | None:
     """A degraded observer whose only reason is `targets-failing`, whose column is ok
     (at least `min_observers` reach its agent over ICMP and HTTP, nobody fails it) and
     whose own row fails (at least `share` of it): egress-blocked, on its own report.
@@ -337,9 +341,9 @@ def _egress_finding(grid: Grid, node: NodeId, min_observers: int, share: float) 
     Its own row counts its `suspect` cells too: a degraded agent stretches its suspicion
     time (it suspects itself first), so its failing row stays suspect for several
     intervals, while the reason and the others' view already say what it is."""
-    if not _only_targets_failing(grid, node):
+    if not _only_targets_failing(view, node):
         return None
-    agent, reach = grid.layers[Layer.AGENT], grid.layers[Layer.CONNECTIVITY]
+    agent, reach = view.layers[Layer.AGENT], view.layers[Layer.CONNECTIVITY]
     if any(t == node for layer in (agent, reach) for _, t in layer.fails):
         return None
     reachers = sorted({o for o, t in agent.oks if t == node})
@@ -365,17 +369,17 @@ def _egress_finding(grid: Grid, node: NodeId, min_observers: int, share: float) 
 
 
 def _observer_findings(
-    grid: Grid, named: Set[NodeId], min_observers: int, share: float
+    view: MatrixView, named: Set[NodeId], min_observers: int, share: float
 ) -> list[Finding]:
     findings = []
-    for node, since in sorted(grid.degraded.items()):
+    for node, since in sorted(view.degraded.items()):
         if node in named:
             continue
-        egress = _egress_finding(grid, node, min_observers, share)
+        egress = _egress_finding(view, node, min_observers, share)
         if egress is not None:
             findings.append(egress)
             continue
-        reasons = grid.degraded_reasons.get(node)
+        reasons = view.degraded_reasons.get(node)
         why = (
             ", ".join(reasons)
             if reasons
@@ -390,9 +394,9 @@ def _observer_findings(
                 f"its own report says it is unwell ({why}): its failures are discounted",
             )
         )
-    agent = grid.layers[Layer.AGENT]
-    for node, since in sorted(grid.stale_since.items()):
-        if node in named or node in grid.degraded:
+    agent = view.layers[Layer.AGENT]
+    for node, since in sorted(view.stale_since.items()):
+        if node in named or node in view.degraded:
             continue
         reach = sorted({o for o, t in agent.oks if t == node})
         fail = {o for o, t in agent.fails if t == node}

@@ -26,12 +26,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import itemgetter
 
-from meshhealth.diagnosis.cells import (
-    MatrixCell,
-    MatrixView,
-    NodeId,
-    PathKind,
-)
+from meshhealth.diagnosis.cells import MatrixCell, NodeId, PathKind
 from meshhealth.model import Reachability
 
 Pair = tuple[NodeId, NodeId]  # (observer, target)
@@ -151,50 +146,17 @@ class LayerEvidence:
     own_unsure: Mapping[Pair, float] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class Grid:
-    """The matrix indexed for diagnosis."""
-
-    nodes: tuple[NodeId, ...]
-    fresh_rows: frozenset[NodeId]  # observers with at least one fresh path
-    degraded: Mapping[NodeId, float]  # observer -> degraded since
-    degraded_reasons: Mapping[NodeId, tuple[str, ...]]  # degraded observer -> why (codes)
-    stale_since: Mapping[NodeId, float]  # non-fresh reporting rows -> latest stale since
-    silent: frozenset[NodeId]  # no fresh report: stale, or no report at all
-    layers: Mapping[Layer, LayerEvidence]
-
-
 def ok_counts(oks: Iterable[Pair]) -> tuple[dict[NodeId, int], dict[NodeId, int]]:
     """Per observer, the targets it reaches; per target, the observers reaching it."""
     oks = oks if isinstance(oks, Collection) else list(oks)
     return Counter(map(itemgetter(0), oks)), Counter(map(itemgetter(1), oks))
 
 
-def build_grid(view: MatrixView) -> Grid:
-    """Index `view` (ValueError on duplicate cells or observers)."""
-    view.validate()
-    cells = [c for c in view.cells if c.observer != c.target]  # self-probes prove nothing
-    degraded = {o.node: o.degraded_since for o in view.observers if o.degraded_since is not None}
-    reasons = {o.node: o.degraded_reasons for o in view.observers if o.node in degraded}
-    fresh_rows = frozenset(c.observer for c in cells if c.fresh)
-    stale_since: dict[NodeId, float] = {}
-    for cell in cells:
-        if cell.observer in fresh_rows:
-            continue
-        for seen in cell.paths.values():
-            if seen.state is Reachability.STALE:
-                prev = stale_since.get(cell.observer, seen.since)
-                stale_since[cell.observer] = max(prev, seen.since)
-    layers = _layers(cells, degraded)
-    nodes = view.all_nodes()
-    reporting = {o.node for o in view.observers} | {c.observer for c in view.cells}
-    silent = frozenset(n for n in nodes if n in stale_since or n not in reporting)
-    return Grid(nodes, fresh_rows, degraded, reasons, stale_since, silent, layers)
-
-
-def _layers(
-    cells: Iterable[MatrixCell], degraded: Mapping[NodeId, float]
+def layer_evidence(
+    cells: Iterable[MatrixCell], degraded: Collection[NodeId]
 ) -> dict[Layer, LayerEvidence]:
+    """Every layer's pairs of `cells` (self-probes left out by the caller); the failures
+    of `degraded` observers are their own only."""
     fails: dict[Layer, dict[Pair, float]] = {layer: {} for layer in Layer}
     own_fails: dict[Layer, dict[Pair, float]] = {layer: {} for layer in Layer}
     oks: dict[Layer, set[Pair]] = {layer: set() for layer in Layer}

@@ -41,7 +41,7 @@ from meshhealth.agent.cluster_view.timeline import FindingTimeline
 from meshhealth.agent.membership.discovery import Discovery
 from meshhealth.diagnosis.cluster_summary import build_summary, keep_since
 from meshhealth.diagnosis.diagnose import diagnose
-from meshhealth.diagnosis.from_matrix import matrix_view
+from meshhealth.diagnosis.view import matrix_view
 from meshhealth.documents.matrix import build_matrix, stale_after_s
 from meshhealth.kvstore import Backoff, Etcd, EtcdError, LeaseIs, Put
 from meshhealth.matrix_source import HealthReports, MaintenanceWindows, registered_reports

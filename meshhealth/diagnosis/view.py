@@ -1,7 +1,16 @@
-"""The matrix document as diagnosis reads it: `Matrix` -> `MatrixView` (pure).
+"""The matrix as diagnosis reads it: one `MatrixView`, built from the matrix document
+(pure).
 
     view = matrix_view(build_matrix(reports, now=now))
     findings = diagnose(view)
+
+A `MatrixView` holds the cells and observers of the matrix (cells.py) and, indexed once
+when it is built, what the rules look up: every node, the rows with a fresh path, the
+degraded observers and why, the stale rows and since when, the silent nodes, and each
+layer's verdicts per pair (layers.py). `matrix_view` builds it from the document;
+`MatrixView.of` from cells (the tests write matrices as cell patterns).
+
+From the document:
 
 - each row with a report is an `Observer`, degraded since the time its report says
   (`degraded_since`: the agent's own local health, docs/diagnosis.md);
@@ -23,18 +32,81 @@ from, i.e. "seen so as of then".
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from meshhealth.diagnosis.cells import (
     MatrixCell,
-    MatrixView,
     NodeId,
     Observer,
     PathKind,
     PathObservation,
 )
+from meshhealth.diagnosis.layers import Layer, LayerEvidence, layer_evidence
 from meshhealth.documents.matrix import Matrix, Row
 from meshhealth.model import PathHealth, ProbeStatus, Reachability
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixView:
+    """Everything diagnosis looks at, indexed: built by `MatrixView.of` (`matrix_view`)."""
+
+    nodes: tuple[NodeId, ...]  # every node: known, observing or observed (sorted)
+    cells: tuple[MatrixCell, ...]  # as given, self-probes included
+    observers: tuple[Observer, ...]  # the nodes with a report
+    fresh_rows: frozenset[NodeId]  # observers with at least one fresh path
+    degraded: Mapping[NodeId, float]  # observer -> degraded since
+    degraded_reasons: Mapping[NodeId, tuple[str, ...]]  # degraded observer -> why (codes)
+    stale_since: Mapping[NodeId, float]  # non-fresh reporting rows -> latest stale since
+    silent: frozenset[NodeId]  # no fresh report: stale, or no report at all
+    layers: Mapping[Layer, LayerEvidence]  # per layer, the pairs' verdicts (no self-probe)
+
+    @staticmethod
+    def of(
+        cells: Iterable[MatrixCell],
+        observers: Iterable[Observer] = (),
+        nodes: Iterable[NodeId] = (),
+    ) -> MatrixView:
+        """The view of `cells` and `observers`, with `nodes` known that may appear in
+        neither. Order does not matter; ValueError naming the first duplicate cell or
+        observer."""
+        listed, reports = tuple(cells), tuple(observers)
+        _refuse_duplicates(listed, reports)
+        probes = [c for c in listed if c.observer != c.target]  # self-probes prove nothing
+        degraded = {o.node: o.degraded_since for o in reports if o.degraded_since is not None}
+        reasons = {o.node: o.degraded_reasons for o in reports if o.node in degraded}
+        fresh_rows = frozenset(c.observer for c in probes if c.fresh)
+        stale_since: dict[NodeId, float] = {}
+        for cell in probes:
+            if cell.observer in fresh_rows:
+                continue
+            for seen in cell.paths.values():
+                if seen.state is Reachability.STALE:
+                    prev = stale_since.get(cell.observer, seen.since)
+                    stale_since[cell.observer] = max(prev, seen.since)
+        reporting = {o.node for o in reports} | {c.observer for c in listed}
+        every = set(nodes) | reporting | {c.target for c in listed}
+        silent = frozenset(n for n in every if n in stale_since or n not in reporting)
+        return MatrixView(
+            tuple(sorted(every)), listed, reports, fresh_rows, degraded, reasons,
+            stale_since, silent, layer_evidence(probes, degraded),
+        )  # fmt: skip
+
+
+def _refuse_duplicates(cells: Iterable[MatrixCell], observers: Iterable[Observer]) -> None:
+    """ValueError naming the first duplicate cell or observer."""
+    seen: set[tuple[NodeId, NodeId]] = set()
+    for cell in cells:
+        pair = (cell.observer, cell.target)
+        if pair in seen:
+            raise ValueError(f"matrix: two cells for {cell.observer} -> {cell.target}")
+        seen.add(pair)
+    known: set[NodeId] = set()
+    for observer in observers:
+        if observer.node in known:
+            raise ValueError(f"matrix: observer {observer.node} listed twice")
+        known.add(observer.node)
+
 
 # The report's path names (documents.matrix.PATH_ORDER) as diagnosis's path kinds.
 PATH_KINDS: Mapping[str, PathKind] = {
