@@ -108,6 +108,9 @@ class Probe:
 
     log_offsets: dict[str, int] = field(default_factory=dict)
     rss_base: dict[int, float] = field(default_factory=dict)  # pid -> baseline MB
+    rss_seen: dict[int, list[tuple[float, float, str]]] = field(
+        default_factory=dict
+    )  # (t, MB, node)
     pid_seen: dict[int, float] = field(default_factory=dict)  # pid -> first seen (t)
     writes_last: dict[str, float] = field(default_factory=dict)
     writes_window: list[tuple[float, float]] = field(default_factory=list)  # (t, delta)
@@ -247,6 +250,7 @@ def slow_checks(judge: Judge, probe: Probe, t: float, args: argparse.Namespace) 
             if t - first >= RSS_WARM_S:
                 probe.rss_base[rec.pid] = mb
             continue
+        probe.rss_seen.setdefault(rec.pid, []).append((t, mb, node.qualified))
         growth = mb - probe.rss_base[rec.pid]
         rss.worse(growth)
         rss.check(
@@ -369,6 +373,9 @@ def run_soak(args: argparse.Namespace, judge: Judge) -> None:
         time.sleep(max(0.1, TICK_S - elapsed))
     for fault in list(on):  # nothing should be left: the schedule ends quiet
         clear(args.prefix, fault)
+    late = late_growth(probe, duration / 2)
+    if late is not None:
+        say(f"agent RSS over the second half of the soak: +{late[0]:.1f} MB at most ({late[1]})")
     timeline = read_timeline(args.prefix, t0_unix - 1.0, t0_unix)
     if timeline is None:
         judge.tallies[TIMELINE].check(False, "the findings timeline could not be read")
@@ -412,6 +419,21 @@ def read_timeline(prefix: str, since_unix: float, t0_unix: float) -> list[Event]
             )
         )
     return events
+
+
+def late_growth(probe: Probe, from_s: float) -> tuple[float, str] | None:
+    """The largest RSS growth (MB) of an agent that ran from `from_s` to the end, over
+    that time, and its node: a leak keeps growing, a warm-up (caches, buffers filling
+    to their bounds) has stopped by then. None when no agent ran so long."""
+    worst: tuple[float, str] | None = None
+    for samples in probe.rss_seen.values():
+        if samples[0][0] > from_s:
+            continue
+        start = next(mb for t, mb, _ in samples if t >= from_s)
+        growth = samples[-1][1] - start
+        if worst is None or growth > worst[0]:
+            worst = (growth, samples[-1][2])
+    return worst
 
 
 def keep_logs(prefix: str, to: Path) -> None:
