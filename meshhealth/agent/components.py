@@ -6,8 +6,8 @@
 Who holds what:
 
 - membership: `registrar` (this node's entries under a lease), `discovery` (the probe
-  set of this cluster), `mesh` (remote clusters), `members` (the node list of them all,
-  each round's targets in the probe plan, and each cluster's etcd), `publisher` (this
+  set of this cluster), `mesh` (remote clusters), `probe_targets` (the node list of them
+  all, each round's targets in the probe plan, and each cluster's etcd), `publisher` (this
   node's results in etcd), `peer_nodes` and `routes` (with --route-cidrs: routes to peers' CIDRs);
 - rounds: `agent` (NodeAgent: each result and round come in through `on_result` and
   `on_round`; it holds the one record of results, each path's suspicion verdict, an
@@ -98,7 +98,7 @@ class AgentComponents:
     discovery: Discovery
     retained: RetainedNodes
     mesh: ClusterMesh
-    members: ProbeTargets
+    probe_targets: ProbeTargets
     publisher: Publisher
     rollups: RollupPublisher
     agent: NodeAgent
@@ -135,7 +135,7 @@ def build_indirect(
     config: AgentConfig,
     pinger: Pinger | None,
     *,
-    members: ProbeTargets,
+    probe_targets: ProbeTargets,
     metrics: AgentMetrics,
     results: ProbeResults,
     matrix: MatrixReader,
@@ -155,7 +155,7 @@ def build_indirect(
 
     server = IndirectServer(
         own=(config.cluster, config.node),
-        registered=members.nodes,
+        registered=probe_targets.nodes,
         probe=probe_one,
         counters=metrics.indirect,
         rate_per_s=config.indirect_rate,
@@ -165,9 +165,9 @@ def build_indirect(
         results.set_indirect(check_notes(checks))
 
     requester = IndirectProbes(
-        members.own,
-        live=members.nodes,
-        probers=members.probers_of,
+        probe_targets.own,
+        live=probe_targets.nodes,
+        probers=probe_targets.probers_of,
         ask=make_asker(
             own_ip=config.node_ip, http_port=config.http_port, counters=metrics.indirect
         ),
@@ -273,7 +273,7 @@ def build_components(
     plan = PlanSettings(
         interval_s=config.interval_s, k=config.probe_targets, full_mesh=config.full_mesh
     )
-    members = ProbeTargets(own, etcd, discovery, mesh, plan, retained=retained)
+    probe_targets = ProbeTargets(own, etcd, discovery, mesh, plan, retained=retained)
     publisher = Publisher(
         etcd,
         registrar,
@@ -304,7 +304,7 @@ def build_components(
     metrics.aggregating.labels().read_from(lambda: 1.0 if election.leading else 0.0)
     # The cluster summaries first: a path's verdict reads the other observers' failures.
     summaries = SummaryFollower(
-        members.etcd_sources, invalid_metric=metrics.invalid_values_of("summary")
+        probe_targets.etcd_sources, invalid_metric=metrics.invalid_values_of("summary")
     )
     # The parts of the agent's rounds, then what reads them (the status, the feed,
     # indirect probes), then the agent that feeds them, then the loop that runs rounds.
@@ -324,17 +324,17 @@ def build_components(
         identity,
         results=results,
         progress=progress,
-        members=members,
+        probe_targets=probe_targets,
         mesh=mesh,
         health=health,
         summaries=summaries,
     )
     feed = FeedHub(results, status.document)
-    matrix = MatrixReader(members, metrics.invalid_values_of("health"))
+    matrix = MatrixReader(probe_targets, metrics.invalid_values_of("health"))
     indirect_server, indirect = build_indirect(
         config,
         pinger,
-        members=members,
+        probe_targets=probe_targets,
         metrics=metrics,
         results=results,
         matrix=matrix,
@@ -373,7 +373,7 @@ def build_components(
 
     loop = ProberLoop(
         progress,
-        probe_set=members.for_round,
+        probe_set=probe_targets.for_round,
         run_round=stretched_round,
         interval_s=config.interval_s,
         on_round=agent.on_round,
@@ -397,7 +397,7 @@ def build_components(
             next_hop_refusal=address_policy.refusal,  # never via a loopback NodeIP, ...
         )
         peer_nodes = PeerNodes(
-            members.etcd_sources,
+            probe_targets.etcd_sources,
             routes.set_peers,
             invalid_metric=metrics.invalid_values_of("nodes"),
         )
@@ -422,7 +422,7 @@ def build_components(
         discovery=discovery,
         retained=retained,
         mesh=mesh,
-        members=members,
+        probe_targets=probe_targets,
         publisher=publisher,
         rollups=rollups,
         agent=agent,

@@ -1,6 +1,6 @@
 """Serving indirect probes: `GET /v1/indirect` on the agent's responder (NodeIP:4240).
 
-    server = IndirectServer(own=..., registered=members.targets, probe=..., counters=...)
+    server = IndirectServer(own=..., registered=probe_targets.nodes, probe=..., counters=...)
     serve_responder(..., extra_routes=[server.route(budget_s)])
 
 A peer whose direct probe of a target failed asks this agent to probe the target now

@@ -2,7 +2,7 @@
 
     data = WebData(local=("lab1", "node1"), interval_s=10, status=agent.status_document,
                    read_matrix=read, history=path_history, feed=feed_hub,
-                   nodes=members.nodes)
+                   nodes=probe_targets.nodes)
     port = await nursery.start(serve_web, "10.77.0.1", 9963, data)
 
 One TCP port serves everything the page needs, all from the package (no CDN):
