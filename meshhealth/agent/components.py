@@ -3,36 +3,11 @@
     parts = build_components(config, etcd, pinger, mesh_specs)
     # meshhealth.agent.app starts them, in one nursery, in the order users need
 
-Who holds what:
-
-- membership: `registrar` (this node's entries under a lease), `discovery` (the probe
-  set of this cluster), `mesh` (remote clusters), `probe_targets` (the node list of them
-  all, each round's targets in the probe plan, and each cluster's etcd), `publisher` (this
-  node's results in etcd), `peer_nodes` and `routes` (with --route-cidrs: routes to peers' CIDRs);
-- rounds: `agent` (NodeAgent: each result and round come in through `on_result` and
-  `on_round`; it holds the one record of results, each path's suspicion verdict, an
-  hour of history per path and the agent's own health), `loop` (a round every interval
-  or on request; how far it is: a RoundProgress);
-- serving: `status` (the status document, from the agent's parts), `admin` (the admin
-  API's answers), `feed` (the live feed's hub), `matrix` (the matrix read on request),
-  `registry` (what /metrics exposes), `responder_stats` (the /hello responder),
-  `udp_echo_stats` (the UDP echo responder);
-- `endpoint`: the health endpoint supervisor (None without a HealthIP or in mode none);
-- indirect probes: `indirect_server` (answers peers' `GET /v1/indirect` on the
-  responder) and `indirect` (asks peers about the round's failed paths; its findings go
-  into the agent's record of results and confirm the paths' verdicts).
-- cluster view: `election` (who aggregates this cluster), `aggregator` (while this agent
-  does: every health report of the cluster -> diagnosis -> one summary in etcd),
-  `summaries` (the summary of this cluster and of each admitted remote, one key each).
-
-`build_components` builds each part once, with everything it needs, in an order without
-cycles: the cluster summaries, then the agent's parts (verdicts, results, history, own
-health, round progress), then what reads them (status, feed, indirect probes), then the
-agent that feeds them, then the loop that runs its rounds, then the admin handler.
-Nothing is set on a component after it was built.
-
-Every metric handle is given to the component that counts; what other packages count
-(etcd client, health endpoint, pinger) is read at scrape time (metric_readings).
+`AgentComponents` names every part (docs/architecture.md has the map of who holds
+what). `build_components` builds each part once, with everything it needs, in an order
+without cycles; nothing is set on a component after it was built. Every metric handle is
+given to the component that counts; what other packages count is read at scrape time
+(metric_readings).
 """
 
 from __future__ import annotations
