@@ -1,27 +1,12 @@
 """A small HTTP/1.1 server (h11 over any trio listener) for the admin API and /metrics.
 
-The caller supplies an async `handle(request) -> response`; this module does the
-protocol, keep-alive and the protections:
-- at most `max_connections` connections at once; when full, a new connection is closed
-  at once (the client sees a fast reset instead of waiting on a full backlog); with
-  `per_source`, at most that many from one address, and with `reserved`, the last
-  slots only for `trusted` addresses (the /hello responder keeps them for registered
-  nodes: one outsider holding every slot would make peers' probes fail, a false
-  "unreachable"); `admission` is the rule, pure;
-- each request must arrive completely within `read_timeout_s` (slow or idle clients are
-  dropped), and each response must be written within it; the handler itself has no
-  deadline here: handlers that wait (PUT /v1/status/probe) set their own;
-- request heads are capped by h11, bodies by `max_body_bytes` (413);
-- a request h11 rejects is answered 4xx and the connection closed; a handler that
-  raises is logged once and answered 500: one bad request never stops the server.
-
-Errors are rendered by the caller's `error_response(status_code, message)` (JSON for
-the admin API, text for /metrics).
-
-The pieces every HTTP server of the agent shares (the /hello responder too) are public:
-`open_tcp_listener` (bind one IP literal), `accept_connections` (the accept loop with its
-connection cap), `serve_connection` (the requests of one connection), `read_request`
-(one h11 request, body capped) and `send_response`.
+The caller supplies an async `handle(request) -> response` and `error_response`; this
+module does the protocol, keep-alive and the protections: bounded connections (per
+source too, with slots `reserved` for `trusted` addresses; `admission` is the rule,
+pure), a read and write deadline per request, capped heads and bodies, and a handler
+that raises answered 500 without stopping the server. The pieces every HTTP server of
+the agent shares (the /hello responder too) are public: `open_tcp_listener`,
+`accept_connections`, `serve_connection`, `read_request` and `send_response`.
 """
 
 from __future__ import annotations

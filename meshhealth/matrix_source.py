@@ -1,35 +1,13 @@
 """Reading every node's health report from etcd: once for the matrix (`meshhealth
-matrix`, GET /v1/matrix), or kept current (`meshhealth watch --etcd`).
+matrix`, GET /v1/matrix, `read_matrix`), or kept current (`meshhealth watch --etcd`:
+`HealthReports`, `MaintenanceWindows`, `RegisteredNodes`, each a list then a resuming
+watch).
 
-    matrix, invalid = await read_matrix(
-        [MatrixSource("lab1", etcd1), MatrixSource("lab2", etcd2)], now=time.time()
-    )
-
-Each source is one etcd and the cluster whose health prefix is read there (None: every
-cluster in that etcd). Sources are read concurrently, each with `timeout_s`; a source
-that fails is listed in `matrix.unavailable` (its cluster's nodes have no row), the
-others are shown. Each source's planned maintenance windows are read with its reports
-(`matrix.maintenance`). Values that do not decode are skipped, logged and counted (`invalid`).
-
-    windows = MaintenanceWindows(etcd, "lab1", on_change=redraw)   # the same, for the
-    nursery.start_soon(windows.follow)                             # maintenance windows
-
-    reports = HealthReports(etcd, None, on_change=redraw, on_invalid=warn)
-    nursery.start_soon(reports.follow)          # list, then watch with resume
-    build_matrix(reports.reports(), now=time.time())
-
-`HealthReports.follow` lists the prefix, then watches it from the list's revision + 1:
-the watch resumes by itself after etcd restarts, and when it cannot (compacted, or a
-different etcd) the prefix is listed again. A value that does not decode is skipped
-(its node has no report), counted once per key and revision, and handed to `on_invalid`
-as one line.
-
-Only registered nodes' reports count where a reader says so (`registered_only`, the
-commands): a node is registered when the ip entries of its cluster that its node entry
-vouches for name it (the probe set they make, meshhealth.probe_set: the aggregator's
-rule, without the agent's address policy, which a command does not know).
-`registered_reports` splits the reports; the aggregator uses it too.
-`RegisteredNodes.follow` keeps the set current for `watch`.
+Each source is one etcd and the cluster read there (None: every cluster in it), read
+concurrently; a source that fails is listed in `matrix.unavailable` and the others are
+shown. Values that do not decode are skipped, logged once per key and revision, and
+counted. Only registered nodes' reports count where a reader says so
+(`registered_reports`, the rule the aggregator uses too: meshhealth.probe_set).
 """
 
 from __future__ import annotations

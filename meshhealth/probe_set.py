@@ -1,25 +1,11 @@
 """The probe set: which nodes to probe, built from ip -> identity entries. Pure.
 
-Entries are grouped by (cluster, host_ip): a host is one Target whose node_ip is the
-host_ip and whose health_ip is the host's entry with identity health (4), if any.
-Entries with identity remote-node (6) or health (4) count; others are ignored.
-
-Dual stack: every entry of a node carries its primary NodeIP as host_ip, and the
-primary family is the family of host_ip. A remote-node entry of the other family is
-the secondary NodeIP; when the host has one, a health entry of the other family is the
-secondary HealthIP (the lowest address wins when there are several). Without a
-secondary NodeIP the host is single stack and its lowest HealthIP is the HealthIP,
-whatever its family, as before. Readers that predate dual stack see the
-secondary NodeIP as one more address of the host, and take the lowest HealthIP
-(IPv4 first) whatever its family.
-Targets are keyed by (cluster, node name). When two hosts claim one node name (a
-misconfiguration) the lowest host_ip wins, so the result never depends on order.
-
-An ip entry is believed only when its node vouches for it (`vouched_entries`): the node
-entry of the node it names, in its cluster, lists its address (NodeIP, HealthIP or a
-secondary one) and has its host_ip as NodeIP. Only that node's etcd user may write its
-node entry (docs/security.md), so an ip entry written under another node's name, or
-under an address its node does not list, is left out.
+Entries (identity remote-node or health) are grouped by (cluster, host_ip) into one
+Target per host, keyed by (cluster, node name); the lowest host_ip wins a name two
+hosts claim, so the result never depends on order. A dual-stack node's entries of the
+other family are its secondary addresses. An ip entry is believed only when its node
+vouches for it (`vouched_entries`): only that node's etcd user may write its node entry
+(docs/security.md), so an entry written under another node's name is left out.
 """
 
 from __future__ import annotations

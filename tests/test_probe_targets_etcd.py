@@ -30,23 +30,23 @@ async def test_the_plan_follows_discovery_and_outlives_an_etcd_outage(
                 await etcd.put(key, value)
         discovery = Discovery({"c1": etcd})
         mesh = ClusterMesh(etcd, ClusterConfig("c1", 1), [])
-        members = ProbeTargets(OWN, etcd, discovery, mesh, PlanSettings(interval_s=10.0, k=K))
+        probe_targets = ProbeTargets(OWN, etcd, discovery, mesh, PlanSettings(interval_s=10.0, k=K))
         async with trio.open_nursery() as nursery:
             await nursery.start(discovery.run)
             await poll_until(
-                lambda: len(members.nodes()) == N_NODES + 1, 10.0, what="every node listed"
+                lambda: len(probe_targets.nodes()) == N_NODES + 1, 10.0, what="every node listed"
             )
             now = time.time()
-            before = members.for_round(now)
+            before = probe_targets.for_round(now)
             assert before.plan.nodes == N_NODES + 1
             assert len(before.targets) == K + 1 and OWN in before.targets
 
             await trio.to_thread.run_sync(etcd_server.kill)
             try:
                 await poll_until(lambda: not etcd.health.up, 10.0, what="etcd down")
-                during = members.for_round(now)
+                during = probe_targets.for_round(now)
                 assert during == before  # the last node list, the same plan
-                later = members.for_round(now + 60.0)  # the epoch still moves on
+                later = probe_targets.for_round(now + 60.0)  # the epoch still moves on
                 assert later.plan.epoch == before.plan.epoch + 1
                 assert later.plan.nodes == N_NODES + 1 and len(later.targets) == K + 1
             finally:

@@ -44,7 +44,7 @@ class AgentAdminHandler:
         doc = build_healthz_document(
             started_at=self._status.identity.started_at,
             now=time.time(),
-            etcd=etcd_state(self._status.members.etcd),
+            etcd=etcd_state(self._status.probe_targets.etcd),
         )
         doc["registered"] = self.registrar.registered
         return doc

@@ -112,7 +112,7 @@ def web_data(parts: AgentComponents) -> WebData:
         ),
         history=parts.agent.history,
         feed=parts.feed,
-        nodes=parts.members.nodes,
+        nodes=parts.probe_targets.nodes,
         node_ips=(parts.config.node_ip, parts.config.node_ip_secondary),
         allowed_hosts=parts.config.web_allowed_hosts,
     )

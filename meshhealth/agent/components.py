@@ -3,36 +3,11 @@
     parts = build_components(config, etcd, pinger, mesh_specs)
     # meshhealth.agent.app starts them, in one nursery, in the order users need
 
-Who holds what:
-
-- membership: `registrar` (this node's entries under a lease), `discovery` (the probe
-  set of this cluster), `mesh` (remote clusters), `members` (the node list of them all,
-  each round's targets in the probe plan, and each cluster's etcd), `publisher` (this
-  node's results in etcd), `peer_nodes` and `routes` (with --route-cidrs: routes to peers' CIDRs);
-- rounds: `agent` (NodeAgent: each result and round come in through `on_result` and
-  `on_round`; it holds the one record of results, each path's suspicion verdict, an
-  hour of history per path and the agent's own health), `loop` (a round every interval
-  or on request; how far it is: a RoundProgress);
-- serving: `status` (the status document, from the agent's parts), `admin` (the admin
-  API's answers), `feed` (the live feed's hub), `matrix` (the matrix read on request),
-  `registry` (what /metrics exposes), `responder_stats` (the /hello responder),
-  `udp_echo_stats` (the UDP echo responder);
-- `endpoint`: the health endpoint supervisor (None without a HealthIP or in mode none);
-- indirect probes: `indirect_server` (answers peers' `GET /v1/indirect` on the
-  responder) and `indirect` (asks peers about the round's failed paths; its findings go
-  into the agent's record of results and confirm the paths' verdicts).
-- cluster view: `election` (who aggregates this cluster), `aggregator` (while this agent
-  does: every health report of the cluster -> diagnosis -> one summary in etcd),
-  `summaries` (the summary of this cluster and of each admitted remote, one key each).
-
-`build_components` builds each part once, with everything it needs, in an order without
-cycles: the cluster summaries, then the agent's parts (verdicts, results, history, own
-health, round progress), then what reads them (status, feed, indirect probes), then the
-agent that feeds them, then the loop that runs its rounds, then the admin handler.
-Nothing is set on a component after it was built.
-
-Every metric handle is given to the component that counts; what other packages count
-(etcd client, health endpoint, pinger) is read at scrape time (metric_readings).
+`AgentComponents` names every part (docs/architecture.md has the map of who holds
+what). `build_components` builds each part once, with everything it needs, in an order
+without cycles; nothing is set on a component after it was built. Every metric handle is
+given to the component that counts; what other packages count is read at scrape time
+(metric_readings).
 """
 
 from __future__ import annotations
@@ -98,7 +73,7 @@ class AgentComponents:
     discovery: Discovery
     retained: RetainedNodes
     mesh: ClusterMesh
-    members: ProbeTargets
+    probe_targets: ProbeTargets
     publisher: Publisher
     rollups: RollupPublisher
     agent: NodeAgent
@@ -135,7 +110,7 @@ def build_indirect(
     config: AgentConfig,
     pinger: Pinger | None,
     *,
-    members: ProbeTargets,
+    probe_targets: ProbeTargets,
     metrics: AgentMetrics,
     results: ProbeResults,
     matrix: MatrixReader,
@@ -155,7 +130,7 @@ def build_indirect(
 
     server = IndirectServer(
         own=(config.cluster, config.node),
-        registered=members.nodes,
+        registered=probe_targets.nodes,
         probe=probe_one,
         counters=metrics.indirect,
         rate_per_s=config.indirect_rate,
@@ -165,9 +140,9 @@ def build_indirect(
         results.set_indirect(check_notes(checks))
 
     requester = IndirectProbes(
-        members.own,
-        live=members.nodes,
-        probers=members.probers_of,
+        probe_targets.own,
+        live=probe_targets.nodes,
+        probers=probe_targets.probers_of,
         ask=make_asker(
             own_ip=config.node_ip, http_port=config.http_port, counters=metrics.indirect
         ),
@@ -273,7 +248,7 @@ def build_components(
     plan = PlanSettings(
         interval_s=config.interval_s, k=config.probe_targets, full_mesh=config.full_mesh
     )
-    members = ProbeTargets(own, etcd, discovery, mesh, plan, retained=retained)
+    probe_targets = ProbeTargets(own, etcd, discovery, mesh, plan, retained=retained)
     publisher = Publisher(
         etcd,
         registrar,
@@ -304,7 +279,7 @@ def build_components(
     metrics.aggregating.labels().read_from(lambda: 1.0 if election.leading else 0.0)
     # The cluster summaries first: a path's verdict reads the other observers' failures.
     summaries = SummaryFollower(
-        members.etcd_sources, invalid_metric=metrics.invalid_values_of("summary")
+        probe_targets.etcd_sources, invalid_metric=metrics.invalid_values_of("summary")
     )
     # The parts of the agent's rounds, then what reads them (the status, the feed,
     # indirect probes), then the agent that feeds them, then the loop that runs rounds.
@@ -324,17 +299,17 @@ def build_components(
         identity,
         results=results,
         progress=progress,
-        members=members,
+        probe_targets=probe_targets,
         mesh=mesh,
         health=health,
         summaries=summaries,
     )
     feed = FeedHub(results, status.document)
-    matrix = MatrixReader(members, metrics.invalid_values_of("health"))
+    matrix = MatrixReader(probe_targets, metrics.invalid_values_of("health"))
     indirect_server, indirect = build_indirect(
         config,
         pinger,
-        members=members,
+        probe_targets=probe_targets,
         metrics=metrics,
         results=results,
         matrix=matrix,
@@ -373,7 +348,7 @@ def build_components(
 
     loop = ProberLoop(
         progress,
-        probe_set=members.for_round,
+        probe_set=probe_targets.for_round,
         run_round=stretched_round,
         interval_s=config.interval_s,
         on_round=agent.on_round,
@@ -397,7 +372,7 @@ def build_components(
             next_hop_refusal=address_policy.refusal,  # never via a loopback NodeIP, ...
         )
         peer_nodes = PeerNodes(
-            members.etcd_sources,
+            probe_targets.etcd_sources,
             routes.set_peers,
             invalid_metric=metrics.invalid_values_of("nodes"),
         )
@@ -422,7 +397,7 @@ def build_components(
         discovery=discovery,
         retained=retained,
         mesh=mesh,
-        members=members,
+        probe_targets=probe_targets,
         publisher=publisher,
         rollups=rollups,
         agent=agent,

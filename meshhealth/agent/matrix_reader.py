@@ -1,7 +1,7 @@
 """The matrix as this agent reads it: every published report of its cluster and of each
 admitted remote, read on request (no background watch: zero etcd load when nobody asks).
 
-    matrix = await MatrixReader(members, invalid_health).read()
+    matrix = await MatrixReader(probe_targets, invalid_health).read()
 
 The admin API's `GET /v1/matrix`, the web page and indirect probes (who reaches a
 failing target now) read it; a health entry that does not decode is skipped and counted,
@@ -22,14 +22,16 @@ from meshhealth.metrics import CounterSeries
 class MatrixReader:
     """Reads the matrix from the etcd of each cluster this agent follows."""
 
-    def __init__(self, members: ProbeTargets, invalid_health: CounterSeries) -> None:
-        self.members = members
+    def __init__(self, probe_targets: ProbeTargets, invalid_health: CounterSeries) -> None:
+        self.probe_targets = probe_targets
         self._invalid_health = invalid_health  # health entries skipped
 
     async def read(self) -> Matrix:
         """The matrix from this cluster's etcd and every admitted remote's."""
-        sources = [MatrixSource(cluster, etcd) for cluster, etcd in self.members.etcd_sources()]
-        extra_nodes = [(t.cluster, t.node) for t in self.members.nodes()]
+        sources = [
+            MatrixSource(cluster, etcd) for cluster, etcd in self.probe_targets.etcd_sources()
+        ]
+        extra_nodes = [(t.cluster, t.node) for t in self.probe_targets.nodes()]
         read = await read_matrix(
             sources, now=time.time(), extra_nodes=extra_nodes, registered_only=True
         )

@@ -7,25 +7,12 @@ the state they leave.
     agent.on_round(report)                                    # the round is over
     await nursery.start(agent.run)      # between rounds: the verdicts' timer, changes
 
-It holds what this agent learns from its own probes: the one record of results
-(`results`, ProbeResults), each path's suspicion verdict (`verdicts`, PathVerdicts, fed
-through the record), an hour of one-minute summaries per path (`history`, the web page's
-sparklines) and the agent's own health (`health`, LocalHealthMonitor). Every part is
-given at construction; the status document and the live feed read the same parts.
-
-Each result goes into the record and, when someone watches, onto the live feed. Each
-finished round updates, in this order: the agent's own health (the suspicion time
-stretches with it), the record (nodes that left are forgotten, the summaries taken), the
-metrics, the publisher (it decides whether etcd needs a write), indirect probes (they
-ask peers about the round's failed paths), the history, the roll-ups (10-minute and
-hourly windows per path, for `meshhealth report`), the tracer (a trace to each target
-whose NodeIP ICMP path is newly unreachable, run in its own task: where it stops goes
-to the publisher when it is known), and the feed (the `round` message, built from the
-status document, which has the round by then).
-
-Between rounds (`run`), a verdict that changes (a confirmation, the timer) and a new
-cluster summary (other observers' failures confirm a suspect path) update the metrics
-and the publisher at once; etcd gets the new state with the next round.
+It holds what this agent learns from its own probes (the one record of results with
+each path's verdict, the history, its own health), every part given at construction.
+`on_round` updates the parts in a fixed order (own health first: the suspicion time
+stretches with it; the feed last: its message is built from the status document);
+between rounds (`run`) a changed verdict or a new cluster summary updates the metrics
+and the publisher at once.
 """
 
 from __future__ import annotations

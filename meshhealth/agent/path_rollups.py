@@ -7,20 +7,11 @@ wall-clock time, for SLAs (pure, no I/O; docs/report.md).
         value = rollups.snapshot(now)      # -> wire.rollup.NodeRollups, for etcd
     rollups.restore(previous, now=...)     # at start: the value the last run wrote
 
-Each path (target node, address, protocol: `node/icmp`, `endpoint/http@secondary`,
-and whatever kinds a newer prober adds, by `model.path_label`) has one open 10-minute
-and one open 1-hour window, counting probes and failures and holding the RTTs of the
-successful probes, and its closed windows (`wire.rollup.Window`: probes, failures,
-RTT p50 / p95 / max by nearest rank). A window closes when `close(now)` finds its end
-passed, or when a result of a later window arrives. A result for a window already
-closed (a clock stepped back) is dropped and counted in `late`.
-
-Bounded: closed 10-minute windows are kept `keep_minutes10_s` (a day), hourly ones
-`keep_hours_s` (a week), and the encoded value never exceeds `max_bytes`: over it, the
-oldest window goes, taken from the kind of windows that has more of them, so each kind
-keeps about half of the bytes. A path without windows is forgotten. The byte count is
-exact (`wire.rollup.path_wire_bytes` per changed path), so the value is never encoded
-whole to be measured. Paths of nodes that left are kept: their windows age out.
+Each path has one open window of each length and its closed ones (probes, failures,
+RTT percentiles). Bounded: closed windows age out (`keep_minutes10_s`, `keep_hours_s`)
+and the encoded value stays within `max_bytes`, counted exactly per changed path so it
+is never encoded whole to be measured. A result for an already closed window (a clock
+stepped back) is dropped and counted in `late`.
 """
 
 from __future__ import annotations

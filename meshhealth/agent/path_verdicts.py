@@ -4,28 +4,14 @@
     verdicts.observe(path_key, ok=False)            # each probe result (the agent's record)
     verdicts.finish_round(report.targets)           # each round: cluster size, forget left
     verdicts.confirm("lab1", "node3", "lab1/node2") # another observer / an indirect probe
-    verdicts.set_multiplier(2)                      # local health: wait longer when unwell
     await nursery.start(verdicts.run)               # settles paths whose time is up
-    verdicts.snapshot()                             # every path's PathSuspicion, read-only
     await verdicts.changed_between_rounds()         # paths whose verdict changed since
 
 The rules are meshhealth.diagnosis.suspicion (pure); this component keeps one
-`PathSuspicion` per path this agent probes and applies them with the agent's clock. A
-failure makes a path `suspect`; it becomes `unreachable` after failing
-`SUSPICION_MIN_FAILURES` times in a row *and* for the suspicion time, which falls from
-the ceiling towards the floor as independent confirmations come in through `confirm`:
-other observers whose own probes of the target fail (their published results), peers
-whose indirect probe of the target failed. The timer task (`run`) makes a path
-unreachable when its time is up between two rounds (a confirmation arrived, or the
-time fell between probes); otherwise it happens with the next failure.
-
-`possible_confirmers` is the number of other nodes in the probe set minus the target
-(who could see it fail), so that a 2-node cluster waits the floor, not the ceiling.
-
-A change of verdict between rounds (`confirm`, the timer) is an event: its one reader
-(meshhealth.agent.node_agent) takes the paths that changed with `changed_between_rounds`
-and updates the metrics and the publisher; changes made by a probe result (`observe`)
-follow with the round, like the result itself.
+`PathSuspicion` per path this agent probes and applies them with the agent's clock,
+with confirmations from other observers and from indirect probes. A verdict that
+changes between rounds (a confirmation, the timer) is an event for its one reader
+(meshhealth.agent.node_agent).
 """
 
 from __future__ import annotations

@@ -3,23 +3,13 @@
     results = ProbeResults(local, window=30, verdicts=verdicts)
     previous = results.add(path_report)        # as each probe ends (the round's on_result)
     gone = results.finish_round(round_report)  # once the round is over
-    results.summaries                          # every path, as of the last finished round
     results.status_nodes(targets)              # the status document's `nodes`, cached
     results.summary(key)                       # one path now, the running round included
-    results.running_round                      # paths with a result in the running round
-    results.set_indirect(notes)                # what helpers found about failing paths
-    results.verdicts                           # each path's suspicion verdict
 
-Two readers, two moments. `status` shows the state after the last finished round: the
-summaries are taken once per round (all of them cost ~40 ms at 300 nodes, too much for
-every `GET /v1/status`, see bench/admin_latency.py) and the status document's `nodes`
-part is built from them at once, before anyone asks. The live feed streams results as
-they come and reads one path's summary at a time, the newest result included.
-
-Each result also goes to the path's suspicion state (`verdicts`,
-meshhealth.agent.path_verdicts) as it is added, and the status `nodes` show each path's
-verdict: they are built again when a verdict changes between rounds (a confirmation,
-the timer).
+Two readers, two moments: `status` shows the state after the last finished round (the
+summaries and the status `nodes` are built once per round, too costly per request:
+docs/performance.md, "Agent admin API"); the live feed reads one path at a time as
+results come. Each result also goes to the path's suspicion verdict (`verdicts`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The agent's status document, built on request from what the agent holds.
 
-    status = StatusSource(identity, results=..., progress=..., members=..., mesh=...,
+    status = StatusSource(identity, results=..., progress=..., probe_targets=..., mesh=...,
                           health=..., summaries=...)
     status.document()   # the status document (the live feed's snapshot and round)
     status.encoded()    # GET /v1/status: as JSON, the cached `nodes` spliced in
@@ -65,7 +65,7 @@ class StatusSource:
         *,
         results: ProbeResults,
         progress: RoundProgress,
-        members: ProbeTargets,
+        probe_targets: ProbeTargets,
         mesh: ClusterMesh,
         health: LocalHealthMonitor,
         summaries: SummaryFollower,
@@ -73,7 +73,7 @@ class StatusSource:
         self.identity = identity
         self.results = results
         self.progress = progress
-        self.members = members
+        self.probe_targets = probe_targets
         self.mesh = mesh
         self.health = health
         self.summaries = summaries
@@ -84,7 +84,7 @@ class StatusSource:
         if report is not None:
             targets, plan = report.targets, report.plan
         else:  # before the first round: what it will probe
-            chosen = self.members.for_round(now)
+            chosen = self.probe_targets.for_round(now)
             targets, plan = chosen.targets, chosen.plan
         return StatusInputs(
             local=self.identity.local,
@@ -92,7 +92,7 @@ class StatusSource:
             summaries=self.results.summaries,
             probe_time=report.started_at if report is not None else None,
             probe_interval_s=self.identity.interval_s,
-            etcd=etcd_state(self.members.etcd),
+            etcd=etcd_state(self.probe_targets.etcd),
             round=RoundState(
                 running=self.progress.running,
                 last_started_at=report.started_at if report is not None else None,

@@ -62,6 +62,57 @@ def add_etcd_timeout_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_etcd_source_options(
+    parser: argparse.ArgumentParser, what: str, *, mesh: bool = True
+) -> None:
+    """`--etcd` (TLS and user options included), `--cluster`, `--mesh` (unless `mesh` is
+    False) and `--timeout`: where a command reads `what` (`reports`, `events`,
+    `roll-ups`) from; read back by `etcd_sources_from_args` and `etcd_timeout_from_args`."""
+    add_etcd_option(parser)
+    parser.add_argument(
+        "--cluster",
+        default=None,
+        metavar="NAME",
+        help=f"only the {what} of this cluster's nodes (default: every cluster in that etcd)",
+    )
+    if mesh:
+        parser.add_argument(
+            "--mesh",
+            action="append",
+            default=[],
+            metavar="NAME=URLS",
+            help=f"also read the {what} of remote cluster NAME from its etcd (repeatable)",
+        )
+    else:
+        parser.set_defaults(mesh=[])
+    add_etcd_timeout_option(parser)
+
+
+def etcd_sources_from_args(args: argparse.Namespace) -> list[tuple[str | None, EtcdAccess]]:
+    """(cluster or None, etcd) to read, from `add_etcd_source_options`' options: the
+    local etcd first, then each `--mesh` cluster's (with the same TLS files and user);
+    ValueError with a one-line message."""
+    from meshhealth.wire.keys import validate_cluster_name
+
+    access = etcd_access_from_args(args)
+    cluster = None if args.cluster is None else validate_cluster_name(args.cluster)
+    sources: list[tuple[str | None, EtcdAccess]] = [(cluster, access)]
+    for item in args.mesh:
+        name, sep, urls = item.partition("=")
+        if not sep:
+            raise ValueError(f"--mesh: expected NAME=URLS, got {item!r}")
+        sources.append((validate_cluster_name(name.strip()), etcd_access_from_args(args, urls)))
+    return sources
+
+
+def etcd_timeout_from_args(args: argparse.Namespace) -> float:
+    """`--timeout` (`add_etcd_timeout_option`); ValueError when it is not > 0."""
+    timeout_s: float = args.timeout
+    if not timeout_s > 0:
+        raise ValueError("--timeout must be > 0")
+    return timeout_s
+
+
 def add_etcd_access_options(parser: argparse.ArgumentParser) -> None:
     """`--etcd-config`, `--etcd-ca/-cert/-key`, `--etcd-user`, `--etcd-password-file`,
     each defaulting to its environment variable (read by `etcd_access_from_args`).

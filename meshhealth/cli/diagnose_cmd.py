@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from meshhealth.cli.matrix_cmd import add_matrix_source_options, read_matrix_from_args
+from meshhealth.cli.common import add_etcd_source_options
+from meshhealth.cli.matrix_cmd import read_matrix_from_args
 
 EXIT_FINDINGS = 1
 
@@ -47,7 +48,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_matrix_source_options(parser)
+    add_etcd_source_options(parser, "reports")
     parser.add_argument(
         "-o", "--output", choices=("text", "json"), default="text", help="output format"
     )

@@ -12,8 +12,14 @@ import sys
 from typing import TYPE_CHECKING
 
 from meshhealth import defaults
-from meshhealth.cli.common import EXIT_UNAVAILABLE, print_error, usage_error
-from meshhealth.cli.matrix_cmd import add_matrix_source_options, etcd_sources_from_args
+from meshhealth.cli.common import (
+    EXIT_UNAVAILABLE,
+    add_etcd_source_options,
+    etcd_sources_from_args,
+    etcd_timeout_from_args,
+    print_error,
+    usage_error,
+)
 
 if TYPE_CHECKING:
     from meshhealth.kvstore.etcd_config import EtcdAccess
@@ -41,7 +47,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_matrix_source_options(parser)
+    add_etcd_source_options(parser, "events")
     parser.add_argument(
         "--since",
         default=None,
@@ -67,7 +73,7 @@ def names_node(event: FindingEvent, node: str) -> bool:
 
 
 def read_events_from_args(args: argparse.Namespace, command: str) -> list[FindingEvent] | int:
-    """Every event of the clusters the options point at (`add_matrix_source_options`),
+    """Every event of the clusters the options point at (`add_etcd_source_options`),
     or the exit code after a one-line error."""
     import trio
 
@@ -78,11 +84,9 @@ def read_events_from_args(args: argparse.Namespace, command: str) -> list[Findin
 
     try:
         wanted = etcd_sources_from_args(args)
+        timeout_s = etcd_timeout_from_args(args)
     except ValueError as error:
         return usage_error(command, str(error))
-    timeout_s: float = args.timeout
-    if not timeout_s > 0:
-        return usage_error(command, "--timeout must be > 0")
     events: list[FindingEvent] = []
     failed: list[str] = []
     skipped: list[str] = []

@@ -1,25 +1,15 @@
 """Text (and JSON) of the health matrix (pure): `meshhealth matrix`, `status --matrix`.
 
     Health matrix at 2026-11-22T10:00:00Z: each row is what its source node sees
-    Cell: host ICMP, host HTTP, endpoint ICMP, endpoint HTTP (✓ OK, ✗ failed, ◐ suspect,
-          ? not probed, - no such path, ~ stale report), then the host ICMP RTT
+    ...
+    source       report        node1         node2
+    lab1/node1   2s ago        ✓✓✓✓ 412µs    ✓✓✓✓ 520µs
+    Reachable:   2/2 cells   (0 stale, 0 unknown)
 
-                               lab1                        lab2
-    source       report        node1         node2         node1
-    lab1/node1   2s ago        ✓✓✓✓ 412µs    ✓✓✓✓ 520µs    ✓✓✓✓ 1.1ms
-    lab1/node2   3s ago        ✓✓✓✓ 380µs    ✓✓✓✓ 41µs     ✓✓✗✗ 1.3ms
-    Reachable:   5/6 cells   (0 stale, 0 unknown)
-
-A suspect path (failing, not for long enough: the source agent's verdict) is `◐`; a
-source whose agent says it is degraded reads `DEGRADED` after its report's age; a source
-the cluster verdict discounts (its own row explains its failures) is marked `⊘`: its
-cells count in `Reachable`, not in `Cluster health`.
-
-Input: the document of meshhealth.documents.matrix_json.matrix_document
-(docs/clustermesh.md), so the text is a function of the document alone ("ago" is
-relative to `generated_at`), and optionally each cluster's verdict (a `Cluster health:`
-line each, before `Reachable`) and diagnosis's findings (`meshhealth matrix`), one
-`Finding:` line each after the summary lines.
+Input: the document of meshhealth.documents.matrix_json.matrix_document, and optionally
+each cluster's verdict and diagnosis's findings, so the text is a function of its
+inputs alone ("ago" is relative to `generated_at`). docs/clustermesh.md explains the
+cells and marks.
 """
 
 from __future__ import annotations

@@ -1,33 +1,11 @@
 """Output of `meshhealth probe` (pure): one line per target and path, or JSON.
 
-Text, one line per (ip, protocol), IPs padded to one column::
-
     10.0.0.2  icmp  OK  rtt=412.5µs loss=0%
-    10.0.0.2  http  OK  rtt=1.02ms
-    10.0.0.9  icmp  Connection timed out
     10.0.0.9  http  Connection refused
 
-`rtt` is the mean of the replies of the probe (Go-like duration), `loss` the fraction
-of the ICMP echo requests that got no valid reply. A failure shows the text
-cilium-health users know, with the detail after a colon when there is one
-(`Error: ICMP disabled`).
-
-JSON (`-o json`): a list, one object per line above, with these fields:
-
-    ip          the probed address (str)
-    protocol    "icmp" | "http"
-    status      "ok" | "timeout" | "refused" | "reset" | "unreachable" | "http_error"
-                | "invalid" | "error" (meshhealth.model.ProbeStatus)
-    text        the words of the text output ("OK", "Connection timed out", "HTTP 503")
-    detail      extra detail, "" when none
-    rtt_s       mean RTT in seconds, null when no reply
-    rtts_s      every RTT in seconds, one per reply
-    sent        requests sent (ICMP: echo requests; HTTP: 1)
-    received    valid replies received
-    loss        1 - received/sent, 0.0 .. 1.0
-    started_at  when the probe started: ISO 8601, UTC, whole seconds (as in `status -o
-                json`)
-    started_at_unix  the same in unix seconds (a float: sub-second precision)
+A failure shows the text cilium-health users know, with the detail after a colon when
+there is one. `-o json` is a list, one object per line above; docs/probe.md lists its
+fields.
 """
 
 from __future__ import annotations

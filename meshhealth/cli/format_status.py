@@ -6,35 +6,11 @@
         Host connectivity to 10.77.0.1:
           ICMP to stack:   OK, RTT=412.5µs
           HTTP to agent:   OK, RTT=1.02ms
-          ICMP 1500 B DF:  OK, RTT=431µs
-        Endpoint connectivity to 10.78.1.2:
-          ICMP to stack:   OK, RTT=455µs
-          HTTP to agent:   OK, RTT=1.31ms
     Cluster health:   1/2 reachable   (2026-11-22T10:00:00Z)
 
-A path that fails but whose suspicion time is not over reads `Connection timed out
-(suspect for 4s)`, and `Cluster health` adds `, 1 suspect` (neither reachable nor
-unreachable). A dual-stack node's secondary address (the other family) follows its
-primary's lines as cilium-health prints it, one level deeper (`Secondary connectivity
-to fd77::1:`), with `verbose` or when one of its paths failed.
-The host's `ICMP 1500 B DF:` line is the don't-fragment MTU probe (the agent's
-`--mtu-probe-size`), shown when it runs; it does not count in `Cluster health`.
-`Cluster health` counts this node's direct targets. With subset probing (the probe plan,
-docs/scale.md) those are a few of the cluster's nodes, so the line reads `Direct
-targets:` instead, followed by `Probing 5 of 99 nodes (k=5, epoch ..., full mesh at
-≤16 nodes)`: this node's share of the plan, not a verdict on the cluster.
-With clustermesh, a `Clusters:` section lists each cluster (local first) and the state
-of its etcd (connected, unreachable, refused: see docs/clustermesh.md).
-`Cluster health:` is the cluster's verdict from its aggregator's summary (every
-observer's results: `998/1000 reachable (5 observers each)`, who aggregated and when it
-last changed), one line per followed cluster; before a summary exists it is this node's
-own probes, labelled as such. One `Finding:` line follows per diagnosis finding.
-A `Warning:` line at the end says when etcd is unreachable (the node list may be stale).
-`verbose` adds the probe interval and etcd lines (instead of the warning), loss,
-percentiles and last-probed time per path, and the `cilium status --verbose` table
-(Name, IP, Node, Endpoints). "ago" times are relative to the document's `generated_at`,
-so the text is a function of the document alone.
-Input: the document of meshhealth.documents.status (docs/status.md).
+Input: the document of meshhealth.documents.status; "ago" times are relative to its
+`generated_at`, so the text is a function of the document alone. Every line and what
+`verbose` adds is described in docs/status.md.
 """
 
 from __future__ import annotations

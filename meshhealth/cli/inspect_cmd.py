@@ -21,6 +21,7 @@ from meshhealth.cli.common import (
     add_etcd_option,
     add_etcd_timeout_option,
     etcd_access_from_args,
+    etcd_timeout_from_args,
     print_error,
     usage_error,
 )
@@ -188,13 +189,11 @@ def run(args: argparse.Namespace) -> int:
     from meshhealth.kvstore import EtcdError, EtcdUnavailable, open_etcd
 
     try:
-        access = etcd_access_from_args(args)
-    except ValueError as error:  # a bad endpoint list, TLS option or etcd config file
+        access = etcd_access_from_args(args)  # a bad endpoint list, TLS option or file
+        timeout_s = etcd_timeout_from_args(args)
+    except ValueError as error:
         return usage_error("inspect", str(error))
     prefix: str = args.prefix
-    timeout_s: float = args.timeout
-    if not timeout_s > 0:
-        return usage_error("inspect", "--timeout must be > 0")
 
     async def fetch() -> list[tuple[str, bytes]]:
         async with open_etcd(access, request_timeout_s=timeout_s, liveness=False) as etcd:

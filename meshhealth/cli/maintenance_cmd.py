@@ -31,6 +31,7 @@ from meshhealth.cli.common import (
     add_etcd_option,
     add_etcd_timeout_option,
     etcd_access_from_args,
+    etcd_timeout_from_args,
     print_error,
     usage_error,
 )
@@ -176,11 +177,9 @@ def run(args: argparse.Namespace) -> int:
             cluster = defaults.DEFAULT_CLUSTER
         if args.action != "list":
             keys.validate_node_name(args.node)
+        timeout_s = etcd_timeout_from_args(args)
     except ValueError as error:
         return usage_error(command, str(error))
-    timeout_s: float = args.timeout
-    if not timeout_s > 0:
-        return usage_error(command, "--timeout must be > 0")
     window = None
     if args.action == "start":
         assert cluster is not None

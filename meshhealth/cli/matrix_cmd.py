@@ -14,16 +14,15 @@ from typing import TYPE_CHECKING
 from meshhealth import defaults
 from meshhealth.cli.common import (
     EXIT_UNAVAILABLE,
-    add_etcd_option,
-    add_etcd_timeout_option,
-    etcd_access_from_args,
+    add_etcd_source_options,
+    etcd_sources_from_args,
+    etcd_timeout_from_args,
     print_error,
     usage_error,
 )
 
 if TYPE_CHECKING:
     from meshhealth.documents.matrix import Matrix
-    from meshhealth.kvstore.etcd_config import EtcdAccess
 
 DESCRIPTION = f"""\
 Read every node's published health entry (meshhealth/state/health/v1/) and show the
@@ -48,7 +47,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_matrix_source_options(parser)
+    add_etcd_source_options(parser, "reports")
     parser.add_argument(
         "-o", "--output", choices=("text", "json"), default="text", help="output format"
     )
@@ -61,44 +60,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=run)
 
 
-def add_matrix_source_options(parser: argparse.ArgumentParser) -> None:
-    """`--etcd` (TLS and user options included), `--cluster`, `--mesh`, `--timeout`:
-    where the health reports are read (`meshhealth matrix`, `meshhealth diagnose`)."""
-    add_etcd_option(parser)
-    parser.add_argument(
-        "--cluster",
-        default=None,
-        metavar="NAME",
-        help="only the reports of this cluster's nodes (default: every cluster in that etcd)",
-    )
-    parser.add_argument(
-        "--mesh",
-        action="append",
-        default=[],
-        metavar="NAME=URLS",
-        help="also read the reports of remote cluster NAME from its etcd (repeatable)",
-    )
-    add_etcd_timeout_option(parser)
-
-
-def etcd_sources_from_args(args: argparse.Namespace) -> list[tuple[str | None, EtcdAccess]]:
-    """(cluster or None, etcd) to read; ValueError with a one-line message. `--mesh`
-    clusters use the same TLS files and user as the local one."""
-    from meshhealth.wire.keys import validate_cluster_name
-
-    access = etcd_access_from_args(args)
-    cluster = None if args.cluster is None else validate_cluster_name(args.cluster)
-    sources: list[tuple[str | None, EtcdAccess]] = [(cluster, access)]
-    for item in args.mesh:
-        name, sep, urls = item.partition("=")
-        if not sep:
-            raise ValueError(f"--mesh: expected NAME=URLS, got {item!r}")
-        sources.append((validate_cluster_name(name.strip()), etcd_access_from_args(args, urls)))
-    return sources
-
-
 def read_matrix_from_args(args: argparse.Namespace, command: str) -> Matrix | int:
-    """The matrix of the reports `add_matrix_source_options` point at, read now; or the
+    """The matrix of the reports `add_etcd_source_options` point at, read now; or the
     exit code after a one-line error (usage error, no etcd could be read)."""
     import time
     from contextlib import AsyncExitStack
@@ -110,11 +73,9 @@ def read_matrix_from_args(args: argparse.Namespace, command: str) -> Matrix | in
 
     try:
         wanted = etcd_sources_from_args(args)
+        timeout_s = etcd_timeout_from_args(args)
     except ValueError as error:
         return usage_error(command, str(error))
-    timeout_s: float = args.timeout
-    if not timeout_s > 0:
-        return usage_error(command, "--timeout must be > 0")
 
     async def fetch() -> MatrixRead:
         async with AsyncExitStack() as stack:

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 from meshhealth.cli.common import (
     EXIT_UNAVAILABLE,
-    add_etcd_option,
-    add_etcd_timeout_option,
-    etcd_access_from_args,
+    add_etcd_source_options,
+    etcd_sources_from_args,
+    etcd_timeout_from_args,
     print_error,
     usage_error,
 )
@@ -46,13 +46,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_etcd_option(parser)
-    parser.add_argument(
-        "--cluster",
-        default=None,
-        metavar="NAME",
-        help="only the roll-ups of this cluster's nodes (default: every cluster in that etcd)",
-    )
+    add_etcd_source_options(parser, "roll-ups", mesh=False)
     parser.add_argument(
         "--since",
         default="24h",
@@ -72,7 +66,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "-o", "--output", choices=("text", "json"), default="text", help="output format"
     )
-    add_etcd_timeout_option(parser)
     parser.set_defaults(func=run)
 
 
@@ -97,19 +90,16 @@ def parse_span(since: str, until: str | None, now: float) -> tuple[float, float]
 def run(args: argparse.Namespace) -> int:
     from meshhealth.cli.format_report import format_report_json, format_report_text
     from meshhealth.documents.report import build_report
-    from meshhealth.wire.keys import validate_cluster_name
 
     try:
         since, until = parse_span(args.since, args.until, time.time())
-        cluster = None if args.cluster is None else validate_cluster_name(args.cluster)
-        access = etcd_access_from_args(args)
+        [(cluster, access)] = etcd_sources_from_args(args)  # no --mesh: one source
+        timeout_s = etcd_timeout_from_args(args)
     except ValueError as error:
         return usage_error("report", str(error))
     if args.top < 1:
         return usage_error("report", f"--top must be >= 1, got {args.top}")
-    if not args.timeout > 0:
-        return usage_error("report", "--timeout must be > 0")
-    read = read_rollups(access, cluster, args.timeout)
+    read = read_rollups(access, cluster, timeout_s)
     if isinstance(read, str):
         print_error("report", read)
         return EXIT_UNAVAILABLE

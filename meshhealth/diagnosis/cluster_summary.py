@@ -5,28 +5,12 @@
                             cluster="lab1", aggregator="node2")
     wire.summary.encode_summary(summary)          # what the aggregator publishes
 
-- the verdict counts the nodes of `cluster` (the matrix's columns of that cluster) by
-  the observers' consensus (`node_consensus`, meshhealth.documents.reachability) over
-  the cells of the fresh rows (a stale row says nothing), a node's own row left out;
-  the observers whose own row explains their failures (`discount_reasons`: the findings
-  that name them egress-blocked, isolated, cut off by a partition, unwell or down, or
-  their own report's word that they are degraded) do not count against the nodes they
-  fail to reach; `node_states` names every node that is not reachable, `discounted`
-  every observer left out, with why and its own figures;
-- a node's observers are the fresh rows that probed it; `observers_min` and
-  `observers_median` are over the nodes of `cluster` (0 when it has none);
-- `failing_observers` names every target (of any cluster: the cluster's agents probe
-  meshed remotes too) that at least one fresh, counting observer fails to reach (a cell
-  `unreachable` or `suspect`), with how many do: what other observers read as
-  confirmations of their own suspicion;
-- a node of `cluster` in planned maintenance (`matrix.maintenance`, the windows on at
-  the matrix's time) is in no state of the verdict: it is counted as `maintenance`,
-  its own state is kept in `maintenance` with its window, and as an observer it is
-  discounted (reason `maintenance`: a drained or rebooting node's failures say
-  nothing of others); a finding whose culprits are all in maintenance is `expected`;
-- the findings are diagnosis's, in its order, as `SummaryFinding`s; `keep_since` gives
-  a finding that was in the previous summary (same kind and nodes) its earlier `since`,
-  so a finding that goes on is not a change (reports carry only their own probe time).
+The verdict counts the cluster's nodes by the observers' consensus over the fresh rows
+(`node_consensus`), leaving out observers whose own row explains their failures
+(`discount_reasons`) and nodes in planned maintenance; `failing_observers` tells each
+target how many counting observers fail to reach it (confirmations of suspicion);
+`keep_since` keeps a continuing finding's first `since`, so it is not a change.
+docs/diagnosis.md describes the verdict.
 """
 
 from __future__ import annotations

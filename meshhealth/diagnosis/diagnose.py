@@ -3,31 +3,13 @@
     findings = diagnose(matrix_view(matrix))  # view.py: the matrix as diagnosis reads it
     doc = findings_json(findings, generated_at=now)
 
-In order:
-1. a partition: groups of nodes that reach each other and not the other groups;
-2. per layer (connectivity, agent, endpoint, mtu, udp, tcp), failures not explained by the
-   partition are localised (007-style votes, `localise`) and each blamed node becomes a
-   finding whose kind follows from its row and column: node-down, node-isolated,
-   ingress-blocked, egress-blocked, agent-down, endpoint-down, mtu-blackhole,
-   udp-blocked, port-blocked; the layers above connectivity leave alone the pairs into a
-   node whose column connectivity blamed, and out of one whose row it blamed;
-3. failures no node explains are `path` findings (observer -> target); a dual-stack
-   target whose secondary addresses fail while its primary ones answer is a `path`
-   finding too (families.py); but HTTP to an
-   agent whose own report says `loop-lag` failing from one observer is its starvation
-   (named below), not that path's fault, and a path from an observer named
-   agent-down or node-down is its dead agent's last report, not a path;
-4. observers whose own report says they are unwell, or whose report is stale while
-   their agent answers, are `observer-degraded` (unless already named); but one whose
-   only reason is `targets-failing` while others reach it (ICMP and HTTP to its agent)
-   is `egress-blocked`: its own failing probes are the evidence.
-
-A port-blocked finding's evidence names the failing ports; a path, partition or
-node-isolated finding's evidence ends with where a failing observer's trace stopped
-(the report's per-target `trace`, agent/path_tracer.py), when one has been published.
-
-Findings are sorted by confidence (highest first), then kind and nodes: the same matrix
-gives the same findings whatever the order of its cells.
+In order: a partition; per layer (connectivity, agent, endpoint, mtu, udp, tcp) the
+failures the partition does not explain, localised by votes (`localise`) to a node
+whose row and column give the finding's kind; `path` findings for failures no node
+explains (none into a node connectivity blamed, nor out of one); `observer-degraded`
+for observers whose own report says they are unwell. docs/diagnosis.md explains every
+kind and its evidence. Findings are sorted by confidence, then kind and nodes: the same
+matrix gives the same findings whatever the order of its cells.
 """
 
 from __future__ import annotations

@@ -1,30 +1,15 @@
 """Suspicion per path: ok -> suspect -> unreachable (pure, explicit timestamps).
 
-A path's verdict is a `Reachability` (meshhealth.model: the one vocabulary): one probe
-that fails makes a path `suspect`, never `unreachable`. The path becomes
-`unreachable` once it has failed at least `min_failures` times in a row *and* has kept
-failing for the suspicion time, which shrinks as independent confirmations arrive
-(other observers whose own path to the same target fails, peers whose indirect probe
-of the target failed too). One success brings it back to `ok` (docs/diagnosis.md says
-why one is enough).
-
-The suspicion time follows Lifeguard (memberlist's implementation of it), written anew:
-
-    floor_s   = alpha * max(1, log10(cluster_size)) * interval_s * multiplier
-    ceiling_s = beta * floor_s
-    time_s(c) = max(floor_s, ceiling_s - (ceiling_s - floor_s) * log(c + 1) / log(k + 1))
-
-with `c` the confirmations so far and `k` the confirmations that bring the time down to
-the floor (fewer when fewer peers could confirm; none possible: the floor, since waiting
-for confirmations that cannot come only delays the verdict). `multiplier` is the local
-health factor (`local_health.timeout_multiplier`): an agent that is itself unwell waits
-longer before it calls others unreachable.
-
     params = suspicion_params(cluster_size=4, interval_s=10.0)
-    state = PathSuspicion()
-    state = observe(state, ok=False, now=t0, params=params)   # suspect
+    state = observe(PathSuspicion(), ok=False, now=t0, params=params)   # suspect
     state = observe(state, ok=False, now=t0 + 10, params=params,
                     confirmers=frozenset({"c/node2"}), possible_confirmers=2)
+
+A path's verdict is a `Reachability` (meshhealth.model): one failure makes it
+`suspect`; it becomes `unreachable` after `min_failures` failures in a row *and* the
+suspicion time, which shrinks from a ceiling to a floor as independent confirmations
+arrive (Lifeguard's formula, written anew; `multiplier` is the local health factor).
+One success brings it back to `ok`. docs/diagnosis.md gives the formula and why.
 """
 
 from __future__ import annotations

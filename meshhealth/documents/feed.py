@@ -1,27 +1,11 @@
 """The live feed's messages and the per-client coalescing queue (pure, no I/O).
 
-The agent serves a WebSocket feed (meshhealth.agent.serving.feed_server); every WebSocket message is
-one JSON object with `"v": FEED_VERSION`, a `type` and a `seq` (the hub's event counter,
-increasing; a gap means coalesced or skipped events). Types (docs/watch.md):
-
-    snapshot  on connect: the whole status document (docs/status.md) under `status`
-    path      one path's newest result: cluster, node, target_type, protocol, ip,
-              `path` (the PATH object of the status document) and `changed`
-    round     a round finished: probe_time, the summary, etcd and round state, and the
-              probe set (`nodes`, without paths: nodes absent here have left)
-    lagging   the client fell too far behind; the server closes the connection next
-
-"Changed": every probed path changes every round (a new sample, a new `last_probed`),
-so each path result is one `path` message, sent as soon as its probe ends. `changed`
-says what a viewer that only wants news should look at: `status` (OK <-> a failure, or
-one failure to another) and `rtt_bucket` (the RTT moved to another decade-ish bucket,
-see `RTT_BUCKET_BOUNDS_S`); empty when only the numbers moved.
-
-A client that reads slowly gets the newest value per path: `CoalescingQueue` keeps at
-most one pending message per key (a path, the round, the snapshot). It is "too far
-behind" when more than `max_rounds_behind` round messages were queued since it last
-received one, or when more than `max_pending` keys are pending; then everything pending
-is dropped for one `lagging` message, and the server disconnects it.
+Every message of the feed (meshhealth.agent.serving.feed_server) is one JSON object
+with `"v": FEED_VERSION`, a `type` (snapshot, path, round, lagging) and a `seq`;
+docs/watch.md documents them. A `path` message's `changed` says what a viewer that
+wants only news should look at (status, RTT bucket). `CoalescingQueue` keeps at most
+one pending message per key, so a slow reader gets the newest value per path; one too
+far behind gets a single `lagging` message and is disconnected.
 """
 
 from __future__ import annotations

@@ -3,32 +3,12 @@
     matrix = build_matrix(reports, now=time.time(), extra_nodes=[("lab1", "node4")])
     doc = matrix_document(matrix)          # documents/matrix_json.py: `-o json`
 
-One row per source node (a HealthReport), one column per target node (every node that
-reports or is reported on, grouped by cluster), one cell per (source, target) with the
-source's four paths to the target. A cell is:
-
-- `reachable`: every probed path is OK;
-- `unreachable`: at least one probed path fails (the rule of `Cluster health`);
-- `stale`: the source's report is older than `stale_after_s` (its liveness refresh plus
-  three of its intervals and a few seconds): its agent is not publishing (down, hung, or
-  cut off from etcd), so it is not shown healthy;
-- `unassigned`: the source probes a subset of the nodes (the probe plan, docs/scale.md)
-  and was not assigned this target in its report's epoch: nobody asked it to look, so
-  the cell says nothing about the path (neither failure nor stale);
-- `unknown`: the source has not probed the target (yet), or has no report at all.
-
-Coverage: with subset probing a target is seen by its `k` probers only, so the summary
-counts, per target, the fresh reports that include it (its observers) and names the
-targets with fewer than the plan's `k`. The `Coverage:` line is then a warning; while
-every target has its `k` observers it is a note (`Matrix.notes`), information only.
-
-Summary lines are the first step of telling whose fault it is. A whole column failing
-points at the target: a node that fresh reports show unreachable from every other
-source ("look at node3 or its link"). A whole row failing points at the source: a node
-that reaches none of the others ("look at node2's own network"). And sources whose
-reports are stale are named (their agent is down or cut off from etcd). Each needs at
-least two other nodes to compare with; when most nodes are in the same state, one line
-says the problem is cluster-wide.
+One row per source node, one column per target node (grouped by cluster), one cell per
+pair: reachable, unreachable, stale (the source's report is older than
+`stale_after_s`), unassigned (not the source's target in its epoch's probe plan) or
+unknown. The summary lines count coverage per target and point at a failing column
+(the target) or row (the source), the first step of telling whose fault it is
+(docs/clustermesh.md and docs/diagnosis.md describe them).
 """
 
 from __future__ import annotations

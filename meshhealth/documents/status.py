@@ -1,38 +1,12 @@
 """The status document: what `GET /v1/status` answers and `meshhealth status` prints.
 
-A pure builder from the agent's state (no I/O, no clock: `now` is an input). Field names
-are stable and documented in docs/status.md; they follow Cilium's HealthStatusResponse
-(local node, per node `host` / `health_endpoint` with a `primary_address`, `icmp` and
-`http` per address) with snake_case names and seconds as the unit.
-
-The agent supplies plain values:
-
-    build_status_document(StatusInputs(
-        local=LocalNode(cluster, name, node_ip, health_ip),
-        targets=probe_set,                      # model.Target, the local node included
-        summaries=stats_book.summaries(),       # dict[PathKey, PathSummary]
-        probe_time=last_round.started_at,       # None before the first round
-        probe_interval_s=config.interval_s,
-        etcd=EtcdState(up=..., since=...),
-        round=RoundState(running=..., ...),
-        now=time.time(),
-    ))
-
-Per request only the head (generated_at, etcd, round) and `clusters` change; `nodes` and
-`summary` change with a round. The agent keeps them in a `NodesCache` (built once per
-round, with their JSON) and answers the socket with `encode_status_document`, which
-splices the cached JSON.
-
-Reachability of paths and nodes follows meshhealth.documents.reachability (the rule of
-`Cluster health: X/Y reachable`): a path's state is its suspicion verdict (`verdicts`,
-meshhealth.agent.path_verdicts; without one, its newest status); a node is reachable
-when it has at least one probed path and every probed path is reachable, suspect when
-one is suspect and none unreachable; paths not probed yet do not count against it.
-
-The module holds, in order: what the document is built from (`StatusInputs` and its
-parts, the path verdicts the agent hands over), the per-node part built once per round
-(`NodesCache`, `build_nodes_part`), and the whole document. Its JSON types are in
-documents/status_schema.py.
+A pure builder from the agent's state (no I/O, no clock: `now` is an input). Field
+names are documented in docs/status.md and follow Cilium's HealthStatusResponse, with
+snake_case names and seconds. The module holds what the document is built from
+(`StatusInputs` and its parts), the per-node part built once per round (`NodesCache`,
+`build_nodes_part`: only the head changes per request, and `encode_status_document`
+splices the cached JSON) and the whole document. Reachability follows
+meshhealth.documents.reachability; the JSON types are in documents/status_schema.py.
 """
 
 from __future__ import annotations

@@ -5,25 +5,12 @@
         async with etcd.watch_prefix("meshhealth/", start_revision=revision + 1) as watch:
             async for batch in watch: ...
 
-    access = etcd_access(None, config=read_etcd_config_file("etcd-config.yml"))
-    async with open_etcd(access) as etcd: ...      # TLS files, user (EtcdAccess)
-
-How a request travels (threads, deadlines, failover, TLS, tokens) is the business of
-meshhealth.kvstore.transport, the base class of `Etcd`.
-
-A liveness task (started by `open_etcd`) asks every endpoint something cheap each
-`liveness_interval_s` with a `liveness_timeout_s` deadline and keeps `etcd.health` up to
-date: a SIGSTOPped etcd answers nothing and its watches hang silently, this is how we
-notice. Failed requests mark etcd down at once; the next liveness answer marks it up.
-A files task (also started by `open_etcd` with liveness) reconnects when the TLS files
-or the password file change.
-
-Errors: `EtcdUnavailable` (etcd did not answer: refused, timed out, no endpoint left,
-TLS or authentication failed) and `EtcdError` (its base class: etcd answered with an
-error). Messages are one line and name the endpoint(s), e.g.
-`etcd http://127.0.0.1:2379 unreachable: connection refused` or
-`etcd https://127.0.0.1:2379: certificate verify failed: unable to get local issuer
-certificate`.
+How a request travels (threads, deadlines, failover, TLS, tokens) is
+meshhealth.kvstore.transport's, the base class of `Etcd`. `open_etcd` also starts a
+liveness task (a SIGSTOPped etcd answers nothing and its watches hang silently: cheap
+requests on a deadline keep `etcd.health` true) and a task that reconnects when the TLS
+or password files change. Errors are `EtcdError` (etcd answered with an error) and its
+subclass `EtcdUnavailable` (no answer), with one-line messages naming the endpoints.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """A file that holds a secret (the etcd client key, the etcd user's password, a served
-TLS key) must be private: readable by its owner only. Pure but for one `fstat` of an
-open file.
+TLS key, a bearer token) must be private: readable by its owner only.
 
     problem = secret_file_problem(handle.fileno())   # None, or why it is refused
+    data = read_small_file(path, limit, secret=True) # ValueError saying why
     data = read_pem_file(path, "key", secret=True)   # PemFileError naming the file
 
 A key or password that other users of the host can read is no secret: the file is
@@ -30,21 +30,31 @@ def secret_file_problem(fd: int) -> str | None:
     return None
 
 
-def read_pem_file(path: str, what: str, *, secret: bool) -> bytes:
-    """The bytes of PEM file `path` (`what`: certificate, key, CA, for the message);
-    `secret` (a private key): refused unless only its owner may read it. PemFileError
-    when it cannot be read, is larger than ETCD_PEM_MAX_BYTES or holds no PEM block."""
-    limit = defaults.ETCD_PEM_MAX_BYTES
+def read_small_file(path: str, limit: int, *, secret: bool) -> bytes:
+    """The bytes of file `path`; `secret`: refused unless only its owner may read it.
+    ValueError saying why (the caller's message names the file) when it cannot be read,
+    is refused or is larger than `limit` bytes."""
     try:
         with open(path, "rb") as handle:
             problem = secret_file_problem(handle.fileno()) if secret else None
             data = handle.read(limit + 1)
     except OSError as error:
-        raise PemFileError(f"{what} {path}: {error.strerror or error}") from None
+        raise ValueError(error.strerror or str(error)) from None
     if problem is not None:
-        raise PemFileError(f"{what} {path}: {problem}")
+        raise ValueError(problem)
     if len(data) > limit:
-        raise PemFileError(f"{what} {path}: larger than {limit} bytes")
+        raise ValueError(f"larger than {limit} bytes")
+    return data
+
+
+def read_pem_file(path: str, what: str, *, secret: bool) -> bytes:
+    """The bytes of PEM file `path` (`what`: certificate, key, CA, for the message);
+    `secret` (a private key): refused unless only its owner may read it. PemFileError
+    when it cannot be read, is larger than ETCD_PEM_MAX_BYTES or holds no PEM block."""
+    try:
+        data = read_small_file(path, defaults.ETCD_PEM_MAX_BYTES, secret=secret)
+    except ValueError as error:
+        raise PemFileError(f"{what} {path}: {error}") from None
     if b"-----BEGIN " not in data:
         raise PemFileError(f"{what} {path}: not a PEM file")
     return data

@@ -2,24 +2,10 @@
 
     schedule = make_schedule(seed=1, nodes=16, etcd_members=3, duration_s=3600)
 
-Every lab fault kind (meshhealth.lab.faults, fabric_faults, etcd_members) appears, drawn
-from a shuffled deck so that each kind comes once per pass, plus `restart-agent` (a
-`kill-agent` cleared after a few seconds: the agent restarts before its lease expires).
-Each fault starts at `start_s` and is cleared at `end_s`, seconds from the soak's start.
-The rules that keep what the mesh should say unambiguous:
-
-- at most MAX_CONCURRENT faults are active at any moment;
-- two faults never involve the same node while one of them is active or was cleared
-  less than `settle_s` ago (its traces may still show: a finding that names a node is
-  then explained by one fault only);
-- a partition of a group (a wide fault: every node sees it) overlaps no other fault on
-  the nodes, settle included;
-- at most one etcd member is faulty at a time (and settle_s after its restart), so the
-  etcd cluster keeps its quorum;
-- nothing starts after `duration_s - settle_s`: the soak ends quiet, and a finding that
-  outlives its fault shows there.
-
-Same arguments, same schedule (tests/test_chaos_schedule.py).
+Every lab fault kind comes once per pass of a shuffled deck, plus `restart-agent`. The
+rules keep what the mesh should say unambiguous: a bounded number of faults at once, no
+two faults on one node within `settle_s`, wide faults alone, one faulty etcd member at a
+time (quorum holds), and a quiet end. Same arguments, same schedule.
 """
 
 from __future__ import annotations

@@ -5,32 +5,14 @@
     judge.fault_off(fault, t)
     judge.observe(t, [View(node_states, findings), ...])   # every answering agent
     judge.registrations(t, {"node1", ...})    # the nodes registered in etcd
-    raised = traceback_exceptions(new_log_bytes)  # ["ValueError: ...", ...]
     print(judge.table())
 
-Each invariant counts its checks, its violations and a worst figure (a time in s, a
-size in MB or a rate). What the verdict may and must say at time t comes from the
-faults injected so far (meshhealth.lab.chaos_schedule.FaultSpec):
-
-- **headline**: every node the verdict (`node_states`: the nodes not reachable) names
-  belongs to a fault that is on or was cleared less than `clear_s` ago; every culprit
-  of a fault whose spec says `unreachable`, on for `show_s`, is named. Worst: the
-  longest a fault took to show or to go.
-- **named**: a fault on for `name_s` whose spec names findings has one of them, with
-  exactly its culprits, in every view. Worst: the longest a fault took to be named.
-- **cleared**: every finding names a node of a fault that is on or was cleared less
-  than `clear_s` ago (a finding of no fault, or one that outlived its fault). Worst: the
-  longest a fault's findings outlived it. A finding that names such a node and a
-  bystander too (`path node4,node5` while node4's partition reaches the observers one by
-  one) is counted in `bystanders`, not as a violation.
-- **registered**: every node whose agent runs (not killed, or restarted more than
-  `clear_s` ago) is registered.
-- **timeline**: read once at the end from the findings timeline (`meshhealth events`):
-  every fault that had to be named has an event of one of its kinds with exactly its
-  culprits, opened within `name_s` of the fault, and closed within `clear_s` of its
-  clearing. Worst: the longest an event took to open.
-- **tracebacks**, **agent-rss**, **etcd-writes**: checked by the caller, counted here;
-  `traceback_exceptions` names what each traceback in a log raised, for the report.
+What the verdict may and must say at time t comes from the faults injected so far
+(chaos_schedule.FaultSpec). Each invariant (headline, named, cleared, registered,
+timeline; tracebacks, agent-rss and etcd-writes are checked by the caller and counted
+here) counts its checks, its violations and a worst figure; docs/performance.md
+("Chaos soak") says what each one requires. `traceback_exceptions` names what each
+traceback in a log raised, for the report.
 """
 
 from __future__ import annotations

@@ -1,46 +1,10 @@
-"""The lab's address and name plan: pure, computed from (prefix, nodes, clusters).
+"""The lab's address and name plan: pure, computed from (prefix, nodes, clusters, racks,
+address families).
 
 Everything `lab up` creates and `lab down` removes is named here, so both sides agree
-and the plan can be recomputed from the options stored in the state file.
-
-Address plan (cluster k = 1..C, node i = 1..N):
-
-| what                      | value                         | example (k=1, i=1)     |
-|---------------------------|-------------------------------|------------------------|
-| fabric subnet (one bridge)| 10.77.0.0/16                  |                        |
-| NodeIP                    | 10.77.(k-1).i/16              | 10.77.0.1              |
-| node CIDR                 | 10.(78+k-1).i.0/24            | 10.78.1.0/24           |
-| HealthIP                  | 10.(78+k-1).i.2               | 10.78.1.2              |
-| etcd of cluster k         | 10.77.255.k:2379 (fabric ns)  | http://10.77.255.1:2379|
-
-IPv6 (ULA, `--dual-stack` and `--ipv6`; k and i in hex):
-
-| what                      | value                         | example (k=1, i=1)     |
-|---------------------------|-------------------------------|------------------------|
-| fabric subnet             | fd77::/64                     |                        |
-| NodeIP                    | fd77::k:i/64                  | fd77::1:1              |
-| node CIDR                 | fd78:k:i::/64                 | fd78:1:1::/64          |
-| HealthIP                  | fd78:k:i::2                   | fd78:1:1::2            |
-| etcd of cluster k (--ipv6)| [fd77::ff:k]:2379             | http://[fd77::ff:1]:2379|
-
-`--dual-stack`: IPv4 primary, IPv6 secondary (etcd stays on IPv4); `--ipv6`: the IPv6
-addresses alone, etcd included.
-
-Racks (`--racks R`, R >= 2, IPv4 with a one-member etcd): the nodes of each cluster are
-split into R racks in order (`--nodes 4 --racks 2`: node1-2 in rack1, node3-4 in
-rack2). Each rack is a bridge of its own in the fabric namespace and a subnet of its
-own; a router namespace joins them and the core bridge `br0`, where etcd lives, and
-routes every node's CIDR to its NodeIP. Nodes route everything off their rack through
-the router (default route), so a path between racks is two hops: router, then node.
-
-| what (rack r = 1..R)      | value                         | example (r=2, k=1, i=3)|
-|---------------------------|-------------------------------|------------------------|
-| rack subnet (bridge rackR)| 10.77.16(r-1).0/20            | 10.77.16.0/20          |
-| NodeIP                    | 10.77.(16(r-1)+k-1).i/20      | 10.77.16.3             |
-| router on rack r (gateway)| 10.77.16(r-1).254             | 10.77.16.254           |
-| core subnet (bridge br0)  | 10.77.255.0/24: etcd .k, router .254 |                 |
-
-Rack 1 keeps the addresses of a lab without racks.
+and the plan can be recomputed from the options stored in the state file. The address
+tables (IPv4, IPv6 with `--dual-stack`/`--ipv6`, racks) are in docs/lab.md; rack 1 keeps
+the addresses of a lab without racks.
 """
 
 from __future__ import annotations

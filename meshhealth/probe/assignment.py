@@ -1,27 +1,12 @@
 """The probe plan: who probes whom in one epoch. Pure, no I/O, no clock.
 
-Every node of the node list (local nodes and clustermesh remotes alike, each named by
-`(cluster, node)`) gets a position on a ring that is drawn anew for every epoch:
-
-    ring_key(node, epoch) = the first 8 bytes, big-endian, of
-                            BLAKE2b-64 over the UTF-8 text "<epoch>\\n<cluster>/<node>"
-
-Nodes are sorted by (ring_key, cluster, node) and each node probes the `k` nodes that
-follow it on that ring, wrapping around. Hence, whatever the node list:
-
-- every node probes exactly `k` targets and is probed by exactly `k` nodes (its `k`
-  predecessors): in-degree, not only out-degree;
-- a list of at most `max(k + 1, full_mesh_max_nodes)` nodes is a full mesh (each node
-  probes all the others, in ring order);
-- a join or a leave inside an epoch changes exactly 3·k assignments (the newcomer's k
-  targets, its k probers, and the one target each of those k probers gives up): sorting
-  by a per-node key is consistent hashing, so nobody else's neighbours move;
-- the ring of the next epoch is an independent random order, so an ordered pair (a, b)
-  is probed in any one epoch with probability k / (n - 1), independently of other
-  epochs: `cover_bound_epochs` turns that into "every pair within E epochs".
-
-Anyone who knows the node list, the epoch and k (an agent, `status`, a reader of etcd)
-computes the same plan. docs/scale.md gives the reasoning and the trade-offs.
+Every node of the node list (`(cluster, node)`, local and clustermesh remotes alike)
+gets a position on a ring drawn anew each epoch (`ring_key`: BLAKE2b over the epoch and
+the node's name); each node probes the `k` nodes that follow it. So every node probes
+and is probed by exactly `k` nodes, a small list is a full mesh, a join or leave moves
+only 3·k assignments, and pairs are covered independently across epochs
+(`cover_bound_epochs`). Anyone who knows the node list, the epoch and k computes the
+same plan; docs/scale.md gives the reasoning and the trade-offs.
 """
 
 from __future__ import annotations

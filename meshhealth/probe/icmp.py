@@ -4,37 +4,14 @@
         result = await pinger.ping("10.0.0.2")                    # model.ProbeResult
         results = await pinger.ping_batch(["10.0.0.2", "::1"])    # one per address
 
-Each family's socket is opened on first use and has ONE receiver task (in the pinger's
-nursery) that reads every ICMP message and feeds it to that family's `ReplyMatcher`
-(meshhealth.probe.icmp_match: which datagrams count, tested without root). A probe sends
-`count` echo requests `interval_s` apart and waits for its own replies, each under its
-own deadline (`timeout_s` after its send); a dead target costs one timeout and never
-stalls other probes.
-
-**Batches.** `ping_batch` runs many probes in the calling task: it sends request *k* of
-every probe of the batch in one go, parks once until the next send time, and after the
-last sends parks once more until every request is answered or the batch's last
-deadline passes. So a batch costs one task and two parks, whatever its size, and each
-probe still keeps its own per-request deadlines (a late reply counts for nothing even
-while the batch waits for others). `ping` is a batch of one.
-
-**Don't-fragment probes** (`df_sizes`): a probe of N bytes sends IP packets of N bytes
-(its cookie padded with zeros) through a send-only raw socket with DF set
-(icmp_socket.open_dont_fragment_socket); the replies come in through the ordinary
-socket, so one matcher sees every request in flight.
-
-Lean per-packet path: stdlib sockets in non-blocking mode with
-trio.lowlevel.wait_readable / wait_writable; the receiver drains up to RECV_BATCH
-datagrams per wake-up; a batch parks with trio.lowlevel.wait_task_rescheduled and is
-woken by the receiver (all replies in) or by the pinger's one timer task (its deadline),
-instead of a CancelScope + Event per probe. Cookies are cut from one os.urandom() read
-(meshhealth.probe.icmp_payload), replies are matched from the raw bytes, and a batch's
-timer entry is just (deadline, token): an early end drops the only reference to the
-batch at once.
-
-**RTTs** run from just before a request's `sendto` to the kernel's receive time stamp
-of its reply (SO_TIMESTAMPNS, read with `recvmsg_into`), moved onto the pinger's clock:
-the wait for the receiver task is not part of them (docs/performance.md).
+Each family's socket has one receiver task that feeds every datagram to that family's
+`ReplyMatcher` (meshhealth.probe.icmp_match: which datagrams count, tested without
+root). A probe sends `count` requests `interval_s` apart, each with its own deadline, so
+a dead target costs one timeout and stalls nobody. `ping_batch` runs many probes in the
+calling task (one park per send step; `ping` is a batch of one); don't-fragment probes
+(`df_sizes`) go out through a send-only DF socket and are answered on the ordinary one.
+RTTs end at the kernel's receive time stamp (SO_TIMESTAMPNS). Why the per-packet path is
+shaped as it is: docs/performance.md, "Probe engine".
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """A classic BPF program for the pinger's raw socket: only our identifier gets through.
 
-A raw ICMP socket receives every ICMP message the host gets: other pingers' replies,
-other tools' traffic, a flood aimed at the node. The type filter (ICMP_FILTER,
-ICMP6_FILTER: icmp_socket.py) leaves echo replies and destination-unreachable errors;
-this program, attached with SO_ATTACH_FILTER, also drops those that do not carry the
-pinger's identifier, in the kernel, before they cost a wake-up and a Python `recv`:
-
-- an echo reply (IPv4 type 0, ICMPv6 129) passes when its identifier is ours;
-- a destination unreachable (IPv4 3, ICMPv6 1) passes when the echo request it quotes
-  carries our identifier (IPv4: after the quoted IP header, whatever its length; IPv6:
-  after the 40-byte quoted header, as our requests have no extension headers);
-- everything else, and anything too short to hold those fields, is dropped.
-
-An IPv4 raw socket's filter sees the IP header first (the ICMP message starts at
-4 * IHL); an ICMPv6 raw socket's sees the ICMPv6 message. The matcher
-(meshhealth.probe.icmp_match) still checks everything (source, sequence, cookie,
-deadline): the filter only saves work. Every pinger opens its own sockets with its one
-identifier (meshhealth.probe.icmp), so one identifier per program is enough.
-
-`program` is pure (a list of `Instruction`, tested by running it in a small
-interpreter); `attach` is the setsockopt.
+A raw ICMP socket receives every ICMP message the host gets (other pingers, a flood
+aimed at the node). This program, attached with SO_ATTACH_FILTER after the type filter
+(icmp_socket.py), drops in the kernel the echo replies and destination-unreachable
+errors that do not carry the pinger's identifier, before they cost a wake-up and a
+Python `recv`. The matcher (icmp_match.py) still checks everything: the filter only
+saves work. `program` is pure (tested by running it in a small interpreter); `attach`
+is the setsockopt.
 """
 
 from __future__ import annotations

@@ -2,26 +2,12 @@
 
 The pinger (meshhealth.probe.icmp) owns the sockets and the waiting; for each family it
 keeps one `ReplyMatcher`, registers every echo request it sends (`allocate`, then
-`EchoProbe.mark_sent`) and feeds it every datagram the raw socket receives (`match`).
-The rules live here, so they are tested without root (tests/test_icmp_match.py).
-
-A datagram answers echo request *k* of a probe only if all of these hold:
-
-- it is an ICMP (ICMPv6) **echo reply**, IPv4 checksum correct, or a **destination
-  unreachable** error quoting that request (its quoted IP header and ICMP header);
-- it carries the pinger's **identifier** and a **sequence** number in flight, which
-  names the probe and *k* (sequences are unique among the requests in flight);
-- a reply comes **from the probed address** (an IPv6 scope `%eth0` aside); an error
-  quotes our request **to the probed address**, from any router;
-- a reply echoes the probe's random **cookie** exactly; an error quotes a prefix of it
-  (routers may quote only the first 8 bytes of our message, i.e. none of the cookie);
-- it arrives **before the request's deadline** (its send time + timeout; never before
-  it was sent);
-- the request is **still in flight**: the first answer retires the sequence, so
-  duplicates, and replies after the probe ended, count for nothing.
-
-Our own echo requests (a raw socket sees them on loopback) are neither echo replies nor
-errors, and nothing else (other types, truncated or corrupt datagrams) counts either.
+`EchoProbe.mark_sent`) and feeds it every datagram received (`match`). The rules live
+here, so they are tested without root: a datagram answers request *k* of a probe only
+when it is an echo reply (or a destination unreachable quoting the request) with our
+identifier, an in-flight sequence, the probed address, the probe's cookie (a quoted
+prefix of it for errors), before the request's deadline; the first answer retires the
+sequence, so duplicates and late replies count for nothing.
 """
 
 from __future__ import annotations

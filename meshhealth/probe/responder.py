@@ -1,32 +1,13 @@
 """The `/hello` responder: answers peers' HTTP probes, with h11 over trio streams.
 
-`GET /hello` and `HEAD /hello` -> 200 with a tiny JSON body; other methods on /hello
--> 405; any other path -> 404; a request h11 rejects -> 400 (431 for an oversized head)
-and the connection is closed.
-
-Protection against slow or hostile clients:
-- At most `max_connections` connections are served at once. When full, a new connection
-  is accepted and closed at once (not left waiting): the kernel backlog never fills with
-  connections we will not serve in time, file descriptors stay bounded, and a prober on
-  the other side sees a fast `Connection reset` instead of waiting for its timeout.
-  Slots come back quickly because of the next point.
-- Each request cycle (waiting for the request, reading it, writing the answer) has one
-  deadline of `read_timeout_s`, counted from the start of the cycle: a slowloris client
-  that trickles bytes, or an idle keep-alive connection, is dropped when it runs out.
-- Request heads are capped by h11 (`max_incomplete_event_size`), bodies by a counter.
-
-The agent adds routes of its own (`ExtraRoute`: `GET /v1/indirect`, indirect probes for
-peers, meshhealth.agent.indirect.server): a request to one is handed to its handler with
-the peer's address, and its cycle's deadline grows by the route's `budget_s` once the
-request is read, so a handler that probes has its probes' time. The health endpoint's
-process has no such routes.
-
-Every connection handler runs in the server's nursery: cancelling `serve_responder`
-closes the listener and every connection. Binding, the accept loop, reading a request
-and writing a response are meshhealth.http_server's; this module routes, keeps
-the per-cycle deadline and the counters, and lingers before closing after an error.
-What to answer is meshhealth.probe.hello_reply's (pure), shared with the trio-free
-server of the `meshhealth responder` process (meshhealth.probe.hello_server).
+`GET`/`HEAD /hello` -> 200 with a tiny JSON body (what to answer is
+meshhealth.probe.hello_reply's, shared with the trio-free `meshhealth responder`).
+Slow or hostile clients are bounded: at most `max_connections` at once (a new one is
+closed at once when full, so a prober sees a fast reset, not a timeout), one deadline
+per request cycle (`read_timeout_s`), capped heads and bodies. The agent adds routes of
+its own (`ExtraRoute`, e.g. indirect probes), whose cycle deadline grows by their
+`budget_s` once the request is read. Binding, accepting and HTTP framing are
+meshhealth.http_server's; this module routes, keeps the deadlines and the counters.
 """
 
 from __future__ import annotations

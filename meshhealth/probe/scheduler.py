@@ -1,38 +1,12 @@
 """One probe round: every path of every target, concurrently, each under its own deadline.
 
-A round probes each (target, address, protocol) path once (a dual-stack target's
-secondary NodeIP and HealthIP are addresses of their own):
-
-- **Spread**: the paths are shuffled and their starts spread with jitter over
-  ``[0, spread_s)`` (stratified: path *i* of *n* starts at
-  ``spread_s * (i + U[0,1)) / n``), so a round is not one burst of packets and no path
-  is always first.
-- **Bounded concurrency**: at most ``max_in_flight`` probes run at once. A dispatcher
-  walks the plan in start order, waits for each start time and for a free slot, and
-  starts everything that may start now as one batch (up to DISPATCH_BATCH probes); so at
-  most ``max_in_flight`` probe tasks exist at any time, whatever the size of the round.
-- **ICMP in batches**: the ICMP probes of a batch run in ONE task, one
-  ``Pinger.ping_batch`` call (one park per send step, not one task per probe); each
-  still has its own deadlines and reports, and frees its slot, as soon as it ends.
-  The don't-fragment MTU probes (Protocol.ICMP_DF, `mtu_probe_size`) ride in the same
-  batches with their size (`df_sizes`).
-- **Deadlines**: each probe function enforces its own timeout (ICMP: ``(count - 1) *
-  interval_s + timeout_s``; HTTP: ``timeout_s``). As a safety net each batch runs under
-  ``move_on_after(largest budget in the batch + DEADLINE_MARGIN_S)`` (one cancel scope
-  per batch rather than per probe: they cost ~6 us each); a probe that overruns it is
-  recorded as TIMEOUT ("probe overran its deadline").
-- **Late starts**: when the process is busy (starting thousands of probes costs CPU
-  time) a probe may start after its planned time; its timeout then shrinks by that
-  lateness (`late_timeout_s`, never below MIN_TIMEOUT_FRACTION of it), so deadlines stay
-  anchored to the plan rather than to when the loop got round to the probe. Time spent
-  queueing for a free slot (the in-flight bound) is not lateness.
-- **Wall time**: with ``max_in_flight`` >= the number of paths, a round ends within
-  ``spread_s + max budget + DEADLINE_MARGIN_S`` however many targets are dead. With fewer
-  slots than paths, probes queue for slots and the bound becomes
-  ``spread_s + ceil(paths / max_in_flight) * (max budget + DEADLINE_MARGIN_S)``
-  (`round_bound_s`), the price of bounding sockets and memory.
-- **Cancellation**: cancelling the caller's scope cancels the dispatcher and every
-  probe; `run_round` raises Cancelled as usual and leaves no task behind.
+A round probes each (target, address, protocol) path once. Starts are shuffled and
+spread with jitter over `spread_s`; at most `max_in_flight` probes run at once (a
+dispatcher starts what may start as one batch, ICMP probes of a batch in one
+`Pinger.ping_batch` call); each probe enforces its own timeout, shrunk by its lateness
+when the loop started it late (`late_timeout_s`), with one safety-net cancel scope per
+batch (an overrun is TIMEOUT). So a round ends within `round_bound_s` however many
+targets are dead, and cancelling the caller's scope leaves no task behind.
 
 The plan (`enumerate_paths`, `plan_round`, `round_bound_s`) is pure; `run_planned` runs
 a plan with any probe function; `run_round` wires it to the ICMP pinger and HTTP prober.

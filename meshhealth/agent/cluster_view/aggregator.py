@@ -4,25 +4,13 @@ report of the cluster, diagnoses the matrix and publishes one summary.
     aggregator = Aggregator(etcd, election, cluster="lab1", node="node1")
     nursery.start_soon(aggregator.run)
 
-Only the holder of the claim (AggregatorElection) reads the health prefix: a list, then a
-resuming watch (matrix_source.HealthReports). After a change it waits `debounce_s` (a
-round's reports arrive together), builds the matrix, runs diagnosis and writes
-`state/summary/v1/<cluster>` (meshhealth.wire.summary) when its content changed, in a
-transaction that holds only while the claim is still under this agent's lease, and
-under that lease: when the aggregator dies, its summary goes with its claim. Each
-finding's opening and closing go into the cluster's findings timeline (timeline.py,
-`state/events/v1/<cluster>/`), read when this agent takes the claim. A report
-that turns stale changes the verdict without any event: the aggregator wakes up at the
-time the next fresh report would turn stale.
-
-Only registered nodes' reports count (`registered`: this cluster's discovery, whose
-probe set is the nodes with ip entries its address policy accepts): a health entry
-written under the name of a node that is not registered (a forged or left-over entry)
-is left out of the matrix, logged once per node, so it can neither fail nor vouch for
-anyone. The cluster's planned maintenance windows are followed the same way
-(`state/maintenance/v1/<cluster>/`): a window that starts or is ended is an event, and
-the aggregator wakes up when one runs out. The summary waits for discovery's first
-listing, and is evaluated again when the registered nodes change.
+Only the claim's holder (AggregatorElection) reads the health prefix and the planned
+maintenance windows. After a change (debounced), when a report turns stale or a window
+runs out, it builds the matrix, diagnoses it and writes `state/summary/v1/<cluster>`
+when its content changed, under its lease and only while it holds the claim; findings
+opening and closing go into the timeline (timeline.py). Only registered nodes' reports
+count (this cluster's discovery), so a forged or left-over entry can neither fail nor
+vouch for anyone.
 """
 
 from __future__ import annotations

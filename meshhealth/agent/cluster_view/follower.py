@@ -1,6 +1,6 @@
 """Every agent follows one key per cluster: the summary its aggregator publishes.
 
-    follower = SummaryFollower(members.etcd_sources, on_change=metrics_sync)
+    follower = SummaryFollower(probe_targets.etcd_sources, on_change=metrics_sync)
     nursery.start_soon(follower.run)
     follower.summary("lab1")                     # ClusterSummary | None
     follower.failing_observers("lab1", "node3")  # observers that fail to reach it

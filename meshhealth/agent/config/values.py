@@ -56,13 +56,25 @@ def non_negative_float(value: object) -> float:
     return result
 
 
-def positive_int(value: object) -> int:
+def _integer(value: object) -> int:
+    """An int, or the text of one (a bool is not an integer)."""
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ValueError(f"expected an integer, got {value!r}")
     try:
-        result = int(value)
+        return int(value)
     except ValueError:
         raise ValueError(f"not an integer: {value!r}") from None
+
+
+def _at_most(result: int, high: int, problem: str) -> int:
+    """`result` when it is at most `high`, else ValueError(problem)."""
+    if result > high:
+        raise ValueError(problem)
+    return result
+
+
+def positive_int(value: object) -> int:
+    result = _integer(value)
     if result <= 0:
         raise ValueError(f"must be a positive integer, got {value!r}")
     return result
@@ -89,30 +101,20 @@ def mtu_probe_size(value: object) -> int:
 
 def non_negative_int(value: object) -> int:
     """An integer >= 0 (0 turns a feature off)."""
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ValueError(f"expected an integer, got {value!r}")
-    try:
-        result = int(value)
-    except ValueError:
-        raise ValueError(f"not an integer: {value!r}") from None
+    result = _integer(value)
     if result < 0:
         raise ValueError(f"must be 0 or more, got {value!r}")
     return result
 
 
 def port(value: object) -> int:
-    result = positive_int(value)
-    if result > 65535:
-        raise ValueError(f"not a port number (1-65535): {value!r}")
-    return result
+    return _at_most(positive_int(value), 65535, f"not a port number (1-65535): {value!r}")
 
 
 def udp_source_ports(value: object) -> int:
     """Echo datagrams per UDP probe, each from its own source port; 0 turns it off."""
-    result = non_negative_int(value)
-    if result > UDP_PROBE_MAX_SOURCE_PORTS:
-        raise ValueError(f"must be 0..{UDP_PROBE_MAX_SOURCE_PORTS}, got {value!r}")
-    return result
+    high = UDP_PROBE_MAX_SOURCE_PORTS
+    return _at_most(non_negative_int(value), high, f"must be 0..{high}, got {value!r}")
 
 
 def tcp_ports(value: object) -> tuple[int, ...]:
@@ -244,10 +246,7 @@ def user_name(value: object) -> str:
 
 
 def cluster_id(value: object) -> int:
-    result = positive_int(value)
-    if result > 255:
-        raise ValueError(f"must be 1..255, got {value!r}")
-    return result
+    return _at_most(positive_int(value), 255, f"must be 1..255, got {value!r}")
 
 
 def cluster_name(value: object) -> str:

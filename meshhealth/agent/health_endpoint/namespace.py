@@ -1,38 +1,14 @@
 """Plumbing of the health endpoint in its own network namespace (sync).
 
-Every function here blocks (the `ip` command, /proc, `ip netns add`) and is meant to run
-through `trio.to_thread.run_sync` with the caller's own CapacityLimiter. Links,
-addresses and routes are changed with `ip -n NS -batch` (ip_command.py), one process
-per step; sysctls are written under /proc/sys from a thread that entered the namespace
-(`meshhealth.netns.call_in_netns(ns, ...)`; `ns` None is the agent's own namespace).
-Opening a namespace never creates it: a missing /run/netns/NAME is an error.
-
-What `build_endpoint` makes (node ns = the namespace the agent runs in):
-
-    node ns                                       endpoint ns (e.g. mh-health-lab1-node1)
-    lxc_health (no address, proxy_arp=1)  <-veth->  eth0: HealthIP/32
-    route HealthIP/32 dev lxc_health               lo up
-    forwarding on lxc_health and the NodeIP's       default dev eth0 (on-link)
-    interface (net.ipv4.conf.IFACE.forwarding=1)
-
-The endpoint resolves every next hop on eth0 by ARP; the node answers for it (proxy ARP,
-no delay), so the endpoint needs no gateway address and the node needs no extra one.
-
-An IPv6 HealthIP (the primary one, or the secondary of a dual-stack endpoint) is set up
-the IPv6 way, since NDP has no proxy for a whole prefix:
-
-    lxc_health: fe80::1/64 (the endpoint's gateway)    eth0: HealthIP6/128
-    route HealthIP6/128 dev lxc_health                   default via fe80::1 dev eth0
-    net.ipv6.conf.all.forwarding=1 (accept_ra 1 -> 2 where it was 1)
-
-with duplicate address detection off on both veth ends, so the addresses work at once.
-Each family's plumbing (sysctls included) is only made when the endpoint has an address
-of that family.
-Forwarding is set as narrowly as the kernel allows and recorded in a `SysctlLedger`
-(meshhealth.agent.health_endpoint.forwarding), which puts the values back when the
-agent removes its endpoint.
-The host-side veth carries the alias `meshhealth:<endpoint ns>`: only an interface with
-that alias is ever deleted, so an `lxc_health` that is not ours is never touched.
+Every function here blocks (the `ip` command, /proc) and is meant to run through
+`trio.to_thread.run_sync` with the caller's own CapacityLimiter. `build_endpoint` makes
+the veth pair (`lxc_health` in the node's namespace, `eth0` in the endpoint's), the
+HealthIP addresses, routes and forwarding for each family the endpoint has (IPv4 by
+proxy ARP, IPv6 through a link-local gateway; docs/health-endpoint.md shows the
+layout). Forwarding sysctls are recorded in a `SysctlLedger` (forwarding.py) and put
+back on removal; only a veth with the alias `meshhealth:<endpoint ns>` is ever deleted,
+so an `lxc_health` that is not ours is never touched. A missing /run/netns/NAME is an
+error: opening a namespace never creates it.
 """
 
 from __future__ import annotations

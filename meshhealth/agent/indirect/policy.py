@@ -4,25 +4,11 @@
     check = conclude(path, outcomes, checked_at=now)     # one per failed direct path
     check.detail                                         # "reachable via lab1/node5, ..."
 
-**Whom to ask.** Up to `k` other agents, never this node nor the target, nor a node
-whose agent is down (its lease expired without a clean leave), nor one whose responder
-our own last probe failed (the request would fail the same way): first those
-known to reach the target now (their published reports show it reachable), then those
-the probe plan assigns to probe it, then any other live registered node. Within each
-group the order is a hash of (requester, target, candidate): stable for one requester
-and target, different across requesters, so one target's helpers are not always the
-same few nodes.
-
-**What the answers mean**, per path (the helper probes the same path: NodeIP or HealthIP,
-ICMP or HTTP):
-
-- at least one helper reaches the path: `path-broken`, the path from this node is
-  broken;
-- some helpers answered and every one fails the path too: `target-down`, the fault is
-  at the target's end of the path (the node, or only its endpoint for a HealthIP path:
-  an endpoint that fails everywhere does not mean the node is down);
-- no helper answered about the path (errors, refusals, timeouts): `no-answer`;
-- no other node to ask: `no-helper`.
+Whom to ask: up to `k` live agents other than this node and the target, whose
+responder we reach; first those known to reach the target, then its probers in the
+plan, then any other, each group in an order hashed per (requester, target) so one
+target's helpers are not always the same nodes. What the answers mean, per path:
+`path-broken`, `target-down`, `no-answer` or `no-helper` (docs/indirect-probes.md).
 """
 
 from __future__ import annotations

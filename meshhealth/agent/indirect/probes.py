@@ -1,6 +1,6 @@
 """Indirect probes, the requester: when a direct path fails, ask peers to probe it.
 
-    indirect = IndirectProbes(own, live=members.nodes, ask=ask_helper, read_matrix=read, ...)
+    indirect = IndirectProbes(own, live=probe_targets.nodes, ask=ask, read_matrix=read, ...)
     await nursery.start(indirect.run)
     indirect.note_round(report)        # the agent object, after each round (never blocks)
     indirect.checks                    # PathKey -> IndirectCheck, for failing paths

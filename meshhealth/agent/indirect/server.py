@@ -1,26 +1,13 @@
 """Serving indirect probes: `GET /v1/indirect` on the agent's responder (NodeIP:4240).
 
-    server = IndirectServer(own=..., registered=members.targets, probe=..., counters=...)
+    server = IndirectServer(own=..., registered=probe_targets.nodes, probe=..., counters=...)
     serve_responder(..., extra_routes=[server.route(budget_s)])
 
-A peer whose direct probe of a target failed asks this agent to probe the target now
-(docs/indirect-probes.md). Each request is checked in this order, and a request that
-fails a check gets a 4xx with a one-line reason and costs no probe:
-
-1. 403 `unauthorised`: its source address is not a NodeIP (either family) of a
-   registered node (this cluster's and admitted remote clusters' nodes);
-2. 429 `rate`: its source has no token left (meshhealth.probe.token_bucket, one bucket
-   per registered source address);
-3. 405 / 400 `malformed`: not `GET /v1/indirect?cluster=C&node=N[&endpoint=1]`;
-4. 404 `unknown-target`: no registered node is C/N (only registered nodes are probed,
-   never an address the request names);
-5. 429 `busy`: `max_concurrent` requests are being served (a CapacityLimiter, taken
-   without waiting).
-
-Then the target's NodeIP (and its HealthIP with `endpoint=1`) is probed over ICMP and
-HTTP with the agent's own probers and per-probe deadlines (the `probe` function given,
-a one-target round of meshhealth.probe.scheduler), and the answer is the
-IndirectAnswerDocument (meshhealth.documents.indirect).
+A peer whose direct probe of a target failed asks this agent to probe it now. Requests
+are checked before any probe is spent (registered source, rate, shape, registered
+target, concurrency; each refusal a 4xx with a one-line reason, docs/indirect-probes.md);
+then the target is probed with the agent's own probers (`probe`, a one-target round)
+and the answer is an IndirectAnswerDocument (meshhealth.documents.indirect).
 """
 
 from __future__ import annotations

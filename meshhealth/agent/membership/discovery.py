@@ -6,24 +6,11 @@
     targets = discovery.targets()
     diffs = discovery.subscribe()                   # ProbeSetDiff per change
 
-For each cluster: list `meshhealth/state/ip/v1/<cluster>/` and the node entries
-(`.../nodes/v1/<cluster>/`), then watch each from its list's revision + 1. An ip entry
-counts only when its node entry vouches for it (meshhealth.probe_set.vouched_entries:
-the node entry lists the address); the others are left out, and logged once per entry
-when their node's entry is there but does not list them.
-The watch resumes by itself after etcd restarts; when it cannot (compacted, or etcd's
-revision went back) the prefix is listed again and the probe set is replaced by the
-diff against what we had, so no target is lost or repeated.
-
-Values are untrusted: one that does not decode is skipped (its key counts as absent),
-logged once per key and revision, and counted in `invalid_values` (and in the
-`invalid_metric` series it is given: meshhealth_kvstore_invalid_values_total{kind=ip}).
-
-Addresses are untrusted too: a node whose NodeIP or HealthIP the `address_policy`
-refuses (meshhealth.node_address_policy: loopback, link-local, multicast, unspecified,
-outside --allowed-node-cidrs) is left out of the probe set, logged once per node,
-address and reason, and counted in `refused_metric`
-(meshhealth_node_addresses_refused_total{reason}).
+For each cluster the ip and node entries are listed, then watched (a resuming watch,
+listed again when it cannot resume, replacing the probe set by the diff). Entries are
+untrusted: an ip entry counts only when its node entry vouches for it
+(meshhealth.probe_set), a value that does not decode is skipped and counted, and a node
+whose addresses the `address_policy` refuses is left out; each is logged once.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Who this agent probes, and which etcd holds each cluster's entries.
 
-    members = ProbeTargets(own, etcd, discovery, mesh, settings, retained=retained)
-    members.nodes()                 # every node discovered here and in admitted remotes, the
-                                    # agent-down nodes still retained, and us
-    chosen = members.for_round(time.time())   # this round's targets and the plan they follow
-    members.etcd_sources()          # (cluster, Etcd): ours first, then each admitted remote
-    members.probers_of(target)      # who probes `target` now (indirect probes ask them)
+    probe_targets = ProbeTargets(own, etcd, discovery, mesh, settings, retained=retained)
+    probe_targets.nodes()             # every node discovered here and in admitted
+                                      # remotes, the agent-down nodes retained, and us
+    chosen = probe_targets.for_round(time.time())  # the round's targets and its plan
+    probe_targets.etcd_sources()      # (cluster, Etcd): ours first, then each remote
+    probe_targets.probers_of(target)  # who probes `target` now (indirect probes ask)
 
 The node list is read when asked (at the start of a round, on a status request, when
 the node entries or the matrix are read): discovery and the mesh keep it current, and

@@ -4,23 +4,12 @@
     await nursery.start(registrar.run)      # returns at once, even when etcd is down
     await registrar.first_registered.wait()
 
-Puts, in one transaction under one lease:
-    meshhealth/state/nodes/v1/<cluster>/<node>    the Node
-    meshhealth/state/ip/v1/<cluster>/<NodeIP>     identity remote-node (6)
-    meshhealth/state/ip/v1/<cluster>/<HealthIP>   identity health (4), if any
-    (and the same two for the secondary addresses of a dual-stack node)
-and, without a lease (unless `retain=False`),
-    meshhealth/state/retained/v1/<cluster>/<node> the Node, `down_since` null
-which a clean shutdown deletes: left behind by a crash, it keeps the node in every view
-as agent-down for a while (meshhealth.agent.membership.retained_nodes).
-The transaction only succeeds when the node key does not exist, so two agents racing
-for one name cannot both win. If a live agent holds the name, `run` raises
-NodeNameTaken; a leftover of a crashed agent (nobody refreshes its lease) is waited out.
-
-The lease is refreshed every ttl/3. When it is lost (etcd says it is gone: expired
-during a partition, or a wiped etcd) the node registers again with a new lease as soon
-as etcd answers. On cancellation (clean shutdown) the retained entry is deleted and the
-lease revoked, so the node disappears from every probe set at once.
+One transaction puts the node entry and its ip entries under one lease, and (unless
+`retain=False`) a retained entry without a lease that keeps a crashed node visible as
+agent-down (retained_nodes.py). It only succeeds when the node key does not exist, so
+two agents cannot both take one name (NodeNameTaken; a crashed agent's leftover is
+waited out). A lost lease means registering again; a clean shutdown deletes the
+retained entry and revokes the lease. docs/kvstore.md lists the keys.
 """
 
 from __future__ import annotations

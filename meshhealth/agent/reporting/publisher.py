@@ -5,24 +5,11 @@
     await nursery.start(publisher.run)
     publisher.note_round(report, book.summaries())      # after every round
 
-Writes `meshhealth/state/health/v1/<cluster>/<node>` (encode_health_report) under
-the registrar's lease (nothing is written before there is one, and a dead writer's entry
-vanishes with its lease). When to write is decided by `PublishPolicy` (pure), so etcd
-load follows changes, not N x rounds:
-
-- the first report, and again after every (re-)registration (a new lease: the old
-  entry died with the old lease);
-- a change, as `change_signature` defines it (a path's status; a target that appeared
-  or left): written `debounce_s` after the change was first seen, so changes arriving
-  together make one write; a change that reverts within that time writes nothing;
-- otherwise a liveness refresh, on the first round at least `refresh_s`
-  (PUBLISH_REFRESH_S, 60 s) after the last write, so the entry's probe_time tells
-  readers the prober is alive. Readers call a report stale after
-  `documents.matrix.stale_after_s` (the refresh plus three intervals and a few
-  seconds), so a healthy node is never shown as stale.
-
-RTT and loss changes alone do not trigger a write: the RTT and loss in the entry are
-those of the newest round at the time of the last write (a change or the refresh).
+Writes `meshhealth/state/health/v1/<cluster>/<node>` under the registrar's lease, so a
+dead writer's entry vanishes with it. When to write is `PublishPolicy`'s (pure), so
+etcd load follows changes, not N x rounds: the first report after each registration, a
+change (`change_signature`, debounced), else a liveness refresh often enough that
+readers never call a healthy node stale. RTT and loss changes alone do not write.
 """
 
 from __future__ import annotations

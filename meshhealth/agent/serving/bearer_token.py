@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qs
 
 from meshhealth.http_server import HttpResponse
-from meshhealth.kvstore.secret_files import secret_file_problem
+from meshhealth.kvstore.secret_files import read_small_file
 
 COOKIE_NAME = "meshhealth_token"
 MAX_TOKEN_FILE_BYTES = 8192
@@ -76,16 +76,7 @@ class BearerToken:
     @staticmethod
     def from_file(path: str, what: str) -> BearerToken:
         try:
-            with open(path, "rb") as handle:
-                problem = secret_file_problem(handle.fileno())
-                data = handle.read(MAX_TOKEN_FILE_BYTES + 1)
-        except OSError as error:
-            raise TokenFileError(f"token file {path}: {error.strerror or error}") from None
-        if problem is not None:
-            raise TokenFileError(f"token file {path}: {problem}")
-        if len(data) > MAX_TOKEN_FILE_BYTES:
-            raise TokenFileError(f"token file {path}: larger than {MAX_TOKEN_FILE_BYTES} bytes")
-        try:
+            data = read_small_file(path, MAX_TOKEN_FILE_BYTES, secret=True)
             token = parse_token(data.decode("ascii"))
         except UnicodeDecodeError:
             raise TokenFileError(f"token file {path}: not ASCII text") from None

@@ -6,29 +6,14 @@
     await nursery.start(serve_feed_unix, "/run/meshhealth/health.feed.sock", hub)
     await nursery.start(serve_feed_tcp, "127.0.0.1", 4241, hub)
 
-The hub keeps no results of its own: it reads the agent's one record of them
-(`results`, meshhealth.agent.probe_results) when it builds a message, and builds none
-while nobody watches (`stats.messages_built` counts them). A `path` message carries the
-path's summary with the newest result; a client that connects mid-round gets the
-snapshot (the last finished round) and then the paths of the running round.
-
-Messages and the coalescing rules are in meshhealth.documents.feed (docs/watch.md).
-Publishing encodes a message once and puts it in every client's `CoalescingQueue`;
-each client has its own task that sends from its queue, so a slow or stuck client only
-ever delays itself. A client that falls too far behind gets one `lagging` message and
-is disconnected (after `lagging_grace_s` at most, whether it reads or not).
-
-On TCP (`--feed-listen`) an upgrade that carries an `Origin` (a browser page) is refused
-(403, no WebSocket) unless the origin is allowed by the web page's rule
-(meshhealth.agent.serving.web_access: this address and port, or another agent's NodeIP
-on it); `meshhealth watch --url` sends none and is served. The unix socket checks
-nothing (its mode does).
-
-trio-websocket's `serve_websocket` only listens on TCP; both listeners here accept trio
-streams themselves and hand each to `trio_websocket.wrap_server_stream`, so the unix
-socket and TCP share one code path. trio-websocket (and wsproto under it: 3.6 MB) is
-imported when the first viewer connects, in a worker thread so the loop keeps probing:
-an agent nobody watches does not carry it (docs/performance.md, "Process size").
+The hub keeps no results of its own: it reads the agent's one record of them and builds
+no message while nobody watches. Each client has its own task and `CoalescingQueue`
+(meshhealth.documents.feed), so a slow client only delays itself and is disconnected
+when too far behind. On TCP a browser's upgrade is refused unless its `Origin` is
+allowed (web_access.py); the unix socket relies on its mode. Both listeners hand their
+streams to `trio_websocket.wrap_server_stream`, one code path; trio-websocket is
+imported when the first viewer connects, so an agent nobody watches does not carry it
+(docs/performance.md, "Process size").
 """
 
 from __future__ import annotations

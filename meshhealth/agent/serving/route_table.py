@@ -1,25 +1,14 @@
 """Every HTTP endpoint the agent serves, and the one rule that answers unknown ones.
 
-    table = RouteTable(
-        "admin API",
-        [Route("/v1/status", "GET", status), Route("/v1/status/probe", "PUT", probe)],
-        error=json_error,
-        hint="try GET /v1/status",
-    )
+    table = RouteTable("admin API", [Route("/v1/status", "GET", status), ...],
+                       error=json_error, hint="try GET /v1/status")
     response = await table.answer(request)
 
-Each server of the agent (the admin API on its unix socket, /metrics, the web page with
-its JSON) builds its table from `Route`s, and `RouteTable.answer` finds the handler by
-path and method: an unknown path is 404 with a hint, a known path with another method
-405 with `Allow`, in the server's own error format (JSON for the admin API, text for the
-others). A GET route answers HEAD too (the server sends the head only). The WebSocket
-feed is not a route: its upgrade is taken off the connection before HTTP is parsed
-(web_server.py); its path is listed so that a plain GET of it says so.
-
-A table with a `guard` (the bearer token of `--web-token-file`, `--metrics-token-file`:
-bearer_token.py) asks it before every route not marked `public` (the page's own files):
-the guard's refusal (401) is the answer. This is the one place the token is checked
-for routes; the web page's feed upgrade, which is not a route, asks the same guard.
+Each server of the agent builds its table from `Route`s: an unknown path is 404 with a
+hint, a known path with another method 405 with `Allow`, in the server's own error
+format; a GET route answers HEAD too. A table's `guard` (the bearer token,
+bearer_token.py) is asked before every route not marked `public`: the one place the
+token is checked for routes.
 """
 
 from __future__ import annotations

@@ -5,21 +5,11 @@
     access.origin_allowed("http://evil.example", peers) # False: a foreign page
     access.cors_origin("http://10.77.0.2:9963", peers)  # that origin: a peer's page
 
-A browser sends every request with the `Host` it asked for and, on a WebSocket upgrade
-and a cross-origin fetch, the `Origin` of the page that makes it. Two attacks follow
-from a server that believes anything:
-
-- **DNS rebinding**: a page on evil.example makes its own name resolve to the node's
-  address, then reads the mesh as same-origin. Its requests still say `Host:
-  evil.example`: a request is answered only when its Host names this page (the listen
-  address, this node's NodeIPs, a loopback name for a forwarded port, or a name the
-  operator allows with `--web-allowed-hosts`) on its port.
-- **Cross-site WebSocket hijacking**: any page the operator visits opens the feed; a
-  WebSocket is not subject to the same-origin policy, only its `Origin` tells. An
-  upgrade is accepted without `Origin` (`meshhealth watch`, scripts: not a browser) or
-  from an allowed origin: this page itself, or another agent's page of the mesh (a
-  NodeIP of a node this agent follows, on the same port), which the page's cell detail
-  reads across agents. `cors_origin` names that origin back instead of `*`.
+Against DNS rebinding a request is answered only when its `Host` names this page (the
+listen address, this node's NodeIPs, a loopback name, `--web-allowed-hosts`) on its
+port; against cross-site WebSocket hijacking an upgrade is accepted without `Origin`
+(not a browser) or from this page or another agent's page of the mesh, which
+`cors_origin` names back instead of `*`.
 """
 
 from __future__ import annotations

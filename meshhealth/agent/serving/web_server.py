@@ -2,42 +2,17 @@
 
     data = WebData(local=("lab1", "node1"), interval_s=10, status=agent.status_document,
                    read_matrix=read, history=path_history, feed=feed_hub,
-                   nodes=members.nodes)
+                   nodes=probe_targets.nodes)
     port = await nursery.start(serve_web, "10.77.0.1", 9963, data)
 
-One TCP port serves everything the page needs, all from the package (no CDN):
-
-    GET /, /app.js, /style.css   the page (meshhealth/web/), read once at start
-    GET /v1/web/status           the status document (docs/status.md)
-    GET /v1/web/matrix           the matrix, one character per cell, and every
-                                 known node's NodeIP (web_views)
-    GET /v1/web/cell?source=C/N&target=C/N
-                                 one cell's paths; this agent's own row adds its
-                                 percentiles and the last hour
-    GET /v1/web/events           the findings timeline of the last day
-                                 (documents/events.py), the page's strip
-    GET /v1/feed (Upgrade: websocket)   the live feed of `meshhealth watch`
-
-The matrix is read from etcd at most once per `max_age_s` whatever the number of viewers
-(`ReadCache`, single flight), the timeline at most once per WEB_EVENTS_MAX_AGE_S. Only
-GET (and HEAD) is served, from one route table (route_table.py); the page is read-only.
-A request whose `Host` does not name this page is refused (421, DNS rebinding), and so
-is a WebSocket upgrade from a foreign page's `Origin` (403); `/v1/web/cell` names
-another agent's page of the mesh in `Access-Control-Allow-Origin` (never `*`), so that
-a page opened on one agent can show the history another agent keeps of its own paths
-(web_access.py).
-
-With `--web-cert`/`--web-key` the port speaks HTTPS only (and the feed is `wss://`):
-server_tls.py. With `--web-token-file` every JSON route and the feed upgrade need the
-token (bearer_token.py; 401 otherwise), the page's own files do not: the page is opened
-once as `/?token=TOKEN`, which sets an HttpOnly SameSite=Strict cookie and redirects to
-`/`; its requests then carry the cookie.
-
-A connection's first request head is read here (over TLS: after the handshake, which
-the first read makes): a WebSocket upgrade to the feed goes,
-with the bytes already read, to the feed's handler (`ReplayStream`); anything else to
-the agent's one HTTP connection loop (meshhealth.http_server.serve_connection), with its
-limits (connections, read timeout).
+One TCP port serves the page (its files from the package, no CDN), its JSON routes
+(`/v1/web/...`, one route table: route_table.py) and the live feed's WebSocket upgrade.
+The matrix and the timeline are read from etcd through a cache (`ReadCache`, single
+flight), so viewers do not multiply reads. Who may ask is web_access.py's (Host and
+Origin checks), the token bearer_token.py's, TLS server_tls.py's. A connection's first
+request head is read here: a feed upgrade goes with the bytes already read to the feed's
+handler, anything else to meshhealth.http_server's connection loop. docs/ui.md lists
+the routes.
 """
 
 from __future__ import annotations
