@@ -97,8 +97,12 @@ def record(table: Sequence[Field], build: Callable[..., Any]) -> Check:
 
 
 def a_map(value: object, where: str) -> Mapping[str, object]:
+    """A map whose keys are all text (msgpack may carry bytes or numbers as keys)."""
     if not isinstance(value, dict):
         raise DecodeError(f"field '{where}': must be a map, got {type_name(value)}")
+    for key in value:
+        if not isinstance(key, str):
+            raise DecodeError(f"field '{where}': a key is {type_name(key)}, not text: {short(key)}")
     return value
 
 
