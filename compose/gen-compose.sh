@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Print the compose lab's file for N nodes (node1..nodeN). compose/docker-compose.yml is
-# exactly `gen-compose.sh 3` (tests/test_compose.py checks it): edit this script, then
+# exactly `gen-compose.sh 3` (tests/deploy/test_compose.py checks it): edit this script, then
 #   compose/gen-compose.sh 3 > compose/docker-compose.yml
 # compose/docker-compose.ha.yml is `gen-compose.sh --etcd-members 3 3` (3 etcd members, TLS).
 # More nodes, in a file of their own next to it (paths in the file are relative to it):

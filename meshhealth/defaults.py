@@ -4,7 +4,7 @@ One section per module (or group of modules) that uses the values, named in the 
 header; the comment above a value (or above a group of values) is its reason. A new
 tunable goes into the section of its module, with its reason, and the module imports it
 from here. docs/configuration.md is generated from this file and from the agent's option
-table (`python -m meshhealth.agent.config.doc`); tests/test_configuration_doc.py fails
+table (`python -m meshhealth.agent.config.doc`); tests/agent/test_configuration_doc.py fails
 when it is out of step, and when a value has no reason.
 """
 

@@ -49,8 +49,8 @@ from meshhealth.wire.ip_entry import encode_ip_entry
 from meshhealth.wire.node import encode_node
 from tests.plugins.etcd_server import EtcdServer, running_etcd
 from tests.plugins.local_etcd import free_loopback_port
+from tests.repo_paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 STOP_GRACE_S = 5.0
 T = TypeVar("T")
 
@@ -206,7 +206,7 @@ class AgentProcess:
             text=True,
             timeout=timeout_s,
             check=False,
-            cwd=ROOT,
+            cwd=REPO_ROOT,
         )
 
     def status_json(self) -> dict[str, Any]:
@@ -366,7 +366,7 @@ class AgentCluster:
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
-                cwd=ROOT,
+                cwd=REPO_ROOT,
                 env=env,
             )
         return agent

@@ -1,4 +1,4 @@
-"""Docker engine and compose project handling for tests/test_compose.py.
+"""Docker engine and compose project handling for tests/deploy/test_compose.py.
 
 Everything here acts only on what the test made: a dockerd it started (stopped by PID),
 one compose project named `mhtest<pid>` (found by its compose label), and the images
@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-COMPOSE_DIR = REPO / "compose"
+from tests.repo_paths import REPO_ROOT
+
+COMPOSE_DIR = REPO_ROOT / "compose"
 COMPOSE_FILE = COMPOSE_DIR / "docker-compose.yml"
 HA_COMPOSE_FILE = COMPOSE_DIR / "docker-compose.ha.yml"  # 3 etcd members, TLS
 TEST_IMAGE = "meshhealth:compose-test"  # built by the test, kept as a build cache

@@ -1,4 +1,4 @@
-"""The tests' etcd in a stock container: run there by tests/test_compose.py.
+"""The tests' etcd in a stock container: run there by tests/deploy/test_compose.py.
 
     docker run --rm -v "$PWD:/src/repo:ro" -w /src/repo -e PYTHONPATH=/src/repo \
         meshhealth:compose-test python -m tests.container_etcd_check

@@ -5,7 +5,7 @@
 fails when `text` differs from the file. After an intended change of an output,
 regenerate the files and review the diff before committing:
 
-    MESHHEALTH_UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_format_status.py
+    MESHHEALTH_UPDATE_GOLDEN=1 .venv/bin/pytest tests/cli/test_format_status.py
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Print deploy/kubernetes/prometheusrule.yaml: the alert rules of
 deploy/prometheus/meshhealth.rules.yml, comments included, as a PrometheusRule object
-(Prometheus Operator). tests/test_kubernetes_manifests.py checks that the file is this
+(Prometheus Operator). tests/deploy/test_kubernetes_manifests.py checks that the file is this
 script's output and that its rules are the rule file's. After editing the rule file:
 
     python3 deploy/kubernetes/gen-prometheusrule.py > deploy/kubernetes/prometheusrule.yaml

@@ -5,7 +5,7 @@ Each command module has `register(subparsers)` which adds its parser and sets
 them only for `meshhealth --help` or an unknown command), and command modules import
 heavy libraries (etcd3, grpc, rich) inside their run functions: the health
 endpoint's `meshhealth responder` process stays small (docs/performance.md, "Process
-size"; tests/test_process_size.py).
+size"; tests/repo/test_process_size.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`meshhealth responder`: serve `GET /hello` for peers' HTTP probes, nothing else.
 
 This is the health endpoint's process, one per node: it imports no trio, etcd3, grpc,
-rich nor msgpack (tests/test_process_size.py) and sleeps in one `select()`
+rich nor msgpack (tests/repo/test_process_size.py) and sleeps in one `select()`
 while idle (docs/performance.md, "Process size")."""
 
 from __future__ import annotations

@@ -233,7 +233,7 @@ def stale_after_s(interval_s: float) -> float:
     entry on the first round at least `PUBLISH_REFRESH_S` after the last write (every
     round, when the interval is longer), which starts up to an interval (and the loop's
     lag) past it and is written when it ends, so the margin of three intervals and
-    `STALE_MARGIN_S` is never reached by a live node (tests/test_publisher.py replays
+    `STALE_MARGIN_S` is never reached by a live node (tests/agent/test_publisher.py replays
     the worst case)."""
     refresh_s = max(defaults.PUBLISH_REFRESH_S, interval_s)
     return refresh_s + defaults.STALE_MARGIN_INTERVALS * interval_s + defaults.STALE_MARGIN_S

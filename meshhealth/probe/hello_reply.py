@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from meshhealth import __version__, defaults
 
 # The same as meshhealth.http_server.SERVER_HEADER, which this module cannot import
-# (it loads trio): tests/test_hello_server.py checks they agree.
+# (it loads trio): tests/probe/test_hello_server.py checks they agree.
 SERVER_HEADER = f"meshhealth/{__version__}"
 
 
