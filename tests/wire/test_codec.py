@@ -254,6 +254,12 @@ def test_integer_times_from_other_writers_are_accepted() -> None:
         ("health", ("targets", 0, "paths"), [], "field 'targets[0].paths': must be a map"),
         (
             "health",
+            ("targets", 0, "paths"),
+            {b"": None},
+            "field 'targets[0].paths': a key is binary, not text: b''",
+        ),
+        (
+            "health",
             ("targets", 0, "paths", "node/sctp"),
             {"status": "ok", "rtt_s": None, "loss": 0.0},
             "field 'targets[0].paths': unknown path 'node/sctp'",
