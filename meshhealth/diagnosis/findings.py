@@ -9,13 +9,14 @@ meshhealth.documents.findings).
 from __future__ import annotations
 
 import enum
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 
 from meshhealth import defaults
 from meshhealth.diagnosis.cells import NodeId
 from meshhealth.diagnosis.layers import Pair
 from meshhealth.documents.findings import FindingJSON, FindingsJSON, FindingsSource
+from meshhealth.naming import node_order
 from meshhealth.timefmt import iso_time
 
 
@@ -89,10 +90,13 @@ def findings_json(
     return doc
 
 
-def names(nodes: Sequence[NodeId], limit: int = 5) -> str:
-    """`lab1/a, lab1/b` (at most `limit`, then `and 3 more`)."""
-    shown = ", ".join(str(n) for n in nodes[:limit])
-    more = len(nodes) - limit
+def names(nodes: Iterable[NodeId], limit: int = 5) -> str:
+    """`lab1/node2, lab1/node10`: in natural order, as every other view lists nodes
+    (meshhealth.naming), whatever order they come in; at most `limit`, then `and 3
+    more`."""
+    ordered = sorted(nodes, key=node_order)
+    shown = ", ".join(str(n) for n in ordered[:limit])
+    more = len(ordered) - limit
     return f"{shown} and {more} more" if more > 0 else shown
 
 
