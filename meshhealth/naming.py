@@ -9,8 +9,9 @@ instead of the text order `node1, node10, node11, node2`. Two names that read th
 same number differently (`node01`, `node1`) still differ: the text breaks the tie, so
 the order is total and a sort gives one answer whatever order it was handed.
 
-The status document, the matrix (text, JSON, the web page's data) and `watch` all sort
-with this key; the web page's own copy is `naturalCompare` in meshhealth/web/app.js.
+The status document, the matrix (text, JSON, the web page's data), `watch` and the
+node lists of diagnosis's evidence (diagnosis.findings `names`) all sort with this key;
+the web page's own copy is `naturalCompare` in meshhealth/web/app.js.
 """
 
 from __future__ import annotations

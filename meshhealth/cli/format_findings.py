@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from meshhealth.diagnosis.findings import FindingJSON, FindingsJSON
+from meshhealth.documents.findings import FindingJSON, FindingsJSON
 from meshhealth.documents.maintenance import IN_MAINTENANCE
 from meshhealth.terminal_text import escape
 from meshhealth.timefmt import format_age, parse_iso_time

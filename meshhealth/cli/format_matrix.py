@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from meshhealth.cli.format_findings import finding_line
 from meshhealth.cli.format_status import summary_verdict_text
-from meshhealth.diagnosis.findings import FindingJSON
+from meshhealth.documents.findings import FindingJSON
 from meshhealth.documents.matrix import PATH_ORDER
 from meshhealth.documents.matrix_json import MatrixCellDocument, MatrixDocument, MatrixRowDocument
 from meshhealth.documents.status_schema import ClusterHealthDocument

@@ -22,7 +22,12 @@ from meshhealth.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from contextlib import AsyncExitStack
+
     from meshhealth.documents.matrix import Matrix
+    from meshhealth.kvstore.etcd_config import EtcdAccess
+    from meshhealth.matrix_source import MatrixRead, MatrixSource
 
 DESCRIPTION = f"""\
 Read every node's published health entry (meshhealth/state/health/v1/) and show the
@@ -68,8 +73,7 @@ def read_matrix_from_args(args: argparse.Namespace, command: str) -> Matrix | in
 
     import trio
 
-    from meshhealth.kvstore import open_etcd
-    from meshhealth.matrix_source import MatrixRead, MatrixSource, ignored_line, read_matrix
+    from meshhealth.matrix_source import read_matrix
 
     try:
         wanted = etcd_sources_from_args(args)
@@ -79,20 +83,37 @@ def read_matrix_from_args(args: argparse.Namespace, command: str) -> Matrix | in
 
     async def fetch() -> MatrixRead:
         async with AsyncExitStack() as stack:
-            sources = [
-                MatrixSource(
-                    cluster,
-                    await stack.enter_async_context(
-                        open_etcd(urls, request_timeout_s=timeout_s, liveness=False)
-                    ),
-                )
-                for cluster, urls in wanted
-            ]
+            sources = await open_sources(stack, wanted, timeout_s)
             return await read_matrix(
                 sources, now=time.time(), timeout_s=timeout_s, registered_only=True
             )
 
-    read = trio.run(fetch)
+    return matrix_or_exit(trio.run(fetch), len(wanted), command)
+
+
+async def open_sources(
+    stack: AsyncExitStack, wanted: Sequence[tuple[str | None, EtcdAccess]], timeout_s: float
+) -> list[MatrixSource]:
+    """An etcd client per source of `etcd_sources_from_args`, closed with `stack`."""
+    from meshhealth.kvstore import open_etcd
+    from meshhealth.matrix_source import MatrixSource
+
+    return [
+        MatrixSource(
+            cluster,
+            await stack.enter_async_context(
+                open_etcd(urls, request_timeout_s=timeout_s, liveness=False)
+            ),
+        )
+        for cluster, urls in wanted
+    ]
+
+
+def matrix_or_exit(read: MatrixRead, sources: int, command: str) -> Matrix | int:
+    """The matrix `read` holds, after one line on stderr for each thing left out; or
+    EXIT_UNAVAILABLE after one line when none of the `sources` etcds could be read."""
+    from meshhealth.matrix_source import ignored_line
+
     matrix = read.matrix
     if read.skipped:
         print_error(
@@ -100,7 +121,7 @@ def read_matrix_from_args(args: argparse.Namespace, command: str) -> Matrix | in
         )
     if read.ignored:
         print_error(command, ignored_line(read.ignored))
-    if len(matrix.unavailable) == len(wanted):
+    if len(matrix.unavailable) == sources:
         print_error(command, "; ".join(matrix.unavailable.values()))
         return EXIT_UNAVAILABLE
     return matrix

@@ -1,8 +1,5 @@
-"""Findings: what diagnosis concludes, and their JSON (pure).
-
-    {"findings": [{"kind": "node-down", "nodes": ["lab1/node3"], "confidence": 0.88,
-                   "since": "2026-11-23T10:00:00Z", "evidence": "..."}],
-     "generated_at": "2026-11-23T10:00:12Z"}
+"""Findings: what diagnosis concludes, and their JSON (pure; the document's shape is
+meshhealth.documents.findings).
 
 `nodes` are the culprits: one node for most kinds; for `path` (and a path's
 `mtu-blackhole`, `udp-blocked`, `port-blocked`) the observer then the target; for
@@ -12,13 +9,14 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
-from typing import NotRequired, TypedDict
 
 from meshhealth import defaults
 from meshhealth.diagnosis.cells import NodeId
 from meshhealth.diagnosis.layers import Pair
+from meshhealth.documents.findings import FindingJSON, FindingsJSON, FindingsSource
+from meshhealth.naming import node_order
 from meshhealth.timefmt import iso_time
 
 
@@ -48,21 +46,6 @@ class Finding:
     groups: tuple[tuple[NodeId, ...], ...] = ()  # partition only
 
 
-class FindingJSON(TypedDict):
-    kind: str
-    nodes: list[str]
-    confidence: float
-    since: str | None
-    evidence: str
-    groups: NotRequired[list[list[str]]]
-    expected: NotRequired[bool]  # only when true: every culprit is in planned maintenance
-
-
-class FindingsJSON(TypedDict):
-    findings: list[FindingJSON]
-    generated_at: str | None
-
-
 def is_expected(kind: str, nodes: Iterable[object], in_maintenance: Container[str]) -> bool:
     """A finding is expected when it names culprits and every one is in planned
     maintenance (`in_maintenance`: "cluster/node"s), or, for a `path` (observer then
@@ -89,20 +72,31 @@ def finding_json(finding: Finding, in_maintenance: Container[str] = ()) -> Findi
 
 
 def findings_json(
-    findings: Iterable[Finding], generated_at: float, in_maintenance: Container[str] = ()
+    findings: Iterable[Finding],
+    generated_at: float,
+    in_maintenance: Container[str] = (),
+    *,
+    source: FindingsSource | None = None,
 ) -> FindingsJSON:
     """The document of `meshhealth diagnose -o json` (`in_maintenance`: the nodes in
-    planned maintenance, whose findings are marked expected)."""
-    return {
+    planned maintenance, whose findings are marked expected; `source`: said only by
+    `diagnose`)."""
+    doc: FindingsJSON = {
         "findings": [finding_json(f, in_maintenance) for f in findings],
         "generated_at": iso_time(generated_at),
     }
+    if source is not None:
+        doc["source"] = source
+    return doc
 
 
-def names(nodes: Sequence[NodeId], limit: int = 5) -> str:
-    """`lab1/a, lab1/b` (at most `limit`, then `and 3 more`)."""
-    shown = ", ".join(str(n) for n in nodes[:limit])
-    more = len(nodes) - limit
+def names(nodes: Iterable[NodeId], limit: int = 5) -> str:
+    """`lab1/node2, lab1/node10`: in natural order, as every other view lists nodes
+    (meshhealth.naming), whatever order they come in; at most `limit`, then `and 3
+    more`."""
+    ordered = sorted(nodes, key=node_order)
+    shown = ", ".join(str(n) for n in ordered[:limit])
+    more = len(ordered) - limit
     return f"{shown} and {more} more" if more > 0 else shown
 
 

@@ -23,7 +23,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from meshhealth import defaults
-from meshhealth.diagnosis.findings import FindingJSON, FindingsJSON
+from meshhealth.documents.findings import FindingJSON, FindingsJSON
 from meshhealth.timefmt import iso_time
 from meshhealth.wire.event import FindingEvent, Identity, event_id, identity
 from meshhealth.wire.summary import SummaryFinding

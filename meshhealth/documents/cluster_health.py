@@ -13,13 +13,15 @@ A summary of a cluster of one node that nobody observes has `alone: true` (its c
 (their own row explains their failures) are listed, and said in the findings' words
 once here (`discounted_text`, `this_node`), for every view to print as they are.
 `findings` are every summary's findings, cluster by cluster, in diagnosis's order, in
-the shape of `meshhealth diagnose -o json`.
+the shape of `meshhealth diagnose -o json`, which prints the same findings
+(`published_findings_document`) when every cluster it reads has a summary.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from meshhealth.documents.findings import FROM_SUMMARY, FindingJSON, FindingsJSON
 from meshhealth.documents.maintenance import MAINTENANCE_REASON, note_document
 from meshhealth.documents.status_schema import (
     ClusterHealthDocument,
@@ -252,3 +254,13 @@ def findings_document(
         if (summary := summaries.get(cluster)) is not None
         for finding in summary.findings
     ]
+
+
+def published_findings_document(summaries: Sequence[ClusterSummary], now: float) -> FindingsJSON:
+    """The findings of `summaries` (cluster by cluster, in diagnosis's order) as the
+    document of `meshhealth diagnose -o json`, read at `now` (`source: "summary"`): what
+    `status`, `watch` and the web page show."""
+    findings: list[FindingJSON] = [
+        finding_document(finding) for summary in summaries for finding in summary.findings
+    ]
+    return {"findings": findings, "generated_at": iso_time(now), "source": FROM_SUMMARY}

@@ -1,11 +1,14 @@
-"""`meshhealth diagnose` against a real etcd: health reports written by the codec, the
-command run as users run it (a subprocess), exit codes and output."""
+"""`meshhealth diagnose` against a real etcd: health reports and cluster summaries written
+by the codec, the command run as users run it (a subprocess), exit codes and output: the
+aggregator's published findings when its summary is in etcd, else (or with --recompute)
+findings recomputed from the reports, the first line saying which and why."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -15,7 +18,8 @@ import pytest
 
 from meshhealth.model import HealthReport
 from meshhealth.wire.health import encode_health_report
-from meshhealth.wire.keys import health_key
+from meshhealth.wire.keys import health_key, summary_key
+from meshhealth.wire.summary import ClusterSummary, NodeCounts, SummaryFinding, encode_summary
 from tests import matrix_stories as S
 from tests.etcd_helpers import registration
 from tests.plugins.etcd_server import EtcdServer
@@ -52,17 +56,24 @@ def put_reports(server: EtcdServer, story: Callable[[], list[HealthReport]]) -> 
             server.etcdctl("put", key, input_bytes=value)
 
 
+NO_SUMMARY = (
+    "Findings recomputed from the health reports now: lab1 has no summary in etcd (no aggregator)"
+)
+
+
 def test_a_healthy_cluster_has_no_findings_exit_0(etcd_server: EtcdServer) -> None:
     put_reports(etcd_server, S.healthy)
     result = diagnose_cli("--etcd", etcd_server.endpoint)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("No findings at ")
-    assert result.stdout.count("\n") == 1
+    first, second = result.stdout.splitlines()
+    assert first == NO_SUMMARY
+    assert second.startswith("No findings at ")
     as_json = diagnose_cli("--etcd", etcd_server.endpoint, "-o", "json")
     assert as_json.returncode == 0, as_json.stderr
     doc = json.loads(as_json.stdout)
     assert doc["findings"] == []
     assert doc["generated_at"].endswith("Z")
+    assert doc["source"] == "recomputed"
 
 
 def test_an_endpoint_down_is_one_finding_exit_1(etcd_server: EtcdServer) -> None:
@@ -70,11 +81,12 @@ def test_an_endpoint_down_is_one_finding_exit_1(etcd_server: EtcdServer) -> None
     result = diagnose_cli("--etcd", etcd_server.endpoint)
     assert result.returncode == 1, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].endswith(": 1")
-    assert lines[1].split()[:5] == ["KIND", "NODES", "CONFIDENCE", "SINCE", "EVIDENCE"]
-    assert lines[2].split()[:3] == ["endpoint-down", "lab1/node2", "0.75"]
-    assert "from 2 of 2 observers (lab1/node1, lab1/node3)" in lines[2]
-    assert len(lines) == 3
+    assert lines[0] == NO_SUMMARY
+    assert lines[1].endswith(": 1")
+    assert lines[2].split()[:5] == ["KIND", "NODES", "CONFIDENCE", "SINCE", "EVIDENCE"]
+    assert lines[3].split()[:3] == ["endpoint-down", "lab1/node2", "0.75"]
+    assert "from 2 of 2 observers (lab1/node1, lab1/node3)" in lines[3]
+    assert len(lines) == 4
     as_json = diagnose_cli("--etcd", etcd_server.endpoint, "-o", "json", "--cluster", "lab1")
     assert as_json.returncode == 1, as_json.stderr
     (finding,) = json.loads(as_json.stdout)["findings"]
@@ -116,12 +128,95 @@ def test_reports_of_unregistered_nodes_are_ignored_and_said(etcd_server: EtcdSer
     said = "ignored 2 health reports from unregistered nodes: lab1/x1, lab1/x2"
     result = diagnose_cli("--etcd", etcd_server.endpoint)
     assert result.returncode == 0, result.stdout
-    assert result.stdout.startswith("No findings at ")
+    assert result.stdout.splitlines()[1].startswith("No findings at ")
     assert result.stderr.splitlines() == [f"meshhealth diagnose: {said}"]
     matrix = diagnose_cli("--etcd", etcd_server.endpoint, "--cluster", "lab1", command="matrix")
     assert matrix.returncode == 0, matrix.stderr
     assert "Reachable:   9/9 cells" in matrix.stdout and "x1" not in matrix.stdout
     assert matrix.stderr.splitlines() == [f"meshhealth matrix: {said}"]
+
+
+def published_summary(generated_at: float) -> ClusterSummary:
+    """What node2, lab1's aggregator, published about S.endpoint_forward_drop: the same
+    finding as diagnosis of the reports gives (0.75), but surer (0.94, as after more
+    rounds) and in other words, so a test tells which of the two was printed."""
+    return ClusterSummary(
+        cluster="lab1",
+        aggregator="node2",
+        generated_at=generated_at,
+        nodes=NodeCounts(reachable=3),
+        observers_min=2,
+        observers_median=2.0,
+        findings=(
+            SummaryFinding(
+                kind="endpoint-down",
+                nodes=("lab1/node2",),
+                confidence=0.94,
+                since=generated_at - 30,
+                evidence="as published by the aggregator",
+            ),
+        ),
+    )
+
+
+def put_summary(server: EtcdServer, value: bytes) -> None:
+    server.etcdctl("put", summary_key("lab1"), input_bytes=value)
+
+
+def test_a_summary_in_etcd_gives_its_findings_and_says_whose(etcd_server: EtcdServer) -> None:
+    """The aggregator's summary is in etcd: diagnose prints its findings (0.94, its
+    evidence: what `status`, `watch` and the page show), not a diagnosis of the reports
+    (0.75), and its first line names the aggregator and the summary's age."""
+    put_reports(etcd_server, S.endpoint_forward_drop)
+    put_summary(etcd_server, encode_summary(published_summary(time.time() - 3)))
+    result = diagnose_cli("--etcd", etcd_server.endpoint)
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert re.fullmatch(r"Findings from lab1's aggregator \(node2\), updated \d+s ago", lines[0])
+    assert lines[1].endswith(": 1")
+    assert lines[3].split()[:3] == ["endpoint-down", "lab1/node2", "0.94"]
+    assert lines[3].endswith("as published by the aggregator")
+    assert len(lines) == 4
+    as_json = diagnose_cli("--etcd", etcd_server.endpoint, "-o", "json", "--cluster", "lab1")
+    assert as_json.returncode == 1, as_json.stderr
+    doc = json.loads(as_json.stdout)
+    assert doc["source"] == "summary"
+    (finding,) = doc["findings"]
+    assert (finding["confidence"], finding["evidence"]) == (0.94, "as published by the aggregator")
+
+
+def test_recompute_diagnoses_the_reports_though_a_summary_is_there(
+    etcd_server: EtcdServer,
+) -> None:
+    put_reports(etcd_server, S.endpoint_forward_drop)
+    put_summary(etcd_server, encode_summary(published_summary(time.time() - 3)))
+    result = diagnose_cli("--etcd", etcd_server.endpoint, "--recompute")
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "Findings recomputed from the health reports now (--recompute)"
+    assert lines[3].split()[:3] == ["endpoint-down", "lab1/node2", "0.75"]
+    assert "from 2 of 2 observers (lab1/node1, lab1/node3)" in lines[3]
+    as_json = diagnose_cli("--etcd", etcd_server.endpoint, "-o", "json", "--recompute")
+    doc = json.loads(as_json.stdout)
+    assert doc["source"] == "recomputed"
+    assert [f["confidence"] for f in doc["findings"]] == [0.75]
+
+
+def test_an_undecodable_summary_is_recomputed_and_said(etcd_server: EtcdServer) -> None:
+    """A summary that does not decode is not trusted: the findings are recomputed and
+    the first line says why, with etcd's bytes escaped."""
+    put_reports(etcd_server, S.endpoint_forward_drop)
+    put_summary(etcd_server, b"\x1b[31m not msgpack")
+    result = diagnose_cli("--etcd", etcd_server.endpoint)
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(
+        "Findings recomputed from the health reports now: lab1's summary does not decode: "
+    )
+    assert "\x1b" not in result.stdout
+    assert lines[3].split()[:3] == ["endpoint-down", "lab1/node2", "0.75"]
+    doc = json.loads(diagnose_cli("--etcd", etcd_server.endpoint, "-o", "json").stdout)
+    assert doc["source"] == "recomputed"
 
 
 def test_unreachable_etcd_is_one_line_exit_2() -> None:

@@ -19,8 +19,9 @@ from meshhealth.cli.format_findings import (
     format_findings_text,
 )
 from meshhealth.diagnosis.diagnose import diagnose
-from meshhealth.diagnosis.findings import FindingJSON, FindingsJSON, findings_json
+from meshhealth.diagnosis.findings import findings_json
 from meshhealth.diagnosis.view import matrix_view
+from meshhealth.documents.findings import FindingJSON, FindingsJSON
 from meshhealth.documents.matrix import build_matrix
 from tests import diagnosis_builders as B
 from tests import matrix_stories as S

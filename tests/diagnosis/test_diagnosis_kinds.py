@@ -338,3 +338,49 @@ def test_docs_explain_every_kind() -> None:
     doc = (REPO_ROOT / "docs" / "diagnosis.md").read_text()
     for kind in FindingKind:
         assert f"\n| `{kind.value}` |" in doc, f"docs/diagnosis.md has no row for {kind.value}"
+
+
+# Names whose text order (node10, node11, node2) is not their natural order: evidence
+# lists them as every other view does, node2 before node10 (meshhealth.naming).
+NODE_NS = ["node1", "node2", "node3", "node10", "node11"]
+TWELVE = [f"node{i}" for i in range(1, 13)]
+NATURAL_ORDER_CASES = [
+    (
+        "endpoint-down: its observers",
+        mesh(NODE_NS, cells=column("node3", NODE_NS, "endpoint")),
+        "from 4 of 4 observers (lab1/node1, lab1/node2, lab1/node10, lab1/node11)",
+    ),
+    (
+        "egress-blocked: its targets",
+        mesh(NODE_NS, cells=row("node3", NODE_NS, "down")),
+        "fail to 4 of 4 targets (lab1/node1, lab1/node2, lab1/node10, lab1/node11)",
+    ),
+    (
+        "partition: each group",
+        mesh(
+            NODE_NS,
+            cells={
+                (o, t): "down"
+                for o in NODE_NS
+                for t in NODE_NS
+                if (o in ("node2", "node10")) != (t in ("node2", "node10"))
+            },
+        ),
+        "[lab1/node1, lab1/node3, lab1/node11] | [lab1/node2, lab1/node10]",
+    ),
+    (
+        "node-down: the first five of eleven observers",
+        mesh(TWELVE, cells=column("node12", TWELVE, "down"), stale=("node12",)),
+        "(lab1/node1, lab1/node2, lab1/node3, lab1/node4, lab1/node5 and 6 more)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("view", "evidence"),
+    [c[1:] for c in NATURAL_ORDER_CASES],
+    ids=[c[0] for c in NATURAL_ORDER_CASES],
+)
+def test_evidence_lists_nodes_in_natural_order(view: MatrixView, evidence: str) -> None:
+    (finding,) = diagnose(view)
+    assert evidence in finding.evidence, finding.evidence

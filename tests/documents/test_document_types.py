@@ -143,3 +143,25 @@ def test_the_events_document_matches_its_type() -> None:
     assert_shape(json.loads(json.dumps(doc)), events.EventsJSON)
     assert doc["events"][1]["closed_at"] is None and doc["events"][1]["duration_s"] == 120.0
     assert_shape(events.events_document([], now=t0, since=None), events.EventsJSON)
+
+
+@pytest.mark.parametrize("story", sorted(matrix_stories.STORIES))
+def test_the_findings_documents_match_their_type(story: str) -> None:
+    """`meshhealth diagnose -o json`, both ways: recomputed from the reports, and the
+    aggregator's summary of the same matrix as published (`source` says which)."""
+    from meshhealth.diagnosis.cluster_summary import summaries_of
+    from meshhealth.diagnosis.diagnose import diagnose
+    from meshhealth.diagnosis.findings import findings_json
+    from meshhealth.diagnosis.view import matrix_view
+    from meshhealth.documents.cluster_health import published_findings_document
+    from meshhealth.documents.findings import RECOMPUTED, FindingsJSON
+
+    built = matrix.build_matrix(matrix_stories.STORIES[story](), now=matrix_stories.NOW)
+    found = diagnose(matrix_view(built))
+    recomputed = findings_json(found, built.generated_at, built.maintenance, source=RECOMPUTED)
+    assert_shape(recomputed, FindingsJSON)
+    summaries = list(summaries_of(built, found).values())
+    published = published_findings_document(summaries, matrix_stories.NOW)
+    assert_shape(published, FindingsJSON)
+    assert (recomputed["source"], published["source"]) == ("recomputed", "summary")
+    assert published["findings"] == recomputed["findings"]  # one computation, two routes
