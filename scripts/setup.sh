@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what meshhealth needs on a Debian machine, idempotently:
 #   - Debian packages (etcd, iproute2, nftables, fping, tmux; for the tests of deploy/ and
-#     of the web page: promtool from prometheus, systemd-analyze from systemd, chromium)
-#     through apt-get when missing
+#     of the web page: promtool from prometheus, systemd-analyze from systemd, chromium,
+#     libatomic1 for playwright's driver, curl) through apt-get when missing
 #   - python3 and, when uv is missing, python3-pip to install it (a minimal Debian, e.g. a
 #     stock container, has neither)
 #   - uv, then the virtualenv .venv from pyproject.toml + uv.lock (locked, reproducible)
@@ -26,11 +26,16 @@ declare -A NEEDED=(
   [chromium]=chromium
   [openssl]=openssl
   [update-ca-certificates]=ca-certificates
+  [curl]=curl
 )
 
 missing=()
 for bin in "${!NEEDED[@]}"; do
   command -v "$bin" >/dev/null 2>&1 || missing+=("${NEEDED[$bin]}")
+done
+# libraries, not binaries: playwright's node driver (the web page's tests) needs libatomic
+for lib in libatomic1; do
+  dpkg-query -W -f='${Status}' "$lib" 2>/dev/null | grep -q "ok installed" || missing+=("$lib")
 done
 if ((${#missing[@]})); then
   if [[ $(id -u) -ne 0 ]]; then

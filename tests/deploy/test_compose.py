@@ -119,6 +119,13 @@ def docker_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     if H.docker_answers():
         yield
         return
+    if os.statvfs("/sys/fs/cgroup").f_flag & os.ST_RDONLY:
+        # Inside a container that is not privileged: a dockerd started here answers but
+        # cannot create a container (runc: "mkdir /sys/fs/cgroup/...: read-only").
+        pytest.skip(
+            "/sys/fs/cgroup is read-only (a container): docker-in-docker needs "
+            "`docker run --privileged`, or mount the host's /var/run/docker.sock"
+        )
     log = tmp_path_factory.mktemp("dockerd") / "dockerd.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(

@@ -30,6 +30,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from meshhealth.lab import proc_sys
+from meshhealth.lab.netns_ops import CommandError
+
 # Addresses used by make_lab. Every lab lives in its own pair of namespaces, so labs of
 # concurrent tests (or pytest processes) never see one another's addresses.
 LAB_LINK_V4 = ("10.99.0.1", "10.99.0.2")  # client, target (veth, /24)
@@ -295,6 +298,28 @@ def require_root() -> None:
     """Skip the calling test unless we are root (network namespaces need it)."""
     if os.geteuid() != 0:
         pytest.skip("needs root: creates network namespaces (ip netns add)")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def writable_proc_sys_net() -> Iterator[None]:
+    """In a container /proc/sys is read-only, and the tests' namespaces and agents set
+    net.* sysctls (ip_forward, an endpoint veth's proxy_arp): as root, /proc/sys/net is
+    bind-mounted read-write for the session as `lab up` does (meshhealth/lab/proc_sys.py),
+    and put back after. On a host it is writable and nothing is done. Without SYS_ADMIN
+    the mount fails, and the tests that write a sysctl fail saying `Read-only file
+    system` with the key."""
+    if os.geteuid() != 0 or not proc_sys.read_only():
+        yield
+        return
+    try:
+        proc_sys.make_writable()
+    except CommandError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        proc_sys.undo()
 
 
 @pytest.fixture
