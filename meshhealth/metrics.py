@@ -9,11 +9,14 @@
     text = registry.expose()
     in_flight = registry.gauge("x_in_flight", "...")
     in_flight.labels().read_from(lambda: pinger.in_flight)   # read at each exposition
+    registry.on_expose(snapshot.refresh)      # one read of a shared source per exposition
 
 Counter, Gauge and Histogram families, with labels. A family without labels has its one
 series from the start (value 0); a labelled family gets a series on first `labels(...)`.
 Series and families are printed in a stable order (families as registered, series by
-label values), so the exposition can be compared with a golden text.
+label values), so the exposition can be compared with a golden text. A reading that
+returns None has no value this time: its series is left out of that exposition (the
+process metrics when /proc cannot be read), like a collector that yields nothing.
 
 Not thread-safe: use it from the trio thread (results of worker threads come back
 through `trio.from_thread`).
@@ -63,7 +66,7 @@ def _label_text(names: Sequence[str], values: Sequence[str]) -> str:
     return "{" + pairs + "}"
 
 
-Reading = Callable[[], float]
+Reading = Callable[[], float | None]  # None: no value now, the series is left out
 
 
 class CounterSeries:
@@ -77,9 +80,17 @@ class CounterSeries:
 
     @property
     def value(self) -> float:
+        self.sample()
+        return self._value
+
+    def sample(self) -> float | None:
+        """The value to expose; None when its reading has none this time."""
         if self._read is not None:
+            read = self._read()
+            if read is None:
+                return None
             # A count that went down (its owner was replaced) keeps the last value.
-            self._value = max(self._value, float(self._read()))
+            self._value = max(self._value, float(read))
         return self._value
 
     def inc(self, amount: float = 1.0) -> None:
@@ -106,7 +117,15 @@ class GaugeSeries:
 
     @property
     def value(self) -> float:
-        return float(self._read()) if self._read is not None else self._value
+        sample = self.sample()
+        return math.nan if sample is None else sample
+
+    def sample(self) -> float | None:
+        """The value to expose; None when its reading has none this time."""
+        if self._read is None:
+            return self._value
+        read = self._read()
+        return None if read is None else float(read)
 
     def set(self, value: float) -> None:
         self._value = float(value)
@@ -244,7 +263,9 @@ class _OneValueFamily(Family[V]):
         self._only().inc(amount)
 
     def _sample_lines(self, key: LabelValues, series: V) -> Iterable[str]:
-        yield f"{self.name}{_label_text(self.label_names, key)} {format_value(series.value)}"
+        sample = series.sample()
+        if sample is not None:
+            yield f"{self.name}{_label_text(self.label_names, key)} {format_value(sample)}"
 
 
 class Counter(_OneValueFamily[CounterSeries]):
@@ -314,6 +335,12 @@ class Registry:
 
     def __init__(self) -> None:
         self._families: dict[str, Family[Any]] = {}
+        self._refreshes: list[Callable[[], None]] = []
+
+    def on_expose(self, refresh: Callable[[], None]) -> None:
+        """Call `refresh()` at the start of every exposition, before any series is read:
+        a source that several series read (one /proc file) is then read once per scrape."""
+        self._refreshes.append(refresh)
 
     def _add(self, family: Family[Any]) -> None:
         if family.name in self._families:
@@ -347,6 +374,8 @@ class Registry:
 
     def expose(self) -> str:
         """The whole text exposition, ending with a newline."""
+        for refresh in self._refreshes:
+            refresh()
         lines: list[str] = []
         for family in self._families.values():
             lines.extend(family.expose())

@@ -43,6 +43,7 @@ from meshhealth.model import (
     protocol_name,
     tcp_ports_of,
 )
+from meshhealth.runtime_metrics import runtime_metrics
 from meshhealth.wire.summary import ClusterSummary
 
 TARGET_LABELS = (
@@ -304,7 +305,8 @@ class AgentMetrics:
 
 
 def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) -> AgentMetrics:
-    """Register the agent's families in `registry`; the holder updates them."""
+    """Register the agent's families in `registry`; the holder updates them. The
+    process's own families (meshhealth/runtime_metrics.py) come last, read at scrape."""
     build_info = registry.gauge(
         "meshhealth_build_info",
         "Always 1; the labels say which meshhealth and Python run.",
@@ -344,7 +346,7 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
             INDIRECT_CONCLUSIONS,
         ),
     )
-    return AgentMetrics(
+    metrics = AgentMetrics(
         source_cluster=source_cluster,
         source_node=source_node,
         connectivity_status=registry.gauge(
@@ -523,6 +525,8 @@ def agent_metrics(registry: Registry, *, source_cluster: str, source_node: str) 
             "Epoch of the probe plan the last round followed (rotation x interval long).",
         ),
     )
+    runtime_metrics(registry)  # process_*, python_gc_*, meshhealth_trio_tasks: read at scrape
+    return metrics
 
 
 def _set_exactly(

@@ -188,6 +188,26 @@ def test_series_read_from_a_function_at_exposition() -> None:
         errors.labels(cluster="c1").inc()
 
 
+def test_a_reading_without_a_value_leaves_its_series_out_of_that_exposition() -> None:
+    registry = Registry()
+    refreshes: list[int] = []
+    held: dict[str, float | None] = {"rss": None, "cpu": None}
+    registry.on_expose(lambda: refreshes.append(len(refreshes)))
+    rss = registry.gauge("x_rss_bytes", "Resident memory.")
+    cpu = registry.counter("x_cpu_seconds_total", "CPU time.")
+    rss.labels().read_from(lambda: held["rss"])
+    cpu.labels().read_from(lambda: held["cpu"])
+    text = registry.expose()
+    assert "# TYPE x_rss_bytes gauge" in text  # the family stays, without its sample
+    assert parse_exposition(text) == {}
+    held.update(rss=2e6, cpu=1.5)
+    assert parse_exposition(registry.expose()) == {"x_rss_bytes": 2e6, "x_cpu_seconds_total": 1.5}
+    held.update(cpu=None)  # a failed read: left out, and the counter keeps its last value
+    assert parse_exposition(registry.expose()) == {"x_rss_bytes": 2e6}
+    assert cpu.value == 1.5
+    assert refreshes == [0, 1, 2]  # once per exposition
+
+
 def test_exponential_buckets() -> None:
     assert exponential_buckets(1, 2, 4) == (1, 2, 4, 8)
 

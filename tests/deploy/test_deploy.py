@@ -34,7 +34,8 @@ TROUBLESHOOTING = REPO_ROOT / "docs" / "troubleshooting.md"
 
 # Metrics that Prometheus itself makes for every scrape target.
 PROMETHEUS_METRICS = {"up"}
-METRIC_TOKEN_RE = re.compile(r"\b(meshhealth_[a-zA-Z0-9_]+)\b")
+# The agent's own names and the standard process and Python GC ones it exports too.
+METRIC_TOKEN_RE = re.compile(r"\b((?:meshhealth|process|python_gc)_[a-zA-Z0-9_]+)\b")
 # Grafana's built-in variables and the dashboard's own, with values that parse.
 GRAFANA_VARIABLES = {
     "$__rate_interval": "1m",

@@ -42,6 +42,7 @@ FOUNDATION = frozenset(
         "change_count",
         "etcd_roles",
         "privileges",
+        "runtime_metrics",
     }
 )
 UPPER = {"agent", "cli", "__main__"}  # the process entry points; imported by nobody below
