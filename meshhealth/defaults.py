@@ -375,6 +375,15 @@ EVENTS_MAX_COUNT: Final = 10_000
 # reaches etcd without one write per round; the strongest of all is written when it
 # closes.
 EVENTS_STRONGER_STEP: Final = 0.1
+# A finding becomes an event only once it has been in the aggregator's summaries this
+# long (then opened at its `since`, when its evidence began). Observers publish one probe
+# interval apart, so while a node-level fault starts or clears the summary holds, for a
+# second or two, one `path` finding per failing observer instead of the node's finding;
+# a fault's onset and recovery settle well within this. Without it those transients were
+# most of a soak's timeline (580 of 847 events), each shown lasting since the fault began.
+# The live views (status, watch, diagnose, the web page) still show every finding at
+# once, and the per-path roll-ups still count every failure.
+EVENTS_SETTLE_S: Final = 10.0
 # Events written (or deleted) in one transaction at most: etcd refuses a transaction of
 # more than 128 operations (--max-txn-ops) and the claim check is one more.
 EVENTS_TXN_OPS: Final = 64

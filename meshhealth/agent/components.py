@@ -275,6 +275,7 @@ def build_components(
         events_metrics=metrics.writes_of("events"),
         invalid_events=metrics.invalid_values_of("events"),
         registered=discovery,  # only registered nodes' reports count
+        events_settle_s=defaults.EVENTS_SETTLE_S,
     )
     metrics.aggregating.labels().read_from(lambda: 1.0 if election.leading else 0.0)
     # The cluster summaries first: a path's verdict reads the other observers' failures.

@@ -1,11 +1,13 @@
 """The findings timeline (pure): which events open, grow and close as successive sets of
 findings come in, and which old events go (docs/events.md).
 
-    result = advance(stored, held, summary.findings, cluster="lab1", aggregator="node1",
-                     now=now)
+    result = advance(stored, held, summary.findings, pending=pending, settle_s=10.0,
+                     cluster="lab1", aggregator="node1", now=now)
     result.writes      # the events to write to etcd (an opening, a closing, a stronger
                        # finding): nothing while the findings stay as they are
     result.held        # the open events as they stand, strongest evidence included
+    result.pending     # the findings not yet events: identity -> first seen
+    result.settles_at  # when the next of them becomes an event (None: none waits)
     expired(stored, now=now)   # the ids of the events to delete (age, count)
 
 `stored` is what etcd holds (id -> event), as the aggregator read it when it took the
@@ -15,6 +17,13 @@ same finding while its kind and nodes stay the same (`wire.event.identity`): one
 goes on across an aggregator's restart or a takeover finds its open event in `stored`
 and is neither opened again nor closed. An open event whose finding is gone is closed
 at `now`; two open events of one finding (an older writer's) keep the earlier.
+
+A finding becomes an event only once this aggregator has seen it in its summaries for
+`settle_s` (`pending` holds when it first saw each finding without an open event, as
+`held` is passed in and returned); it then opens as it would have at once, at its
+`since`. One gone before that (a fault's onset or recovery seen one observer at a time)
+is forgotten: nothing is written. A finding whose event is already open (a takeover, a
+restart) goes on at once.
 """
 
 from __future__ import annotations
@@ -35,6 +44,8 @@ class Advance:
 
     held: dict[str, FindingEvent]
     writes: tuple[FindingEvent, ...]
+    pending: dict[Identity, float]
+    settles_at: float | None
 
 
 def open_events(stored: Mapping[str, FindingEvent]) -> dict[Identity, FindingEvent]:
@@ -92,6 +103,8 @@ def advance(
     held: Mapping[str, FindingEvent],
     findings: Iterable[SummaryFinding],
     *,
+    pending: Mapping[Identity, float],
+    settle_s: float,
     cluster: str,
     aggregator: str,
     now: float,
@@ -104,6 +117,8 @@ def advance(
         if done.closed_at is not None:
             ended[done.identity] = max(done.closed_at, ended.get(done.identity, 0.0))
     next_held: dict[str, FindingEvent] = {}
+    next_pending: dict[Identity, float] = {}
+    settles: list[float] = []
     writes: list[FindingEvent] = []
     seen: set[Identity] = set()
     for finding in findings:
@@ -113,6 +128,11 @@ def advance(
         seen.add(ident)
         event = current.get(ident)
         if event is None:
+            # Kept until its event is in `stored`: a failed write opens it on the retry.
+            first_seen = next_pending[ident] = min(pending.get(ident, now), now)
+            if now - first_seen < settle_s:
+                settles.append(first_seen + settle_s)
+                continue
             new = opened(
                 finding,
                 cluster=cluster,
@@ -135,7 +155,7 @@ def advance(
         writes.append(
             replace(last, closed_at=max(now, event.opened_at), closed_by=aggregator or "")
         )
-    return Advance(next_held, tuple(writes))
+    return Advance(next_held, tuple(writes), next_pending, min(settles, default=None))
 
 
 def expired(

@@ -128,6 +128,7 @@ async def agent(
     cluster: str = "lab1",
     *,
     registered_only: bool = False,
+    events_settle_s: float = 0.0,  # findings' events at once, unless a test says
 ) -> AsyncIterator[Agent]:
     async with open_etcd(endpoint, **FAST_ETCD) as etcd:
         discovery = Discovery({cluster: etcd}) if registered_only else None
@@ -139,7 +140,13 @@ async def agent(
             etcd, lease, health, cluster=cluster, node=name, unfit_grace_s=UNFIT_GRACE_S
         )
         aggregator = Aggregator(
-            etcd, election, cluster=cluster, node=name, debounce_s=0.1, registered=discovery
+            etcd,
+            election,
+            cluster=cluster,
+            node=name,
+            debounce_s=0.1,
+            registered=discovery,
+            events_settle_s=events_settle_s,
         )
         follower = SummaryFollower(lambda: [(cluster, etcd)])
         scope = trio.CancelScope()

@@ -1,7 +1,7 @@
 """The findings timeline against a real etcd: the aggregator writes one event per
-opening and closing, a takeover and a restart of the aggregator neither reopen nor
-lose an event, and `meshhealth events` / `diagnose --at` read them as users do (a
-subprocess)."""
+opening and closing, a finding gone before it settles writes nothing, a takeover and a
+restart of the aggregator neither reopen nor lose an event, and `meshhealth events` /
+`diagnose --at` read them as users do (a subprocess)."""
 
 from __future__ import annotations
 
@@ -179,6 +179,63 @@ async def test_takeover_and_restart_keep_one_event_per_finding(etcd_server: Etcd
                 assert at.returncode == 0 and at.stdout.startswith("No findings at")
             bad = cli("diagnose", "--etcd", etcd_server.endpoint, "--at", "yesterday")
             assert bad.returncode == 2 and "--at: invalid time 'yesterday'" in bad.stderr
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_transient_finding_writes_nothing_a_settled_one_opens(
+    etcd_server: EtcdServer,
+) -> None:
+    """With a settle time of 10 s: a finding in one summary only (a fault's onset seen
+    by one observer first) leaves no key under the events prefix; one still there 10 s
+    after it was first seen is written, opened at its `since`."""
+    from meshhealth.agent.cluster_view.timeline import FindingTimeline
+    from meshhealth.wire.summary import SummaryFinding
+
+    now = time.time()
+    transient = SummaryFinding("path", ("lab1/node2", "lab1/node8"), 0.5, now - 31, "x")
+    lasting = SummaryFinding("node-down", ("lab1/node8",), 0.9, now - 30, "4 of 4 fail")
+    async with trio.open_nursery() as nursery, agent(nursery, etcd_server.endpoint, "node1") as a1:
+        await poll_until(lambda: a1.election.leading, 20, what="a holder")
+        timeline = FindingTimeline(a1.etcd, a1.election, cluster="lab1", node="node1", settle_s=10)
+        await timeline.load()
+        assert await timeline.record([transient], now=now)
+        assert timeline.wake_at() == now + 10
+        assert await timeline.record([lasting], now=now + 1.5)  # the node's finding
+        assert timeline.wake_at() == now + 11.5
+        assert await timeline.record([lasting], now=now + 11)
+        assert await stored_events(a1.etcd) == {} and timeline.opened == 0
+        assert await timeline.record([lasting], now=now + 11.5)
+        (event,) = (await stored_events(a1.etcd)).values()
+        assert (event.identity, event.opened_at) == (("node-down", ("lab1/node8",)), now - 30)
+        assert timeline.opened == 1 and timeline.wake_at() is None
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_aggregator_wakes_to_open_a_settled_finding(etcd_server: EtcdServer) -> None:
+    """The reports are written once: the finding's event opens when it settles (2 s),
+    without another report, long before a report turns stale (95 s), the next time the
+    aggregator would otherwise look."""
+    async with trio.open_nursery() as nursery:
+        async with agent(nursery, etcd_server.endpoint, "node1", events_settle_s=2.0) as a1:
+            await poll_until(lambda: a1.election.leading, 20, what="a holder")
+            await _put_fresh_reports(a1.etcd, S.node_unreachable_by_all())
+            written_at = time.time()
+
+            def node3_found() -> bool:
+                written = a1.aggregator.written
+                return written is not None and any(
+                    f.nodes == ("lab1/node3",) for f in written.findings
+                )
+
+            await poll_until(node3_found, 20, what="node3's finding in the summary")
+            await poll_until(lambda: settled(a1), 20, what="its event opens")
+            assert time.time() - written_at >= 2.0  # not before it settled
+            written = a1.aggregator.written
+            assert written is not None
+            events = await stored_events(a1.etcd)
+            assert {e.identity: e.opened_at for e in events.values()} == {
+                (f.kind, f.nodes): f.since for f in written.findings
+            }
         nursery.cancel_scope.cancel()
 
 

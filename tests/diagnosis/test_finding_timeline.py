@@ -1,7 +1,7 @@
 """The findings timeline's pure core (meshhealth.diagnosis.timeline): which events open,
-grow and close as successive sets of findings come in, the bounds, and what was open at
-a time; then its key, its codec's refusals, and the document and text of `meshhealth
-events`."""
+grow and close as successive sets of findings come in, a finding's settle time, the
+bounds, and what was open at a time; then its key, its codec's refusals, and the
+document and text of `meshhealth events`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from meshhealth.cli.format_events import format_events_text
 from meshhealth.diagnosis.timeline import (
+    Advance,
     advance,
     expired,
     findings_at,
@@ -21,7 +22,14 @@ from meshhealth.diagnosis.timeline import (
 )
 from meshhealth.documents.events import events_document
 from meshhealth.wire import keys
-from meshhealth.wire.event import FindingEvent, decode_event, encode_event, event_id
+from meshhealth.wire.event import (
+    FindingEvent,
+    Identity,
+    decode_event,
+    encode_event,
+    event_id,
+    identity,
+)
 from meshhealth.wire.fields import DecodeError
 from meshhealth.wire.summary import SummaryFinding
 
@@ -31,20 +39,54 @@ PATH = SummaryFinding("path", ("lab1/n1", "lab1/n2"), 0.25, T0, "n1 -> n2 fails"
 
 
 def run(
-    rounds: list[list[SummaryFinding]], *, start: dict[str, FindingEvent] | None = None
+    rounds: list[list[SummaryFinding]],
+    *,
+    start: dict[str, FindingEvent] | None = None,
+    settle_s: float = 0.0,
 ) -> tuple[dict[str, FindingEvent], list[list[FindingEvent]]]:
     """Feed one set of findings per round (10 s apart), writing every write; the store
     and the writes of each round."""
     stored = dict(start or {})
     held: dict[str, FindingEvent] = {}
+    pending: dict[Identity, float] = {}
     writes = []
     for i, findings in enumerate(rounds):
-        step = advance(stored, held, findings, cluster="lab1", aggregator="n1", now=T0 + 10 * i)
+        step = advance(
+            stored,
+            held,
+            findings,
+            pending=pending,
+            settle_s=settle_s,
+            cluster="lab1",
+            aggregator="n1",
+            now=T0 + 10 * i,
+        )
         for event in step.writes:
             stored[event.id] = event
-        held = step.held
+        held, pending = step.held, step.pending
         writes.append(list(step.writes))
     return stored, writes
+
+
+def step_at(
+    now: float,
+    findings: list[SummaryFinding],
+    stored: dict[str, FindingEvent] | None = None,
+    pending: dict[Identity, float] | None = None,
+    *,
+    settle_s: float = 10.0,
+) -> Advance:
+    """One call of `advance` at `now` (nothing held)."""
+    return advance(
+        stored or {},
+        {},
+        findings,
+        pending=pending or {},
+        settle_s=settle_s,
+        cluster="lab1",
+        aggregator="n2",
+        now=now,
+    )
 
 
 # (rounds of findings, writes per round, events open at the end, events closed at the end)
@@ -85,7 +127,7 @@ def test_an_event_holds_its_times_and_its_strongest_evidence() -> None:
 def test_a_new_aggregator_takes_over_the_open_events_instead_of_reopening() -> None:
     before, _ = run([[DOWN, PATH]])
     # The next aggregator reads them from etcd; DOWN goes on, PATH ended meanwhile.
-    step = advance(before, {}, [DOWN], cluster="lab1", aggregator="n2", now=T0 + 60)
+    step = step_at(T0 + 60, [DOWN], before, settle_s=0.0)
     assert len(step.writes) == 1
     (closed,) = step.writes
     assert closed.kind == "path" and closed.closed_at == T0 + 60 and closed.closed_by == "n2"
@@ -95,9 +137,9 @@ def test_a_new_aggregator_takes_over_the_open_events_instead_of_reopening() -> N
 def test_two_open_events_of_one_finding_keep_the_earlier() -> None:
     first, _ = run([[DOWN]])
     later = SummaryFinding("node-down", ("lab1/n3",), 0.5, T0 + 100, "again")
-    (twin,) = advance({}, {}, [later], cluster="lab1", aggregator="n9", now=T0 + 100).writes
+    (twin,) = step_at(T0 + 100, [later], settle_s=0.0).writes
     stored = {**first, twin.id: twin}
-    step = advance(stored, {}, [DOWN], cluster="lab1", aggregator="n1", now=T0 + 200)
+    step = step_at(T0 + 200, [DOWN], stored, settle_s=0.0)
     assert [(e.id, e.closed_at) for e in step.writes] == [(twin.id, T0 + 200)]
     assert next(iter(open_events(stored).values())).opened_at == DOWN.since
 
@@ -115,32 +157,118 @@ findings_st = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.lists(findings_st, max_size=8), st.integers(0, 7))
-def test_the_open_events_are_the_current_findings(
-    rounds: list[list[SummaryFinding]], takeover_at: int
+@settings(max_examples=200, deadline=None)
+@given(st.lists(findings_st, max_size=8), st.integers(0, 7), st.sampled_from([0.0, 1.0, 2.5]))
+def test_the_open_events_are_the_settled_findings(
+    rounds: list[list[SummaryFinding]], takeover_at: int, settle_s: float
 ) -> None:
-    """Whatever the sequence, and with a takeover (the held state forgotten) anywhere:
-    after each set, exactly one open event per current finding; nothing is written for
-    a set that equals the previous one unless it grew; every event closes after it
-    opens."""
+    """Whatever the sequence (one set a second), and with a takeover (the held and
+    pending state forgotten) anywhere: after each set, exactly one open event per
+    current finding that either had one already or has been seen for `settle_s` by
+    this aggregator, and none for the others; nothing is closed for a set that equals
+    the previous one; every event closes after it opens; `settles_at` is when the first
+    of the waiting ones settles."""
     stored: dict[str, FindingEvent] = {}
     held: dict[str, FindingEvent] = {}
-    previous: set[tuple[str, tuple[str, ...]]] | None = None
+    pending: dict[Identity, float] = {}
+    first_seen: dict[Identity, float] = {}  # in every set since, by this aggregator
+    was_open: set[Identity] = set()
+    previous: set[Identity] | None = None
     for i, findings in enumerate(rounds):
+        now = T0 + i
         if i == takeover_at:
-            held = {}
-        step = advance(stored, held, findings, cluster="lab1", aggregator="a", now=T0 + i)
+            held, pending, first_seen = {}, {}, {}
+        step = advance(
+            stored,
+            held,
+            findings,
+            pending=pending,
+            settle_s=settle_s,
+            cluster="lab1",
+            aggregator="a",
+            now=now,
+        )
         for event in step.writes:
             stored[event.id] = event
-        held = step.held
-        current = {(f.kind, f.nodes) for f in findings}
+        held, pending = step.held, step.pending
+        current = {identity(f) for f in findings}
+        first_seen = {k: first_seen.get(k, now) for k in current}
+        wanted = {k for k in current if k in was_open or now - first_seen[k] >= settle_s}
         opened = [e.identity for e in stored.values() if e.closed_at is None]
-        assert sorted(opened) == sorted(current)
+        assert sorted(opened) == sorted(wanted)
+        waiting = [first_seen[k] + settle_s for k in current - wanted]
+        assert step.settles_at == min(waiting, default=None)
         if previous == current:
             assert all(e.closed_at is None and e.id in stored for e in step.writes)
-        previous = current
+        previous, was_open = current, set(opened)
         assert all(e.closed_at is None or e.closed_at >= e.opened_at for e in stored.values())
+
+
+def test_a_finding_gone_before_it_settles_writes_nothing() -> None:
+    """Seen at 0 s and 10 s, gone at 20 s (settle 15 s): no event. Back at 30 s, it is
+    seen anew: it waits another 15 s (opens at 50 s, not at 30 s)."""
+    stored, writes = run([[PATH], [PATH], [], [PATH], [PATH], [PATH]], settle_s=15.0)
+    assert [len(w) for w in writes] == [0, 0, 0, 0, 0, 1]
+    (event,) = stored.values()
+    assert event.opened_at == PATH.since and event.closed_at is None
+
+
+def test_a_finding_that_stays_opens_when_it_settles_at_its_since() -> None:
+    """A transient's shape from the soak: the finding's evidence began 31 s before this
+    aggregator saw it (its `since`). It waits `settle_s` from when first seen, then
+    opens at its since, as it would have at once."""
+    late = SummaryFinding("path", ("lab1/node2", "lab1/node8"), 0.5, T0 - 31, "2 -> 8 fails")
+    step = step_at(T0, [late, DOWN])
+    assert step.writes == () and step.held == {}
+    assert step.pending == {identity(late): T0, identity(DOWN): T0}
+    assert step.settles_at == T0 + 10
+    step = step_at(T0 + 9.999, [late, DOWN], pending=step.pending)
+    assert step.writes == () and step.settles_at == T0 + 10
+    step = step_at(T0 + 10, [late, DOWN], pending=step.pending)
+    assert sorted((e.kind, e.opened_at, e.closed_at) for e in step.writes) == [
+        ("node-down", DOWN.since, None),
+        ("path", T0 - 31, None),
+    ]
+    assert step.settles_at is None
+
+
+def test_the_wake_time_is_the_earliest_waiting_finding() -> None:
+    step = step_at(T0, [DOWN])
+    step = step_at(T0 + 4, [DOWN, PATH], pending=step.pending)
+    assert step.settles_at == T0 + 10  # DOWN's, the first seen
+    step = step_at(T0 + 10, [DOWN, PATH], pending=step.pending)
+    assert [e.kind for e in step.writes] == ["node-down"]
+    assert step.settles_at == T0 + 14  # then PATH's
+    stored = {e.id: e for e in step.writes}
+    step = step_at(T0 + 12, [DOWN], stored, step.pending)
+    assert step.writes == () and step.settles_at is None  # PATH went: nothing waits
+    assert step.pending == {}  # DOWN has its event: not waiting
+
+
+def test_a_failed_write_opens_on_the_retry_without_waiting_again() -> None:
+    """The opening's write failed (nothing stored): the next call still knows when the
+    finding was first seen and writes the opening again at once."""
+    step = step_at(T0, [PATH])
+    step = step_at(T0 + 10, [PATH], pending=step.pending)
+    (lost,) = step.writes
+    step = step_at(T0 + 11, [PATH], pending=step.pending)
+    assert step.writes == (lost,)
+
+
+def test_an_open_event_is_not_delayed() -> None:
+    """A takeover or restart: the event is already open in etcd. The new aggregator
+    takes it over at once (nothing waits, nothing written), writes its stronger
+    evidence at once, and closes it at once when the finding goes."""
+    before, _ = run([[DOWN]])
+    (event,) = before.values()
+    step = step_at(T0 + 60, [DOWN], before)
+    assert step.writes == () and step.pending == {} and step.settles_at is None
+    assert set(step.held) == {event.id}
+    strong = SummaryFinding("node-down", ("lab1/n3",), 0.9, T0, "5 of 5 fail")
+    (grown,) = step_at(T0 + 61, [strong], before).writes
+    assert (grown.id, grown.confidence) == (event.id, 0.9)
+    (closed,) = step_at(T0 + 62, [], before).writes
+    assert (closed.id, closed.closed_at) == (event.id, T0 + 62)
 
 
 def closed_event(n: int, closed_at: float) -> FindingEvent:

@@ -88,6 +88,7 @@ class Aggregator:
         events_metrics: WriteCounters | None = None,
         invalid_events: CounterSeries | None = None,
         registered: Discovery | None = None,
+        events_settle_s: float = defaults.EVENTS_SETTLE_S,
     ) -> None:
         self.etcd = etcd
         self.election = election
@@ -111,6 +112,7 @@ class Aggregator:
             node=node,
             metrics=events_metrics,
             invalid_metric=invalid_events,
+            settle_s=events_settle_s,
         )
 
     @property

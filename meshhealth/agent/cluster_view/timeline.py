@@ -1,14 +1,17 @@
 """The findings timeline in etcd: the aggregator records each finding's opening and
 closing as one event under `state/events/v1/<cluster>/<id>` (meshhealth.wire.event).
 
-    timeline = FindingTimeline(etcd, election, cluster="lab1", node="node1")
+    timeline = FindingTimeline(etcd, election, cluster="lab1", node="node1", settle_s=10.0)
     await timeline.load()                          # when this agent takes the claim
     ok = await timeline.record(summary.findings, now=now)   # after each summary
-    timeline.wake_at()                             # when the next old event expires
+    timeline.wake_at()    # when a waiting finding settles or the next old event expires
 
 What to write is decided by meshhealth.diagnosis.timeline (pure). `load` reads the
 events of the cluster, so a restarted or new aggregator reconciles its findings with
-the events its predecessor left open instead of opening them again. Every write and
+the events its predecessor left open instead of opening them again. A finding is
+written only once it has been in the summaries `record` saw for `settle_s`
+(defaults.EVENTS_SETTLE_S): the aggregator calls `record` again at `wake_at`, with the
+same findings when nothing changed, and the finding then opens. Every write and
 delete is a transaction that holds only while the claim is still under this agent's
 lease (a former aggregator cannot write behind its successor), and events have no
 lease: they outlive their writer. A failed write is tried again after the next summary
@@ -29,7 +32,7 @@ from meshhealth.log_format import event_fields
 from meshhealth.metrics import CounterSeries
 from meshhealth.timefmt import iso_time
 from meshhealth.wire import keys
-from meshhealth.wire.event import FindingEvent, encode_event
+from meshhealth.wire.event import FindingEvent, Identity, encode_event
 from meshhealth.wire.fields import DecodeError
 from meshhealth.wire.summary import SummaryFinding
 from meshhealth.wire.values import decode_event_value
@@ -89,6 +92,7 @@ class FindingTimeline:
         invalid_metric: CounterSeries | None = None,
         max_age_s: float = defaults.EVENTS_MAX_AGE_S,
         max_count: int = defaults.EVENTS_MAX_COUNT,
+        settle_s: float = defaults.EVENTS_SETTLE_S,
     ) -> None:
         self.etcd = etcd
         self.election = election
@@ -98,8 +102,11 @@ class FindingTimeline:
         self.metrics = metrics if metrics is not None else WriteCounters()
         self.max_age_s = max_age_s
         self.max_count = max_count
+        self.settle_s = settle_s
         self.stored: dict[str, FindingEvent] = {}
         self._held: dict[str, FindingEvent] = {}
+        self._pending: dict[Identity, float] = {}  # findings not yet events: first seen
+        self._settles_at: float | None = None
         self.loaded = False
         self.opened = 0
         self.closed = 0
@@ -125,14 +132,17 @@ class FindingTimeline:
                 continue
             stored[event.id] = event
         self.stored, self._held, self.loaded = stored, {}, True
+        self._pending, self._settles_at = {}, None  # seen anew by this holder
         still_open = sum(1 for e in stored.values() if e.closed_at is None)
         log.info(
             "findings timeline of %s: %d events, %d open", self.cluster, len(stored), still_open
         )
 
     def wake_at(self) -> float | None:
-        """When the next closed event turns too old to keep (None: none will)."""
-        return next_expiry(self.stored, max_age_s=self.max_age_s)
+        """When `record` has something to do with the same findings: a waiting finding
+        settles, or the next closed event turns too old to keep (None: neither)."""
+        times = (self._settles_at, next_expiry(self.stored, max_age_s=self.max_age_s))
+        return min((t for t in times if t is not None), default=None)
 
     async def record(self, findings: Sequence[SummaryFinding], *, now: float) -> bool:
         """Write what `findings` open, grow and close, and delete what is too old;
@@ -140,13 +150,21 @@ class FindingTimeline:
         if not self.loaded:
             return False
         step = advance(
-            self.stored, self._held, findings, cluster=self.cluster, aggregator=self.node, now=now
+            self.stored,
+            self._held,
+            findings,
+            pending=self._pending,
+            settle_s=self.settle_s,
+            cluster=self.cluster,
+            aggregator=self.node,
+            now=now,
         )
+        self._pending, self._settles_at = step.pending, step.settles_at
         done = await self._write(step.writes)
         self._held = {i: e for i, e in step.held.items() if i in self.stored}
         if not done:
             return False
-        expiry = self.wake_at()
+        expiry = next_expiry(self.stored, max_age_s=self.max_age_s)
         if len(self.stored) <= self.max_count and (expiry is None or expiry > now):
             return True  # nothing to delete: no sorting of the whole timeline per summary
         gone = expired(self.stored, now=now, max_age_s=self.max_age_s, max_count=self.max_count)
