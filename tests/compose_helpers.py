@@ -75,6 +75,23 @@ def install_missing(need_debootstrap: bool) -> None:
         run(argv, timeout_s=900, env=env)
 
 
+def cgroups_read_only(mountinfo: str | None = None) -> bool:
+    """Whether a cgroup (v1 or v2) file system is mounted read-only here, as in a
+    container that is not privileged: runc cannot make a container's cgroup then."""
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text()
+        except OSError:
+            return False
+    for line in mountinfo.splitlines():
+        mount_options, _, rest = line.partition(" - ")
+        fs_type = rest.split(" ", 1)[0]
+        fields = mount_options.split()
+        if fs_type in ("cgroup", "cgroup2") and len(fields) > 5 and "ro" in fields[5].split(","):
+            return True
+    return False
+
+
 def docker_answers() -> bool:
     if shutil.which("docker") is None:
         return False

@@ -107,6 +107,32 @@ def test_gen_compose_refuses_bad_counts(args: list[str]) -> None:
     assert "usage:" in done.stderr
 
 
+HOST_MOUNTS = """\
+33 25 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+34 33 0:29 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset
+"""
+CONTAINER_V1 = """\
+101 100 0:46 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,mode=755
+102 101 0:29 /docker/x /sys/fs/cgroup/cpu ro,nosuid,nodev,noexec,relatime - cgroup cgroup rw,cpu
+"""
+CONTAINER_V2 = "90 80 0:27 / /sys/fs/cgroup ro,nosuid,nodev,noexec - cgroup2 cgroup2 rw\n"
+SYSTEMD_RO_TMPFS = """\
+33 25 0:28 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755
+34 33 0:29 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+"""
+
+
+@pytest.mark.parametrize(
+    ("mountinfo", "read_only"),
+    [(HOST_MOUNTS, False), (CONTAINER_V1, True), (CONTAINER_V2, True), (SYSTEMD_RO_TMPFS, False)],
+    ids=["host", "container-cgroup-v1", "container-cgroup-v2", "host-systemd-ro-tmpfs"],
+)
+def test_cgroups_read_only_is_a_read_only_cgroup_mount(mountinfo: str, read_only: bool) -> None:
+    """Only a cgroup file system mounted read-only (a container) makes the compose tests
+    skip; a host's read-only tmpfs above them does not."""
+    assert H.cgroups_read_only(mountinfo) is read_only
+
+
 # --- the lab, end to end --------------------------------------------------------------------
 
 
@@ -119,9 +145,9 @@ def docker_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     if H.docker_answers():
         yield
         return
-    if os.statvfs("/sys/fs/cgroup").f_flag & os.ST_RDONLY:
+    if H.cgroups_read_only():
         # Inside a container that is not privileged: a dockerd started here answers but
-        # cannot create a container (runc: "mkdir /sys/fs/cgroup/...: read-only").
+        # cannot create a container (runc: "mkdir /sys/fs/cgroup/cpuset/docker: read-only").
         pytest.skip(
             "/sys/fs/cgroup is read-only (a container): docker-in-docker needs "
             "`docker run --privileged`, or mount the host's /var/run/docker.sock"
