@@ -129,7 +129,17 @@ def _name_the_ports(findings: list[Finding], view: MatrixView) -> list[Finding]:
 
 
 # Findings whose evidence quotes where a failing observer's trace stopped.
-_TRACED_KINDS = frozenset({FindingKind.PATH, FindingKind.PARTITION, FindingKind.NODE_ISOLATED})
+# Findings where nothing answers from the failing observers: where their trace stops
+# says whether the way or the node is cut (a rack's uplink down: node-down in every rack).
+_TRACED_KINDS = frozenset(
+    {
+        FindingKind.PATH,
+        FindingKind.PARTITION,
+        FindingKind.NODE_ISOLATED,
+        FindingKind.NODE_DOWN,
+        FindingKind.INGRESS_BLOCKED,
+    }
+)
 
 
 def trace_text(observer: NodeId, stop: TraceStop) -> str:
@@ -140,8 +150,8 @@ def trace_text(observer: NodeId, stop: TraceStop) -> str:
 
 
 def _quote_a_trace(findings: list[Finding], view: MatrixView) -> list[Finding]:
-    """A path, partition or node-isolated finding's evidence with where the trace of one
-    of its failing observers stopped (the first of its cells, in order, that has one)."""
+    """A `_TRACED_KINDS` finding's evidence with where the trace of one of its failing
+    observers stopped (the first of its cells, in order, that has one)."""
     if not any(f.kind in _TRACED_KINDS for f in findings):
         return findings
     traces = {(c.observer, c.target): c.trace for c in view.cells if c.trace is not None}

@@ -1,6 +1,7 @@
 """Where a failing observer's trace stopped, quoted in a finding's evidence
 (diagnosis/diagnose.py `_quote_a_trace`): the health report's `trace` of a target, through
-the matrix, to the path, partition and node-isolated findings (pure, matrix stories)."""
+the matrix, to the path, partition, node-isolated, node-down and ingress-blocked findings
+(pure, matrix stories)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,17 @@ def findings(reports: list[HealthReport]) -> dict[str, Finding]:
     return {f.kind.value: f for f in found}
 
 
+def ingress_blocked() -> list[HealthReport]:
+    """Nothing reaches node3; its own probes pass."""
+    return S.full_mesh(lambda s, t: t == "lab1/node3")
+
+
+def node_down() -> list[HealthReport]:
+    """Nothing reaches node3 and it publishes nothing (a link-drop of its rack cuts it
+    off from etcd too)."""
+    return [r for r in ingress_blocked() if r.node != "node3"]
+
+
 def one_path_drop() -> list[HealthReport]:
     """node4's path to node6 drops everything; all else answers."""
     reports = []
@@ -74,6 +86,8 @@ def test_trace_text(stop: TraceStop, text: str) -> None:
         (S.node_unreachable_by_all, "node-isolated", "lab1/node1", "lab1/node3"),
         (S.two_groups, "partition", "lab1/node3", "lab1/node1"),  # node1, 2 degraded
         (one_path_drop, "path", "lab1/node4", "lab1/node6"),
+        (ingress_blocked, "ingress-blocked", "lab1/node2", "lab1/node3"),
+        (node_down, "node-down", "lab1/node2", "lab1/node3"),  # a rack's uplink cut
     ],
 )
 def test_a_failing_observers_trace_ends_the_evidence(
