@@ -65,6 +65,8 @@ def diagnose(
     )
     lagging = {n for n, why in view.degraded_reasons.items() if REASON_LOOP_LAG in why}
     explained: set[Pair] = set()
+    cut_in: set[NodeId] = set()  # set by the connectivity layer (see below)
+    cut_out: set[NodeId] = set()
     if partition is not None:
         findings.append(_partition_finding(partition, connectivity))
         explained = set(partition.across)
@@ -74,9 +76,9 @@ def diagnose(
         own = evidence.own_fails.keys() | _own_suspect_rows(view, evidence)
         found = localise(
             view.nodes,
-            evidence.fails.keys() - explained,
+            _unexplained(evidence.fails.keys(), explained, cut_in, cut_out),
             evidence.oks,
-            own_fails=own - explained,
+            own_fails=_unexplained(own, explained, cut_in, cut_out),
             witnesses=witnesses,
             min_witnesses=min_observers,
             share=share,
@@ -94,7 +96,11 @@ def diagnose(
         findings += [_blame_finding(layer, blame, view, evidence) for blame in blames]
         findings += [_path_finding(layer, pair, evidence) for pair in paths]
         if layer is Layer.CONNECTIVITY:
-            explained |= _cut_off_sides(blames, view.nodes)
+            # Nothing above connectivity is said of a node nothing reaches (into it) or
+            # that reaches nothing (out of it): a cell a probe's timing left half-failed
+            # there (ICMP still suspect, HTTP failed) is no path fault beside its finding.
+            cut_in = {b.node for b in blames if b.column_failing}
+            cut_out = {b.node for b in blames if b.row_failing}
     # A dead observer's last report (its agent named down) is not evidence of a path: the
     # probes its dying round lost are its own.
     down = {
@@ -168,19 +174,14 @@ def _quote_a_trace(findings: list[Finding], view: MatrixView) -> list[Finding]:
     return out
 
 
-def _cut_off_sides(blames: tuple[Blame, ...], nodes: tuple[NodeId, ...]) -> set[Pair]:
-    """The pairs into a node that nothing reaches (ingress-blocked, node-down, isolated)
-    and out of one that reaches nothing (egress-blocked, isolated): the layers above
-    connectivity (agent, endpoint, MTU, UDP, TCP) cannot say more of them, and a cell
-    there that a probe's timing left half-failed (ICMP still suspect, HTTP failed) is
-    no path fault beside the node's finding."""
-    sides: set[Pair] = set()
-    for blame in blames:
-        if blame.column_failing:
-            sides |= {(o, blame.node) for o in nodes if o != blame.node}
-        if blame.row_failing:
-            sides |= {(blame.node, t) for t in nodes if t != blame.node}
-    return sides
+def _unexplained(
+    pairs: Set[Pair], explained: Set[Pair], cut_in: Set[NodeId], cut_out: Set[NodeId]
+) -> Set[Pair]:
+    """`pairs` less those the partition explains, those into a node of `cut_in` and
+    those out of a node of `cut_out`."""
+    if not cut_in and not cut_out:
+        return pairs - explained
+    return {p for p in pairs if p not in explained and p[1] not in cut_in and p[0] not in cut_out}
 
 
 def _only_targets_failing(view: MatrixView, node: NodeId) -> bool:
