@@ -46,7 +46,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from meshhealth.cli.format_events import format_events_text
 from meshhealth.cli.lab_cmd import convergence
+from meshhealth.documents.events import EventsJSON
 from meshhealth.lab import build, control, etcd_members
 from meshhealth.lab import plan as P
 from meshhealth.lab import state as S
@@ -392,9 +394,6 @@ def read_timeline(prefix: str, since_unix: float, t0_unix: float) -> list[Event]
     base = ["ip", "netns", "exec", node.netns, sys.executable, "-m", "meshhealth", "events"]
     since = ["--since", iso_time(since_unix) or "", "--cluster", CLUSTER]
     try:
-        text = subprocess.run(
-            [*base, *since], env=env, capture_output=True, text=True, timeout=30, check=False
-        )
         done = subprocess.run(
             [*base, *since, "-o", "json"],
             env=env, capture_output=True, text=True, timeout=30, check=False,
@@ -403,12 +402,15 @@ def read_timeline(prefix: str, since_unix: float, t0_unix: float) -> list[Event]
         say("meshhealth events: no answer within 30 s")
         return None
     say(f"$ meshhealth events --since {iso_time(since_unix)}")
-    for line in (text.stdout + text.stderr).splitlines():
-        say(f"  {line}")
     if done.returncode != 0:
+        for line in (done.stdout + done.stderr).splitlines():
+            say(f"  {line}")
         return None
+    doc: EventsJSON = json.loads(done.stdout)
+    for line in format_events_text(doc).splitlines():  # as the text output prints it
+        say(f"  {line}")
     events: list[Event] = []
-    for e in json.loads(done.stdout)["events"]:
+    for e in doc["events"]:
         closed = e["closed_at"]
         events.append(
             Event(
