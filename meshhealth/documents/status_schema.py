@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
+from meshhealth.documents.findings import FindingJSON
 from meshhealth.documents.maintenance import MaintenanceDocument
 from meshhealth.documents.plan import ProbePlanDocument as ProbePlanDocument  # noqa: PLC0414
 from meshhealth.model import Reachability
@@ -191,17 +192,10 @@ class ClusterHealthDocument(TypedDict):
     alone: NotRequired[bool]
 
 
-class FindingDocument(TypedDict):
-    """One diagnosis finding, as `meshhealth diagnose -o json` writes it."""
+class FindingDocument(FindingJSON):
+    """One finding as the status document and the feed carry it: the findings document's
+    entry (`meshhealth diagnose -o json`) and one field more."""
 
-    kind: str
-    nodes: list[str]  # cluster/node, the culprits
-    confidence: float
-    since: str | None
-    evidence: str
-    groups: NotRequired[list[list[str]]]  # partition only
-    # Only when true: every culprit is in planned maintenance (kept, not alerted on)
-    expected: NotRequired[bool]
     # Only when true: this node's own probes, newer than the summary that carries the
     # finding, pass on the paths it rests on (the evidence says so too)
     stale: NotRequired[bool]
