@@ -7,7 +7,8 @@ few events under `watch`.
     2026-11-27T03:25:10Z  open                  4m50s     path       lab1/n1,... 0.50        ...
 
 One line per event, oldest first; times are RFC 3339 UTC, DURATION runs to the closing
-(or, while open, to the document's `generated_at`). Every field read from etcd is
+(or, while open, to the document's `generated_at`); an event in planned maintenance all
+along says so before its evidence, as findings do. Every field read from etcd is
 escaped (meshhealth.terminal_text).
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 
 from meshhealth.documents.events import EventJSON, EventsJSON
+from meshhealth.documents.maintenance import IN_MAINTENANCE
 from meshhealth.terminal_text import escape
 from meshhealth.timefmt import format_age
 
@@ -34,9 +36,13 @@ def event_columns(event: EventJSON) -> tuple[str, ...]:
             event["kind"],
             ",".join(event["nodes"]),
             f"{event['confidence']:.2f}",
-            event["evidence"],
+            _expected(event, "({}) ") + event["evidence"],
         )
     )
+
+
+def _expected(event: EventJSON, form: str) -> str:
+    return form.format(f"expected: {IN_MAINTENANCE}") if event.get("expected") else ""
 
 
 def event_table(events: list[EventJSON]) -> list[str]:
@@ -56,7 +62,8 @@ def timeline_line(event: EventJSON) -> str:
     until = OPEN if closed is None else closed.partition("T")[2]
     return escape(
         f"{event['opened_at']} -> {until} ({format_age(event['duration_s'])}) "
-        f"{event['kind']} {','.join(event['nodes'])} (confidence {event['confidence']:.2f})"
+        f"{event['kind']} {','.join(event['nodes'])} (confidence {event['confidence']:.2f}"
+        f"{_expected(event, ', {}')})"
     )
 
 

@@ -4,7 +4,8 @@ findings come in, and which old events go (docs/events.md).
     result = advance(stored, held, summary.findings, pending=pending, settle_s=10.0,
                      cluster="lab1", aggregator="node1", now=now)
     result.writes      # the events to write to etcd (an opening, a closing, a stronger
-                       # finding): nothing while the findings stay as they are
+                       # finding, one no longer expected): nothing while the findings
+                       # stay as they are
     result.held        # the open events as they stand, strongest evidence included
     result.pending     # the findings not yet events: identity -> first seen
     result.settles_at  # when the next of them becomes an event (None: none waits)
@@ -12,7 +13,8 @@ findings come in, and which old events go (docs/events.md).
 
 `stored` is what etcd holds (id -> event), as the aggregator read it when it took the
 claim and wrote it since; `held` the open events with the strongest confidence and
-evidence seen, written when they close (or grew by `stronger_step`). A finding is the
+evidence seen, written when they close (or grew by `stronger_step`, or stopped being
+expected: seen outside planned maintenance). A finding is the
 same finding while its kind and nodes stay the same (`wire.event.identity`): one that
 goes on across an aggregator's restart or a takeover finds its open event in `stored`
 and is neither opened again nor closed. An open event whose finding is gone is closed
@@ -57,8 +59,11 @@ def open_events(stored: Mapping[str, FindingEvent]) -> dict[Identity, FindingEve
     return out
 
 
-def stronger(event: FindingEvent, finding: SummaryFinding) -> FindingEvent:
-    """`event` with the finding's confidence and evidence when they are stronger."""
+def seen_again(event: FindingEvent, finding: SummaryFinding) -> FindingEvent:
+    """`event` with the finding's confidence and evidence when they are stronger, and no
+    longer expected once the finding is seen outside planned maintenance."""
+    if event.expected and not finding.expected:
+        event = replace(event, expected=False)
     if finding.confidence <= event.confidence:
         return event
     return replace(
@@ -95,6 +100,7 @@ def opened(
         opened_at=at,
         groups=finding.groups,
         opened_by=aggregator,
+        expected=finding.expected,
     )
 
 
@@ -144,9 +150,10 @@ def advance(
             next_held[new.id] = new
             writes.append(new)
             continue
-        grown = stronger(held.get(event.id, event), finding)
+        grown = seen_again(held.get(event.id, event), finding)
         next_held[event.id] = grown
-        if grown.confidence >= event.confidence + stronger_step - 1e-9:
+        stronger = grown.confidence >= event.confidence + stronger_step - 1e-9
+        if stronger or grown.expected != event.expected:
             writes.append(grown)
     for event in sorted(stored.values(), key=lambda e: (e.opened_at, e.id)):
         if event.closed_at is not None or event.id in next_held:
@@ -224,5 +231,7 @@ def findings_at(events: Iterable[FindingEvent], when: float) -> FindingsJSON:
         }
         if event.groups:
             finding["groups"] = [list(group) for group in event.groups]
+        if event.expected:
+            finding["expected"] = True
         findings.append(finding)
     return {"findings": findings, "generated_at": iso_time(when)}

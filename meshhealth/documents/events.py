@@ -9,7 +9,8 @@
 
 One event per finding from its opening to its closing (docs/events.md), oldest first;
 `closed_at` is null while the finding lasts, and `duration_s` then runs to
-`generated_at`. `since` is null when every kept event is listed.
+`generated_at`. `since` is null when every kept event is listed. `expected` (only when
+true) marks an event whose culprits were in planned maintenance all along.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class EventJSON(TypedDict):
     opened_by: str
     closed_by: str
     groups: NotRequired[list[list[str]]]
+    # Only when true: every culprit was in planned maintenance all along
+    expected: NotRequired[bool]
 
 
 class EventsJSON(TypedDict):
@@ -59,6 +62,8 @@ def event_json(event: FindingEvent, now: float) -> EventJSON:
     }
     if event.groups:
         out["groups"] = [list(group) for group in event.groups]
+    if event.expected:
+        out["expected"] = True
     return out
 
 

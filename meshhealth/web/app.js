@@ -304,7 +304,8 @@ async function refreshEvents() {
 }
 
 // One bar per event over the last day: from its opening (or the strip's start) to its
-// closing (or now); one lane per finding (kind and nodes), an open one in red. Its text
+// closing (or now); one lane per finding (kind and nodes), an open one in red, one in
+// planned maintenance all along faded. Its text
 // goes in through textContent / title only (read from etcd: never markup).
 function renderTimeline() {
   const doc = S.events;
@@ -323,12 +324,13 @@ function renderTimeline() {
     const from = Math.max(start, Date.parse(e.opened_at));
     const to = e.closed_at === null ? end : Math.min(end, Date.parse(e.closed_at));
     const bar = document.createElement("div");
-    bar.className = e.closed_at === null ? "bar open" : "bar";
+    bar.className = "bar" + (e.closed_at === null ? " open" : "") + (e.expected ? " expected" : "");
     bar.style.left = `${((from - start) / span) * 100}%`;
     bar.style.width = `${(Math.max(0, to - from) / span) * 100}%`;
     bar.style.top = `${lanes.get(`${e.kind} ${e.nodes.join(",")}`) * 1.2 + 0.15}em`;
     bar.title = `${e.kind} ${e.nodes.join(", ")}: ${e.opened_at} → ${e.closed_at ?? "open"}` +
-      ` (${fmtSpan(e.duration_s)}, confidence ${Math.round(e.confidence * 100)}%) — ${e.evidence}`;
+      ` (${fmtSpan(e.duration_s)}, confidence ${Math.round(e.confidence * 100)}%` +
+      `${e.expected ? ", expected: in maintenance" : ""}) — ${e.evidence}`;
     bar.dataset.kind = e.kind;
     strip.appendChild(bar);
   }

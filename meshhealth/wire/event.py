@@ -6,7 +6,9 @@ A finding is the same finding while its kind and nodes stay the same (`identity`
 event's id is its opening time in unix milliseconds and a hash of that identity
 (`event_id`), so the same opening written twice is one key, and keys sort by time.
 `closed_at` is absent while the finding lasts; `confidence` and `evidence` are the
-strongest the aggregator saw.
+strongest the aggregator saw; `expected` holds while every time the aggregator saw the
+finding, all its culprits were in planned maintenance (a window that ends while the
+finding goes on makes the event unexpected, and stays so).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class FindingEvent:
     groups: tuple[tuple[str, ...], ...] = ()  # partition only
     opened_by: str = ""  # the aggregator (node name) that opened it
     closed_by: str = ""  # ... and the one that closed it
+    expected: bool = False  # every culprit in planned maintenance, all along
 
     @property
     def identity(self) -> Identity:
@@ -50,7 +53,13 @@ class FindingEvent:
     def as_finding(self) -> SummaryFinding:
         """The finding as a summary publishes it, `since` its opening."""
         return SummaryFinding(
-            self.kind, self.nodes, self.confidence, self.opened_at, self.evidence, self.groups
+            self.kind,
+            self.nodes,
+            self.confidence,
+            self.opened_at,
+            self.evidence,
+            self.groups,
+            self.expected,
         )
 
 
@@ -86,6 +95,7 @@ FIELDS = (
     _finding["groups"],
     Field("opened_by", f.node_name, default=""),
     Field("closed_by", f.node_name, default=""),
+    _finding["expected"],
 )
 EVENT = Codec.of("finding event", FindingEvent, FIELDS, _check)
 encode_event, decode_event, event_to_wire = EVENT.encode, EVENT.decode, EVENT.to_wire

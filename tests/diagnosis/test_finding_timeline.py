@@ -5,11 +5,13 @@ document and text of `meshhealth events`."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from meshhealth.cli.format_events import format_events_text
+from meshhealth.cli.format_events import format_events_text, timeline_line
 from meshhealth.diagnosis.timeline import (
     Advance,
     advance,
@@ -122,6 +124,42 @@ def test_an_event_holds_its_times_and_its_strongest_evidence() -> None:
     assert (event.confidence, event.evidence) == (0.88, "5 of 5 fail")
     assert (event.opened_by, event.closed_by) == ("n1", "n1")
     assert event.id == event_id(("node-down", ("lab1/n3",)), DOWN.since)
+
+
+def test_an_event_is_expected_only_while_its_finding_always_was() -> None:
+    """A finding in planned maintenance opens an expected event; one seen outside the
+    window makes the event unexpected for good (written then: not at the closing only,
+    so a reader does not see a real outage as planned meanwhile), and the JSON, the
+    text and `diagnose --at` say which."""
+    planned = replace(DOWN, expected=True)
+    stored, writes = run([[planned], [planned], []])
+    (event,) = stored.values()
+    assert event.expected and [len(w) for w in writes] == [1, 0, 1]
+    assert decode_event(encode_event(event)) == event
+
+    stored, writes = run([[planned], [DOWN], [planned], []])
+    (event,) = stored.values()
+    assert [len(w) for w in writes] == [1, 1, 0, 1]
+    assert writes[1][0].expected is False and event.closed_at is not None
+    assert not event.expected  # the window came back: it stays unexpected
+
+    stored, writes = run([[DOWN], [planned], []])
+    (event,) = stored.values()
+    assert [len(w) for w in writes] == [1, 0, 1] and not event.expected  # never retro-planned
+
+    planned_path = replace(PATH, expected=True)
+    stored, _ = run([[planned, planned_path], [planned, PATH], [planned, PATH]])
+    doc = events_document(since(list(stored.values()), 0), now=T0 + 30, since=None)
+    by_kind = {e["kind"]: e for e in doc["events"]}
+    assert by_kind["node-down"]["expected"] is True and "expected" not in by_kind["path"]
+    down_line, path_line = format_events_text(doc).splitlines()[2:]
+    assert down_line.endswith("0.50        (expected: in maintenance) 3 of 4 fail")
+    assert path_line.endswith("0.25        n1 -> n2 fails")
+    assert timeline_line(by_kind["node-down"]).endswith(
+        "node-down lab1/n3 (confidence 0.50, expected: in maintenance)"
+    )
+    at = findings_at(open_at(stored.values(), T0 + 25), T0 + 25)["findings"]
+    assert [f.get("expected", False) for f in at] == [True, False]
 
 
 def test_a_new_aggregator_takes_over_the_open_events_instead_of_reopening() -> None:

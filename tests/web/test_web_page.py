@@ -393,7 +393,8 @@ def test_page_lists_the_node_ip_of_every_node() -> None:
 
 def test_page_draws_the_last_day_of_findings_as_a_strip() -> None:
     """One bar per event of the last day, one lane per finding, an open one red and to
-    the right edge; the evidence (anyone's who can write etcd) stays text."""
+    the right edge, one in planned maintenance faded; the evidence (anyone's who can
+    write etcd) stays text."""
     import time as clock
 
     from meshhealth.wire.event import FindingEvent
@@ -401,7 +402,7 @@ def test_page_draws_the_last_day_of_findings_as_a_strip() -> None:
     now = clock.time()
     events = (
         FindingEvent("c1", "1000000000000-000000000001", "node-down", ("c1/node0002",), 0.9,
-                     "nothing answers", now - 6 * 3600, now - 3 * 3600),
+                     "nothing answers", now - 6 * 3600, now - 3 * 3600, expected=True),
         FindingEvent("c1", "1000000000000-000000000002", "node-down", ("c1/node0002",), 0.8,
                      "again", now - 3600),
         FindingEvent("c1", "1000000000000-000000000003", "path", ("c1/node0001", "c1/node0003"),
@@ -415,6 +416,8 @@ def test_page_draws_the_last_day_of_findings_as_a_strip() -> None:
         bars = page.eval_on_selector_all(
             "#timeline .bar",
             """bars => bars.map(b => ({open: b.classList.contains('open'), title: b.title,
+                 expected: b.classList.contains('expected'),
+                 opacity: getComputedStyle(b).opacity,
                  left: parseFloat(b.style.left), width: parseFloat(b.style.width),
                  top: b.style.top}))""",
         )
@@ -426,6 +429,10 @@ def test_page_draws_the_last_day_of_findings_as_a_strip() -> None:
         assert first["top"] == again["top"] != path["top"]  # one lane per finding
         assert again["title"].startswith("node-down c1/node0002: ")
         assert "→ open (1h0m" in again["title"] and "confidence 80%" in again["title"]
+        # The first one was in planned maintenance all along: faded, and its title says so.
+        assert first["expected"] and first["opacity"] == "0.4"
+        assert "confidence 90%, expected: in maintenance) — nothing answers" in first["title"]
+        assert not again["expected"] and again["opacity"] == "1"
         assert path["title"].endswith("— <img src=x onerror=alert(1)>")  # text, not markup
         assert page.locator("#timeline img").count() == 0
         assert page.inner_text("#timeline-count") == "3 findings, 1 open"
