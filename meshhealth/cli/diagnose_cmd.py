@@ -36,7 +36,8 @@ asked for has one; the first line says whose they are. A summary is current whil
 in etcd (it is under its aggregator's lease). Otherwise (no aggregator has published
 one, it does not decode), or with --recompute, diagnose reads every node's published
 health entry (as `meshhealth matrix` does), runs diagnosis over them now, and its first
-line says why.
+line says why. An etcd that does not answer (a --mesh cluster's, say) is named in one
+line on stderr; the clusters that could be read are shown.
 
 With --at TIME it reads the findings timeline instead (`meshhealth events`): the
 findings that were open at that time, as the cluster's aggregator recorded them, in the
@@ -170,17 +171,21 @@ def source_line(read: list[Published], failed: list[str], now: float, *, recompu
     if recompute:
         return "Findings recomputed from the health reports now (--recompute)"
     missing = [p.why for p in read if p.summary is None]
-    missing += [f"summaries not read: {error}" for error in failed]
+    not_read = [f"not read: {error}" for error in failed]
     if missing or not read:
-        why = "; ".join(missing) or "no cluster has registered nodes in etcd"
+        why = "; ".join([*missing, *not_read]) or "no cluster has registered nodes in etcd"
         return escape(f"Findings recomputed from the health reports now: {why}")
     return "; ".join(
-        escape(
-            f"Findings from {p.cluster}'s aggregator ({p.summary.aggregator}), "
-            f"updated {format_age(max(0.0, now - p.summary.generated_at))} ago"
+        escape(text)
+        for text in (
+            *(
+                f"Findings from {p.cluster}'s aggregator ({p.summary.aggregator}), "
+                f"updated {format_age(max(0.0, now - p.summary.generated_at))} ago"
+                for p in read
+                if p.summary is not None
+            ),
+            *not_read,
         )
-        for p in read
-        if p.summary is not None
     )
 
 
@@ -231,9 +236,11 @@ def run(args: argparse.Namespace) -> int:
                         failed.append(
                             f"etcd {source.etcd.description}: no answer within {timeout_s:g}s"
                         )
-            if len(failed) == len(sources):  # none answers: the reports will not either
+            # An etcd that does not answer holds no report to recompute from either: the
+            # summaries that were read do, unless one of them is missing.
+            if len(failed) == len(sources):
                 return read, failed, None
-            if read and not failed and all(p.summary is not None for p in read):
+            if read and all(p.summary is not None for p in read):
                 return read, failed, None
             return (
                 read,
@@ -246,8 +253,9 @@ def run(args: argparse.Namespace) -> int:
     read, failed, matrix_read = trio.run(fetch)
     now = time.time()
     doc: FindingsJSON
-    if matrix_read is None and failed:
+    if failed:
         print_error("diagnose", "; ".join(failed))
+    if matrix_read is None and len(failed) == len(wanted):
         return EXIT_UNAVAILABLE
     if matrix_read is None:
         doc = published_findings_document([p.summary for p in read if p.summary], now)
@@ -255,6 +263,8 @@ def run(args: argparse.Namespace) -> int:
         matrix = matrix_or_exit(matrix_read, len(wanted), "diagnose")
         if isinstance(matrix, int):
             return matrix
+        if matrix.unavailable and not failed:  # --recompute: no summary was asked for
+            print_error("diagnose", "; ".join(matrix.unavailable.values()))
         findings = diagnose(matrix_view(matrix))
         doc = findings_json(findings, matrix.generated_at, matrix.maintenance, source=RECOMPUTED)
     if args.output == "json":

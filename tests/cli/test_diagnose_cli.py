@@ -239,3 +239,71 @@ def test_usage_errors_are_one_line_exit_2(args: list[str], says: str) -> None:
     result = diagnose_cli("--etcd", "http://127.0.0.1:1", *args)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and says in result.stderr, result.stderr
+
+
+def test_mesh_gives_each_clusters_published_findings_and_names_a_lost_etcd(
+    etcd_server: EtcdServer, second_etcd_server: EtcdServer
+) -> None:
+    """`--mesh lab2=URLS` reads lab2's summary from lab2's own etcd: the findings of both
+    clusters, the first line naming both aggregators. When lab2's etcd does not answer,
+    the one line says which etcd failed, and lab1's findings are still there."""
+    put_reports(etcd_server, S.endpoint_forward_drop)
+    put_summary(etcd_server, encode_summary(published_summary(time.time() - 3)))
+    lab1 = published_summary(time.time() - 5)
+    lab2 = dataclasses.replace(
+        lab1,
+        cluster="lab2",
+        aggregator="node7",
+        findings=(
+            dataclasses.replace(
+                lab1.findings[0], kind="node-down", nodes=("lab2/node9",), evidence="lab2's own"
+            ),
+        ),
+    )
+    second_etcd_server.etcdctl("put", summary_key("lab2"), input_bytes=encode_summary(lab2))
+    mesh = f"lab2={second_etcd_server.endpoint}"
+    result = diagnose_cli("--etcd", etcd_server.endpoint, "--mesh", mesh)
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert re.fullmatch(
+        r"Findings from lab1's aggregator \(node2\), updated \d+s ago; "
+        r"Findings from lab2's aggregator \(node7\), updated \d+s ago",
+        lines[0],
+    ), lines[0]
+    assert lines[1].endswith(": 2")
+    found = {tuple(line.split()[:2]) for line in lines[3:]}
+    assert found == {("endpoint-down", "lab1/node2"), ("node-down", "lab2/node9")}
+    doc = json.loads(
+        diagnose_cli("--etcd", etcd_server.endpoint, "--mesh", mesh, "-o", "json").stdout
+    )
+    assert doc["source"] == "summary"
+    assert sorted(f["evidence"] for f in doc["findings"]) == [
+        "as published by the aggregator",
+        "lab2's own",
+    ]
+
+    # lab2's etcd is gone: lab1's published findings (not recomputed: lab2's reports are
+    # behind the same dead etcd), the loss named on the first line and on stderr.
+    lost = f"lab2=http://127.0.0.1:{free_loopback_port()}"
+    for output in ("text", "json"):
+        result = diagnose_cli("--etcd", etcd_server.endpoint, "--mesh", lost, "-o", output)
+        assert result.returncode == 1, result.stderr
+        assert re.fullmatch(
+            r"meshhealth diagnose: etcd http://127\.0\.0\.1:\d+ unreachable: [^\n]+\n",
+            result.stderr,
+        ), result.stderr
+        if output == "json":
+            doc = json.loads(result.stdout)
+            assert doc["source"] == "summary"
+            assert [f["evidence"] for f in doc["findings"]] == ["as published by the aggregator"]
+        else:
+            first, _, _, finding = result.stdout.splitlines()
+            assert re.fullmatch(
+                r"Findings from lab1's aggregator \(node2\), updated \d+s ago; "
+                r"not read: etcd http://127\.0\.0\.1:\d+ unreachable: .+",
+                first,
+            ), first
+            assert finding.split()[:3] == ["endpoint-down", "lab1/node2", "0.94"]
+    result = diagnose_cli("--etcd", etcd_server.endpoint, "--mesh", lost, "--recompute")
+    assert result.returncode == 1 and "unreachable" in result.stderr, result
+    assert result.stdout.splitlines()[3].split()[:3] == ["endpoint-down", "lab1/node2", "0.75"]
