@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
         usage_error,
     )
     from meshhealth.cli.format_findings import format_findings_json, format_findings_text
-    from meshhealth.cli.matrix_cmd import matrix_or_exit, open_sources
+    from meshhealth.cli.matrix_read import matrix_or_exit, open_sources
     from meshhealth.diagnosis.diagnose import diagnose
     from meshhealth.diagnosis.findings import findings_json
     from meshhealth.diagnosis.view import matrix_view
