@@ -348,6 +348,14 @@ ETCD_RAM_MIN_FREE_BYTES: Final = 512 * 1024 * 1024
 # After a health report changed, the aggregator waits this long before it diagnoses: the
 # reports of one round arrive within a fraction of a second of each other, one summary.
 SUMMARY_DEBOUNCE_S: Final = 1.0
+# A `path` finding is published in the summary (status, watch, diagnose, the web page)
+# once diagnosis has given it this long. When a node-level fault starts or clears, its
+# observers see it one at a time: for a second or two the matrix holds one failing path
+# per observer that sees it already, then the node's own finding (or nothing). Published
+# at once, each flashed up as a path fault and went. A real path fault shows this much
+# later, after the suspicion and indirect probes that took far longer; node-level
+# findings are never held.
+SUMMARY_PATH_SETTLE_S: Final = 5.0
 # The aggregator wakes this long after the time a report turns stale, so the report is
 # past the bound (not on it) when it looks again.
 SUMMARY_STALE_MARGIN_S: Final = 0.1
@@ -377,12 +385,12 @@ EVENTS_MAX_COUNT: Final = 10_000
 EVENTS_STRONGER_STEP: Final = 0.1
 # A finding becomes an event only once it has been in the aggregator's summaries this
 # long (then opened at its `since`, when its evidence began). Observers publish one probe
-# interval apart, so while a node-level fault starts or clears the summary holds, for a
-# second or two, one `path` finding per failing observer instead of the node's finding;
-# a fault's onset and recovery settle well within this. Without it those transients were
-# most of a soak's timeline (580 of 847 events), each shown lasting since the fault began.
-# The live views (status, watch, diagnose, the web page) still show every finding at
-# once, and the per-path roll-ups still count every failure.
+# interval apart, so while a node-level fault starts or clears, diagnosis gives for a
+# second or two one `path` finding per failing observer instead of the node's finding (or
+# one kind of node finding before another); a fault's onset and recovery settle well
+# within this. Without it those transients were most of a soak's timeline (580 of 847
+# events), each shown lasting since the fault began. The live views hold back only new
+# `path` findings (SUMMARY_PATH_SETTLE_S); the per-path roll-ups count every failure.
 EVENTS_SETTLE_S: Final = 10.0
 # Events written (or deleted) in one transaction at most: etcd refuses a transaction of
 # more than 128 operations (--max-txn-ops) and the claim check is one more.

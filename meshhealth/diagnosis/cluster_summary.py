@@ -9,7 +9,8 @@ The verdict counts the cluster's nodes by the observers' consensus over the fres
 (`node_consensus`), leaving out observers whose own row explains their failures
 (`discount_reasons`) and nodes in planned maintenance; `failing_observers` tells each
 target how many counting observers fail to reach it (confirmations of suspicion);
-`keep_since` keeps a continuing finding's first `since`, so it is not a change.
+`keep_since` keeps a continuing finding's first `since`, so it is not a change;
+`hold_new_paths` publishes a `path` finding only once it has lasted a few seconds.
 docs/diagnosis.md describes the verdict.
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Container, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from meshhealth.diagnosis.findings import Finding, FindingKind, is_expected
 from meshhealth.documents.maintenance import MAINTENANCE_REASON
@@ -200,3 +201,46 @@ def keep_since(summary: ClusterSummary, previous: ClusterSummary | None) -> Clus
         for f in summary.findings
     )
     return replace(summary, findings=findings)
+
+
+# A finding's identity: its kind and its nodes (as the findings timeline's events).
+FindingIdentity = tuple[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class HeldPaths:
+    """The findings to publish, and the `path` findings held back."""
+
+    findings: tuple[SummaryFinding, ...]
+    first_seen: dict[FindingIdentity, float]  # every path finding given: since when
+    settles_at: float | None  # when the next held one is published (None: none waits)
+
+
+def hold_new_paths(
+    findings: Iterable[SummaryFinding],
+    first_seen: Mapping[FindingIdentity, float],
+    *,
+    shown: Container[FindingIdentity],
+    now: float,
+    settle_s: float,
+) -> HeldPaths:
+    """`findings` without the `path` findings diagnosis has given for less than
+    `settle_s` (`first_seen`, as returned last time). A node-level fault starts and
+    clears one observer at a time: for a moment the matrix holds one failing path per
+    observer that already sees it, then the node's own finding. Held back, those
+    moments never reach the live views. A finding in `shown` (published already, or
+    with an open event after a takeover) stays at once; so does every other kind."""
+    out: list[SummaryFinding] = []
+    seen: dict[FindingIdentity, float] = {}
+    settles: list[float] = []
+    for finding in findings:
+        ident = (finding.kind, finding.nodes)
+        if finding.kind != FindingKind.PATH.value:
+            out.append(finding)
+            continue
+        first = seen[ident] = min(first_seen.get(ident, now), now)
+        if ident in shown or now - first >= settle_s:
+            out.append(finding)
+        else:
+            settles.append(first + settle_s)
+    return HeldPaths(tuple(out), seen, min(settles, default=None))

@@ -129,6 +129,7 @@ async def agent(
     *,
     registered_only: bool = False,
     events_settle_s: float = 0.0,  # findings' events at once, unless a test says
+    path_settle_s: float = 0.0,  # path findings published at once, unless a test says
 ) -> AsyncIterator[Agent]:
     async with open_etcd(endpoint, **FAST_ETCD) as etcd:
         discovery = Discovery({cluster: etcd}) if registered_only else None
@@ -147,6 +148,7 @@ async def agent(
             debounce_s=0.1,
             registered=discovery,
             events_settle_s=events_settle_s,
+            path_settle_s=path_settle_s,
         )
         follower = SummaryFollower(lambda: [(cluster, etcd)])
         scope = trio.CancelScope()
@@ -336,6 +338,43 @@ async def test_the_aggregator_publishes_what_followers_read(etcd_server: EtcdSer
             what="the finding ends everywhere",
         )
         assert all(a.follower.failing_observers("lab1", "node3") == 0 for a in agents)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_path_finding_is_published_once_it_has_lasted(etcd_server: EtcdServer) -> None:
+    """One observer fails one target: a path finding. The aggregator holds it back for
+    its settle time (the onset of a node fault looks like this for a moment), then
+    publishes it without waiting for another report."""
+    settle_s = 2.0
+    reports = S.full_mesh(lambda s, t: (s, t) == ("lab1/node1", "lab1/node3"))
+    async with (
+        trio.open_nursery() as nursery,
+        agent(nursery, etcd_server.endpoint, "node1", path_settle_s=settle_s) as a1,
+    ):
+        await poll_until(lambda: a1.election.leading, 20, what="node1 holds the claim")
+        await _put_fresh_reports(a1.etcd, reports)
+        await poll_until(
+            lambda: (s := a1.follower.summary("lab1")) is not None and s.nodes.reachable == 6,
+            20,
+            what="a summary of every report",
+        )
+        first = time.monotonic()
+        summary = a1.follower.summary("lab1")
+        assert summary is not None and summary.findings == ()  # held back
+        evaluations = a1.aggregator.evaluations
+        await poll_until(
+            lambda: (s := a1.follower.summary("lab1")) is not None and bool(s.findings),
+            20,
+            what="the path finding, once settled",
+        )
+        assert time.monotonic() - first >= settle_s - 1.0  # the debounce ran before `first`
+        summary = a1.follower.summary("lab1")
+        assert summary is not None
+        assert [(f.kind, f.nodes) for f in summary.findings] == [
+            ("path", ("lab1/node1", "lab1/node3"))
+        ]
+        assert summary.findings[0].since < time.time() - 20  # since its evidence began
+        assert a1.aggregator.evaluations > evaluations  # woken by the settle time itself
         nursery.cancel_scope.cancel()
 
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meshhealth.agent.cluster_view.aggregator import summarise
-from meshhealth.diagnosis.cluster_summary import build_summary, keep_since
+from meshhealth.diagnosis.cluster_summary import build_summary, hold_new_paths, keep_since
 from meshhealth.diagnosis.diagnose import diagnose
 from meshhealth.diagnosis.view import matrix_view
 from meshhealth.documents.cluster_health import discounted_text, this_node_text
@@ -460,3 +460,75 @@ def test_many_discounted_observers_are_named_up_to_three() -> None:
     assert discounted_text(many) == (  # in natural order: node2 before node10
         "lab1/node1, lab1/node2, lab1/node3 and 2 more are degraded (degraded)"
     )
+
+
+# --- path findings settle before they are published ---------------------------------
+
+PATH_A = SummaryFinding("path", ("lab1/node1", "lab1/node3"), 0.5, 90.0, "node1 -> node3")
+PATH_B = SummaryFinding("path", ("lab1/node2", "lab1/node3"), 0.5, 95.0, "node2 -> node3")
+DOWN3 = SummaryFinding("node-down", ("lab1/node3",), 0.88, 90.0, "3 of 3 fail")
+
+
+def published_over(
+    rounds: list[tuple[float, list[SummaryFinding]]], settle_s: float = 5.0
+) -> list[list[str]]:
+    """Feed (time, findings) in turn, as the aggregator does (what it showed last is
+    `shown`); the findings published each time, as kind:first-node."""
+    seen: dict[tuple[str, tuple[str, ...]], float] = {}
+    shown: set[tuple[str, tuple[str, ...]]] = set()
+    out = []
+    for now, findings in rounds:
+        held = hold_new_paths(findings, seen, shown=shown, now=now, settle_s=settle_s)
+        seen, shown = held.first_seen, {(f.kind, f.nodes) for f in held.findings}
+        out.append([f"{f.kind}:{f.nodes[0]}" for f in held.findings])
+    return out
+
+
+# rounds -> what each publishes
+SETTLE_TABLE = {
+    # a node fault's onset: two observers' paths, then the node's own finding
+    "onset never shows its paths": (
+        [(100, [PATH_A]), (101, [PATH_A, PATH_B]), (102, [DOWN3])],
+        [[], [], ["node-down:lab1/node3"]],
+    ),
+    # its recovery: the node finding gives way to the last observer's path, then nothing
+    "recovery never shows its paths": (
+        [(200, [DOWN3]), (201, [PATH_B]), (203, [])],
+        [["node-down:lab1/node3"], [], []],
+    ),
+    "a path that lasts shows once settled, and stays": (
+        [(100, [PATH_A]), (104.9, [PATH_A]), (105, [PATH_A]), (300, [PATH_A])],
+        [[], [], ["path:lab1/node1"], ["path:lab1/node1"]],
+    ),
+    "a path that goes and comes back settles again": (
+        [(100, [PATH_A]), (106, [PATH_A]), (107, []), (108, [PATH_A]), (113, [PATH_A])],
+        [[], ["path:lab1/node1"], [], [], ["path:lab1/node1"]],
+    ),
+    "other kinds are never held": (
+        [(100, [DOWN3, PATH_A])],
+        [["node-down:lab1/node3"]],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SETTLE_TABLE))
+def test_path_findings_are_published_once_they_last(name: str) -> None:
+    rounds, published = SETTLE_TABLE[name]
+    assert published_over(rounds) == published
+
+
+def test_a_shown_path_stays_and_the_wake_time_is_the_next_to_settle() -> None:
+    """After a takeover (an open event) or a failed write, what was shown is not held
+    again; the aggregator wakes when the earliest held finding settles."""
+    held = hold_new_paths([PATH_A, PATH_B], {}, shown={("path", PATH_A.nodes)}, now=100, settle_s=5)
+    assert held.findings == (PATH_A,)
+    assert held.settles_at == 105 and held.first_seen == {
+        ("path", PATH_A.nodes): 100,
+        ("path", PATH_B.nodes): 100,
+    }
+    later = hold_new_paths([PATH_B], {("path", PATH_B.nodes): 97}, shown=set(), now=100, settle_s=5)
+    assert later.findings == () and later.settles_at == 102
+    assert hold_new_paths([DOWN3], {}, shown=set(), now=1, settle_s=5).settles_at is None
+    # A clock stepped back: never a first-seen in the future.
+    back = hold_new_paths([PATH_A], {("path", PATH_A.nodes): 500}, shown=set(), now=100, settle_s=5)
+    assert back.first_seen == {("path", PATH_A.nodes): 100}

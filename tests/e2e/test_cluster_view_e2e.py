@@ -112,8 +112,9 @@ def test_every_agent_shows_the_verdict_and_findings_from_one_summary(
         culprit = f"c1/{victim.name}"
         node_kinds = ("agent-down", "node-down", "node-isolated")
         for agent in watchers:
-            # While only one observer's failures are in, the finding is a `path` one; the
-            # node-level finding follows once both observers' reports say so.
+            # While only one observer's failures are in, diagnosis gives a `path` finding
+            # (held back from the summary while it is new); the node-level finding
+            # follows once both observers' reports say so.
             doc, _ = wait_for(
                 agent.status_json,
                 lambda doc: (

@@ -8,7 +8,9 @@ Only the claim's holder (AggregatorElection) reads the health prefix and the pla
 maintenance windows. After a change (debounced), when a report turns stale or a window
 runs out, it builds the matrix, diagnoses it and writes `state/summary/v1/<cluster>`
 when its content changed, under its lease and only while it holds the claim; findings
-opening and closing go into the timeline (timeline.py). Only registered nodes' reports
+opening and closing go into the timeline (timeline.py). A `path` finding is published
+once it has lasted SUMMARY_PATH_SETTLE_S (`hold_new_paths`: a node fault's onset seen one
+observer at a time is not a path fault). Only registered nodes' reports
 count (this cluster's discovery), so a forged or left-over entry can neither fail nor
 vouch for anyone.
 """
@@ -19,6 +21,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import trio
 
@@ -27,7 +30,12 @@ from meshhealth.agent.agent_metrics import WriteCounters
 from meshhealth.agent.cluster_view.election import AggregatorElection
 from meshhealth.agent.cluster_view.timeline import FindingTimeline
 from meshhealth.agent.membership.discovery import Discovery
-from meshhealth.diagnosis.cluster_summary import build_summary, keep_since
+from meshhealth.diagnosis.cluster_summary import (
+    FindingIdentity,
+    build_summary,
+    hold_new_paths,
+    keep_since,
+)
 from meshhealth.diagnosis.diagnose import diagnose
 from meshhealth.diagnosis.view import matrix_view
 from meshhealth.documents.matrix import build_matrix, stale_after_s
@@ -89,6 +97,7 @@ class Aggregator:
         invalid_events: CounterSeries | None = None,
         registered: Discovery | None = None,
         events_settle_s: float = defaults.EVENTS_SETTLE_S,
+        path_settle_s: float = defaults.SUMMARY_PATH_SETTLE_S,
     ) -> None:
         self.etcd = etcd
         self.election = election
@@ -102,6 +111,8 @@ class Aggregator:
         self.written: ClusterSummary | None = None
         self.evaluations = 0
         self._wake = trio.Event()
+        self.path_settle_s = path_settle_s
+        self._paths_seen: dict[FindingIdentity, float] = {}  # path findings: since when
         self.registered = registered  # None: every report counts (tests of the summary)
         self.ignored: tuple[tuple[str, str], ...] = ()  # unregistered reporters, last time
         self._ignored_said: set[tuple[str, str]] = set()
@@ -134,6 +145,7 @@ class Aggregator:
                 nursery.cancel_scope.cancel()
             self.reports = None
             self.written = None
+            self._paths_seen = {}
 
     def _note_change(self) -> None:
         self._wake.set()
@@ -161,14 +173,26 @@ class Aggregator:
                     now=self._clock(),
                     maintenance=windows.windows(),
                 )
-                summary = keep_since(summary, self.written)
+                held = hold_new_paths(
+                    summary.findings,
+                    self._paths_seen,
+                    shown=self._shown(),
+                    now=self._clock(),
+                    settle_s=self.path_settle_s,
+                )
+                self._paths_seen = held.first_seen
+                summary = keep_since(replace(summary, findings=held.findings), self.written)
                 self.evaluations += 1
                 retry = False
                 if not summary.same_content(self.written):
                     retry = not await self._write(summary)
                 if not await self.timeline.record(summary.findings, now=self._clock()):
                     retry = True
-                wake_at = min(turns_stale_at, self.timeline.wake_at() or math.inf)
+                wake_at = min(
+                    turns_stale_at,
+                    self.timeline.wake_at() or math.inf,
+                    held.settles_at or math.inf,
+                )
                 wake_in_s = wake_at - self._clock() + defaults.SUMMARY_STALE_MARGIN_S
                 if retry:
                     wake_in_s = min(wake_in_s, backoff.next_delay_s())
@@ -177,6 +201,12 @@ class Aggregator:
                 with trio.move_on_after(max(0.0, wake_in_s)):
                     await self._wake.wait()
                 await trio.sleep(self.debounce_s)  # let the rest of a round's reports in
+
+    def _shown(self) -> set[FindingIdentity]:
+        """The findings published already: in the summary written last, or (after a
+        takeover) with an open event; a path finding among them is not held again."""
+        shown = {(f.kind, f.nodes) for f in self.written.findings} if self.written else set()
+        return shown | {e.identity for e in self.timeline.stored.values() if e.closed_at is None}
 
     async def _load_timeline(self, backoff: Backoff) -> None:
         """Read the timeline this agent's predecessors left, retrying until it is read."""
