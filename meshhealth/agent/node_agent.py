@@ -186,7 +186,7 @@ class NodeAgent:
             if report is None:
                 continue
             log.info("%d paths changed verdict between rounds", len(changed))
+            verdicts = self.results.take_verdicts(changed)
             self.results.status_nodes(report.targets)
-            verdicts = self.results.verdict_states()
             self.metrics.sync_connectivity(report.targets, self.results.summaries, verdicts)
             self.publisher.note_verdicts(verdicts)

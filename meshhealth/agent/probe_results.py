@@ -9,15 +9,21 @@
 Two readers, two moments: `status` shows the state after the last finished round (the
 summaries and the status `nodes` are built once per round, too costly per request:
 docs/performance.md, "Agent admin API"); the live feed reads one path at a time as
-results come. Each result also goes to the path's suspicion verdict (`verdicts`).
+results come. Each result also goes to the path's suspicion verdict (`verdicts`) at
+once, but `status` shows the verdicts as they were when the round finished, or when one
+changed between rounds (`take_verdicts`: a confirmation, the timer): never a verdict
+that a result of the running round made beside the counts of the round before
+(`unreachable` after two failures, next to `consecutive_failures: 1`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from types import MappingProxyType
 
 from meshhealth.agent.path_verdicts import PathVerdicts
 from meshhealth.documents.status import (
+    NO_VERDICTS,
     IndirectNotes,
     LocalNode,
     NodesCache,
@@ -37,6 +43,7 @@ class ProbeResults:
         self.summaries: dict[PathKey, PathSummary] = {}
         self.running_round: dict[PathKey, PathReport] = {}
         self.indirect: IndirectNotes = {}
+        self.shown_verdicts: Verdicts = NO_VERDICTS  # what `status` shows (see above)
         self._nodes = NodesCache(local)
 
     def add(self, report: PathReport) -> ProbeResult | None:
@@ -59,6 +66,7 @@ class ProbeResults:
         gone = self.book.retain_targets(report.targets)
         self.verdicts.finish_round(report.targets)
         self.summaries = self.book.summaries()
+        self.shown_verdicts = self.verdicts.snapshot()
         self.status_nodes(report.targets)  # before any reader
         return gone
 
@@ -71,6 +79,17 @@ class ProbeResults:
         """Every path's verdict now."""
         return self.verdicts.snapshot()
 
+    def take_verdicts(self, changed: Iterable[PathKey]) -> Verdicts:
+        """The `changed` paths' verdicts (changed between rounds) are shown from now on;
+        what a running round's results did to others waits for its end."""
+        now = self.verdicts.snapshot()
+        shown = dict(self.shown_verdicts)
+        for key in changed:
+            if key in now:
+                shown[key] = now[key]
+        self.shown_verdicts = MappingProxyType(shown)
+        return self.shown_verdicts
+
     def summary(self, key: PathKey) -> PathSummary | None:
         """One path's summary now, including a result of the running round."""
         return self.book.summary(key)
@@ -78,4 +97,4 @@ class ProbeResults:
     def status_nodes(self, targets: Sequence[Target]) -> NodesPart:
         """The status document's `nodes` for `targets` and the last round's summaries
         (built once per round or probe-set change, see NodesCache)."""
-        return self._nodes.get(targets, self.summaries, self.indirect, self.verdict_states())
+        return self._nodes.get(targets, self.summaries, self.indirect, self.shown_verdicts)

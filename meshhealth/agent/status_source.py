@@ -101,7 +101,7 @@ class StatusSource:
             ),
             now=now,
             clusters=cluster_states(self.mesh),
-            verdicts=self.results.verdict_states(),
+            verdicts=self.results.shown_verdicts,
             local_health=None if report is None else self.health.document(),
             cluster_summaries=self.summaries.summaries(),
             verdict_clusters=self.summaries.clusters(),

@@ -276,3 +276,27 @@ async def test_a_verdict_changed_between_rounds_reaches_the_publisher_at_once(
         assert rig.verdicts_noted, "the publisher was not told"
         assert rig.verdicts_noted[-1][KEY].verdict is Reachability.UNREACHABLE
         nursery.cancel_scope.cancel()
+
+
+def test_status_shows_the_verdicts_of_the_finished_round_beside_its_counts() -> None:
+    """A result of the running round can turn its path unreachable at once (the feed and
+    the suspicion see it), but `status` shows each round's verdicts with that round's
+    counts: never `unreachable` beside the `consecutive_failures` of the round before."""
+    now = [1000.0]
+    rig = Rig(clock=lambda: now[0])
+
+    def shown_icmp() -> tuple[str, int]:
+        node = next(n for n in rig.results.status_nodes((N1, N2)).nodes if n["name"] == "n2")
+        path = node["host"]["primary_address"]["icmp"]
+        return path["state"], path["consecutive_failures"]
+
+    rig.round((N1, N2), at=now[0], status=ProbeStatus.TIMEOUT)
+    assert shown_icmp() == ("suspect", 1)
+    now[0] += rig.results.verdicts.params.ceiling_s + 1.0  # the suspicion time is up
+    second = rig.results_of((N1, N2), at=now[0], status=ProbeStatus.TIMEOUT)
+    for path in second:
+        rig.agent.on_result(path)
+    assert rig.results.verdict_states()[KEY].verdict is Reachability.UNREACHABLE  # at once
+    assert shown_icmp() == ("suspect", 1)  # the finished round's verdict and counts
+    rig.agent.on_round(RoundReport(now[0], 0.1, (N1, N2), tuple(second)))
+    assert shown_icmp() == ("unreachable", 2)

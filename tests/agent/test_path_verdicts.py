@@ -223,8 +223,8 @@ async def test_the_timer_follows_a_longer_time_when_the_agent_is_unwell(
 
 
 def test_the_record_shows_each_paths_verdict_in_the_status_nodes() -> None:
-    """ProbeResults feeds each result to the verdicts; the status `nodes` show them, and
-    are built again when a verdict changes between rounds."""
+    """ProbeResults feeds each result to the verdicts; the status `nodes` show them as
+    of the finished round, and are built again when a verdict changes between rounds."""
     local = LocalNode("c", "n1", "127.0.0.1", None)
     verdicts = PathVerdicts(
         interval_s=INTERVAL_S, failing_observers=lambda cluster, node: 0, clock=lambda: 1000.0
@@ -255,6 +255,8 @@ def test_the_record_shows_each_paths_verdict_in_the_status_nodes() -> None:
     verdicts.observe(key, ok=False, now=1010.0)  # a second failure
     assert verdicts.confirm("c", "n2", "c/n3", now=1011.0) == []
     assert verdicts.confirm("c", "n2", "c/n4", now=1011.0) == [key]  # floor: 5 s
+    assert results.status_nodes(NODES) is part  # shown once the agent takes the change
+    results.take_verdicts([key])  # as NodeAgent does when verdicts change between rounds
     after = results.status_nodes(NODES)
     n2 = next(node for node in after.nodes if node["name"] == "n2")
     assert n2["host"]["primary_address"]["icmp"]["state"] == "unreachable"
