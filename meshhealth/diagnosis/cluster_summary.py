@@ -28,6 +28,7 @@ from meshhealth.documents.reachability import (
     OBSERVED_CELL_STATES,
     node_consensus,
 )
+from meshhealth.wire.event import Identity, identity
 from meshhealth.wire.summary import (
     MAX_EVIDENCE_CHARS,
     ClusterSummary,
@@ -195,16 +196,11 @@ def keep_since(summary: ClusterSummary, previous: ClusterSummary | None) -> Clus
     report that shows it."""
     if previous is None:
         return summary
-    earlier = {(f.kind, f.nodes): f.since for f in previous.findings}
+    earlier = {identity(f): f.since for f in previous.findings}
     findings = tuple(
-        replace(f, since=min(f.since, earlier.get((f.kind, f.nodes), f.since)))
-        for f in summary.findings
+        replace(f, since=min(f.since, earlier.get(identity(f), f.since))) for f in summary.findings
     )
     return replace(summary, findings=findings)
-
-
-# A finding's identity: its kind and its nodes (as the findings timeline's events).
-FindingIdentity = tuple[str, tuple[str, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,15 +208,15 @@ class HeldPaths:
     """The findings to publish, and the `path` findings held back."""
 
     findings: tuple[SummaryFinding, ...]
-    first_seen: dict[FindingIdentity, float]  # every path finding given: since when
+    first_seen: dict[Identity, float]  # every path finding given: since when
     settles_at: float | None  # when the next held one is published (None: none waits)
 
 
 def hold_new_paths(
     findings: Iterable[SummaryFinding],
-    first_seen: Mapping[FindingIdentity, float],
+    first_seen: Mapping[Identity, float],
     *,
-    shown: Container[FindingIdentity],
+    shown: Container[Identity],
     now: float,
     settle_s: float,
 ) -> HeldPaths:
@@ -231,10 +227,10 @@ def hold_new_paths(
     moments never reach the live views. A finding in `shown` (published already, or
     with an open event after a takeover) stays at once; so does every other kind."""
     out: list[SummaryFinding] = []
-    seen: dict[FindingIdentity, float] = {}
+    seen: dict[Identity, float] = {}
     settles: list[float] = []
     for finding in findings:
-        ident = (finding.kind, finding.nodes)
+        ident = identity(finding)
         if finding.kind != FindingKind.PATH.value:
             out.append(finding)
             continue

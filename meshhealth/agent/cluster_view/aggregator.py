@@ -30,12 +30,7 @@ from meshhealth.agent.agent_metrics import WriteCounters
 from meshhealth.agent.cluster_view.election import AggregatorElection
 from meshhealth.agent.cluster_view.timeline import FindingTimeline
 from meshhealth.agent.membership.discovery import Discovery
-from meshhealth.diagnosis.cluster_summary import (
-    FindingIdentity,
-    build_summary,
-    hold_new_paths,
-    keep_since,
-)
+from meshhealth.diagnosis.cluster_summary import build_summary, hold_new_paths, keep_since
 from meshhealth.diagnosis.diagnose import diagnose
 from meshhealth.diagnosis.view import matrix_view
 from meshhealth.documents.matrix import build_matrix, stale_after_s
@@ -44,6 +39,7 @@ from meshhealth.matrix_source import HealthReports, MaintenanceWindows, register
 from meshhealth.metrics import CounterSeries
 from meshhealth.model import HealthReport
 from meshhealth.wire import keys
+from meshhealth.wire.event import Identity, identity
 from meshhealth.wire.maintenance import MaintenanceWindow
 from meshhealth.wire.summary import ClusterSummary, encode_summary
 
@@ -112,7 +108,7 @@ class Aggregator:
         self.evaluations = 0
         self._wake = trio.Event()
         self.path_settle_s = path_settle_s
-        self._paths_seen: dict[FindingIdentity, float] = {}  # path findings: since when
+        self._paths_seen: dict[Identity, float] = {}  # path findings: since when
         self.registered = registered  # None: every report counts (tests of the summary)
         self.ignored: tuple[tuple[str, str], ...] = ()  # unregistered reporters, last time
         self._ignored_said: set[tuple[str, str]] = set()
@@ -202,10 +198,10 @@ class Aggregator:
                     await self._wake.wait()
                 await trio.sleep(self.debounce_s)  # let the rest of a round's reports in
 
-    def _shown(self) -> set[FindingIdentity]:
+    def _shown(self) -> set[Identity]:
         """The findings published already: in the summary written last, or (after a
         takeover) with an open event; a path finding among them is not held again."""
-        shown = {(f.kind, f.nodes) for f in self.written.findings} if self.written else set()
+        shown = {identity(f) for f in self.written.findings} if self.written else set()
         return shown | {e.identity for e in self.timeline.stored.values() if e.closed_at is None}
 
     async def _load_timeline(self, backoff: Backoff) -> None:
