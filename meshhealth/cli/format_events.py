@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 
+from meshhealth.cli.format_findings import evidence_text, expected_suffix
 from meshhealth.documents.events import EventJSON, EventsJSON
-from meshhealth.documents.maintenance import IN_MAINTENANCE
 from meshhealth.terminal_text import escape
 from meshhealth.timefmt import format_age
 
@@ -36,13 +36,9 @@ def event_columns(event: EventJSON) -> tuple[str, ...]:
             event["kind"],
             ",".join(event["nodes"]),
             f"{event['confidence']:.2f}",
-            _expected(event, "({}) ") + event["evidence"],
+            evidence_text(event["evidence"], event.get("expected", False)),
         )
     )
-
-
-def _expected(event: EventJSON, form: str) -> str:
-    return form.format(f"expected: {IN_MAINTENANCE}") if event.get("expected") else ""
 
 
 def event_table(events: list[EventJSON]) -> list[str]:
@@ -63,7 +59,7 @@ def timeline_line(event: EventJSON) -> str:
     return escape(
         f"{event['opened_at']} -> {until} ({format_age(event['duration_s'])}) "
         f"{event['kind']} {','.join(event['nodes'])} (confidence {event['confidence']:.2f}"
-        f"{_expected(event, ', {}')})"
+        f"{expected_suffix(event.get('expected', False))})"
     )
 
 

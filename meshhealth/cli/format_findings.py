@@ -32,6 +32,20 @@ def _since(finding: FindingJSON, generated_at: str | None) -> str:
     return f"{since} ({format_age(parse_iso_time(generated_at) - parse_iso_time(since))})"
 
 
+EXPECTED = f"expected: {IN_MAINTENANCE}"
+
+
+def evidence_text(evidence: str, expected: bool) -> str:
+    """The evidence, after `(expected: in maintenance)` when its culprits are in planned
+    maintenance (a finding's, or a timeline event's)."""
+    return f"({EXPECTED}) {evidence}" if expected else evidence
+
+
+def expected_suffix(expected: bool) -> str:
+    """`, expected: in maintenance` (after a confidence) when it is; else nothing."""
+    return f", {EXPECTED}" if expected else ""
+
+
 def finding_columns(finding: FindingJSON, generated_at: str | None) -> tuple[str, ...]:
     """The five columns of one finding's line (a partition's evidence names its
     groups)."""
@@ -42,9 +56,7 @@ def finding_columns(finding: FindingJSON, generated_at: str | None) -> tuple[str
             ",".join(finding["nodes"]),
             f"{finding['confidence']:.2f}",
             _since(finding, generated_at),
-            f"(expected: {IN_MAINTENANCE}) {finding['evidence']}"
-            if finding.get("expected")
-            else finding["evidence"],
+            evidence_text(finding["evidence"], finding.get("expected", False)),
         )
     )
 
@@ -56,7 +68,7 @@ def _finding_head(finding: FindingJSON) -> str:
     """`Finding:   endpoint-down lab1/node2 (confidence 0.75):` (escaped; `, expected:
     in maintenance` after the confidence when its nodes are in planned maintenance)."""
     nodes = ",".join(finding["nodes"])
-    expected = f", expected: {IN_MAINTENANCE}" if finding.get("expected") else ""
+    expected = expected_suffix(finding.get("expected", False))
     return FINDING_LABEL + escape(
         f"{finding['kind']} {nodes} (confidence {finding['confidence']:.2f}{expected}):"
     )
