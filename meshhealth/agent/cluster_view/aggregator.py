@@ -199,10 +199,13 @@ class Aggregator:
                 await trio.sleep(self.debounce_s)  # let the rest of a round's reports in
 
     def _shown(self) -> set[Identity]:
-        """The findings published already: in the summary written last, or (after a
-        takeover) with an open event; a path finding among them is not held again."""
-        shown = {identity(f) for f in self.written.findings} if self.written else set()
-        return shown | {e.identity for e in self.timeline.stored.values() if e.closed_at is None}
+        """The findings published already, so a path finding among them is not held
+        again: those of the summary written last; before this holder wrote one (a
+        takeover, a restart), those with an open event. Only then is the whole timeline
+        read: an event opens only for a finding already in a summary."""
+        if self.written is not None:
+            return {identity(f) for f in self.written.findings}
+        return {e.identity for e in self.timeline.stored.values() if e.closed_at is None}
 
     async def _load_timeline(self, backoff: Backoff) -> None:
         """Read the timeline this agent's predecessors left, retrying until it is read."""
